@@ -1,0 +1,631 @@
+/*
+ * libtensr.h - the one public header of libtensr, an embeddable C11 library
+ * that runs transformer inference graphs on CPUs and NVIDIA GPUs.
+ *
+ * Conventions (see libtensr(7)):
+ *  - Every object is an opaque handle; X_new/X_free (or open/close) pairs;
+ *    X_free(NULL) is a no-op.
+ *  - Fallible functions return tsr_status (TSR_OK = 0) or NULL; the detail is
+ *    in tsr_last_error(), which is thread-local.
+ *  - Parameter structs begin with `size_t size` and are filled by
+ *    tsr_X_params_init(&p, sizeof p): the library reads only the fields that
+ *    the caller was compiled with.
+ *  - Enum values are explicit and only ever appended.
+ *  - Thread model: one backend (and everything made from it) is driven by one
+ *    thread at a time; different backends are independent. Functions that take
+ *    no backend/context/gguf handle are thread-safe unless said otherwise.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef LIBTENSR_H
+#define LIBTENSR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The one source of the version: configure.ac reads these three lines. */
+#define TSR_VERSION_MAJOR 0
+#define TSR_VERSION_MINOR 1
+#define TSR_VERSION_PATCH 0
+#define TSR_VERSION_NUMBER ((TSR_VERSION_MAJOR << 16) | (TSR_VERSION_MINOR << 8) | TSR_VERSION_PATCH)
+
+#if defined(_WIN32) && defined(TSR_BUILDING_LIBRARY)
+#define TSR_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define TSR_API __attribute__((visibility("default")))
+#else
+#define TSR_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Handles                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tsr_device tsr_device;
+typedef struct tsr_buffer_type tsr_buffer_type;
+typedef struct tsr_buffer tsr_buffer;
+typedef struct tsr_backend tsr_backend;
+typedef struct tsr_context tsr_context;
+typedef struct tsr_tensor tsr_tensor;
+typedef struct tsr_gguf tsr_gguf;
+typedef struct tsr_gguf_writer tsr_gguf_writer;
+typedef struct tsr_kv_cache tsr_kv_cache;
+
+/* ------------------------------------------------------------------------ */
+/* Version, status, errors                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Runtime version: (major << 16) | (minor << 8) | patch. Thread-safe. */
+TSR_API unsigned tsr_version(void);
+/* Runtime version as "MAJOR.MINOR.PATCH"; static storage. Thread-safe. */
+TSR_API const char *tsr_version_string(void);
+
+/* Status codes. Numeric values are forever. */
+typedef enum tsr_status {
+    TSR_OK = 0,
+    TSR_E_INVALID = 1,       /* invalid argument (NULL, bad shape, bad type, ...) */
+    TSR_E_NOMEM = 2,         /* host out of memory */
+    TSR_E_DEVICE_NOMEM = 3,  /* device out of memory (device, size asked, free memory in detail) */
+    TSR_E_IO = 4,            /* I/O error; detail carries the OS error text */
+    TSR_E_MALFORMED = 5,     /* malformed file or data */
+    TSR_E_UNSUPPORTED = 6,   /* type/op not supported (on this device) */
+    TSR_E_NOT_FOUND = 7,     /* no such tensor/device/buffer type/key */
+    TSR_E_DEVICE = 8,        /* device (driver) error */
+    TSR_E_CANCELLED = 9,     /* cancelled by a callback */
+    TSR_E_FULL = 10,         /* KV cache has no room for the batch */
+    TSR_E_TYPE = 11,         /* value has another type than the one asked for */
+    TSR_E_STATE = 12,        /* object not in a state that allows the call */
+    TSR_E_RANGE = 13         /* index or size out of range */
+} tsr_status;
+
+/* Short constant description of a status ("invalid argument"); never NULL.
+ * Thread-safe. */
+TSR_API const char *tsr_status_string(tsr_status s);
+/* Detail of the last error on this thread ("" when none); valid until the
+ * next libtensr call on this thread. Thread-safe (thread-local). */
+TSR_API const char *tsr_last_error(void);
+/* Clears this thread's last error. */
+TSR_API void tsr_clear_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Logging                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum tsr_log_level {
+    TSR_LOG_DEBUG = 0,
+    TSR_LOG_INFO = 1,
+    TSR_LOG_WARN = 2,
+    TSR_LOG_ERROR = 3,
+    TSR_LOG_NONE = 4
+} tsr_log_level;
+
+/* One key/value field of a structured log record. */
+typedef struct tsr_log_field {
+    const char *key;
+    const char *value;
+} tsr_log_field;
+
+/* Receives one record; the strings are valid only during the call. May be
+ * called from any thread that calls into the library. */
+typedef void (*tsr_log_fn)(tsr_log_level level, const char *msg,
+                           const tsr_log_field *fields, size_t n_fields, void *user);
+
+/* Sets the log callback (NULL restores the default, which writes logfmt lines
+ * to stderr). Not thread-safe with concurrent logging: call it at start-up. */
+TSR_API void tsr_log_set(tsr_log_fn fn, void *user);
+/* Sets the minimum level delivered (default: TSR_LOG_LEVEL from the
+ * environment, "debug|info|warn|error|none", else warn). */
+TSR_API void tsr_log_set_level(tsr_log_level level);
+TSR_API tsr_log_level tsr_log_get_level(void);
+
+/* ------------------------------------------------------------------------ */
+/* Types                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Tensor types, numbered as GGUF numbers them. */
+typedef enum tsr_type {
+    TSR_TYPE_F32 = 0,
+    TSR_TYPE_F16 = 1,
+    TSR_TYPE_Q4_0 = 2,
+    TSR_TYPE_Q4_1 = 3,
+    /* 4 and 5 (Q4_2, Q4_3) no longer exist */
+    TSR_TYPE_Q5_0 = 6,
+    TSR_TYPE_Q5_1 = 7,
+    TSR_TYPE_Q8_0 = 8,
+    TSR_TYPE_Q8_1 = 9,
+    TSR_TYPE_Q2_K = 10,
+    TSR_TYPE_Q3_K = 11,
+    TSR_TYPE_Q4_K = 12,
+    TSR_TYPE_Q5_K = 13,
+    TSR_TYPE_Q6_K = 14,
+    TSR_TYPE_Q8_K = 15,
+    TSR_TYPE_IQ2_XXS = 16,
+    TSR_TYPE_IQ2_XS = 17,
+    TSR_TYPE_IQ3_XXS = 18,
+    TSR_TYPE_IQ1_S = 19,
+    TSR_TYPE_IQ4_NL = 20,
+    TSR_TYPE_IQ3_S = 21,
+    TSR_TYPE_IQ2_S = 22,
+    TSR_TYPE_IQ4_XS = 23,
+    TSR_TYPE_I8 = 24,
+    TSR_TYPE_I16 = 25,
+    TSR_TYPE_I32 = 26,
+    TSR_TYPE_I64 = 27,
+    TSR_TYPE_F64 = 28,
+    TSR_TYPE_IQ1_M = 29,
+    TSR_TYPE_BF16 = 30,
+    TSR_TYPE_COUNT = 31   /* one past the largest number this version knows */
+} tsr_type;
+
+/* Name of a type ("q4_K", "f32"); NULL for a number that is not a type. */
+TSR_API const char *tsr_type_name(tsr_type type);
+/* Type by its name (case-insensitive); TSR_E_NOT_FOUND when unknown. */
+TSR_API tsr_status tsr_type_by_name(const char *name, tsr_type *out);
+/* Elements per block (1 for plain types); 0 for a number that is not a type. */
+TSR_API int64_t tsr_type_block_size(tsr_type type);
+/* Bytes per block; 0 for a number that is not a type. */
+TSR_API size_t tsr_type_block_bytes(tsr_type type);
+/* 1 for block-quantized types. */
+TSR_API int tsr_type_is_quantized(tsr_type type);
+/* Bytes of a row of n elements; 0 when n is not a multiple of the block size,
+ * the type is unknown or the size overflows. */
+TSR_API size_t tsr_row_size(tsr_type type, int64_t n);
+/* Reference quantization of n floats (n a multiple of the block size) into
+ * dst (tsr_row_size(type, n) bytes). Byte-identical to llama.cpp's reference
+ * quantizer. TSR_E_INVALID / TSR_E_UNSUPPORTED on bad input. Thread-safe. */
+TSR_API tsr_status tsr_quantize(tsr_type type, const float *src, void *dst, int64_t n);
+/* Reference dequantization of n elements of `type` to floats. Thread-safe. */
+TSR_API tsr_status tsr_dequantize(tsr_type type, const void *src, float *dst, int64_t n);
+/* IEEE half and bfloat16 conversions (round to nearest even). */
+TSR_API uint16_t tsr_fp32_to_fp16(float f);
+TSR_API float tsr_fp16_to_fp32(uint16_t h);
+TSR_API uint16_t tsr_fp32_to_bf16(float f);
+TSR_API float tsr_bf16_to_fp32(uint16_t h);
+
+/* ------------------------------------------------------------------------ */
+/* Devices and buffer types                                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef enum tsr_device_kind_t {
+    TSR_DEVICE_CPU = 0,
+    TSR_DEVICE_GPU = 1,
+    TSR_DEVICE_ACCEL = 2
+} tsr_device_kind_t;
+
+/* Devices: GPUs in driver order, then the CPU. The first call enumerates
+ * them (and logs system info once). Thread-safe. Device handles live until
+ * the process ends. */
+TSR_API size_t tsr_device_count(void);
+TSR_API tsr_device *tsr_device_get(size_t i);              /* NULL when i >= count */
+TSR_API tsr_device *tsr_device_by_name(const char *name);  /* case-insensitive: "CPU", "CUDA0" */
+TSR_API const char *tsr_device_name(const tsr_device *d);
+TSR_API const char *tsr_device_description(const tsr_device *d);
+TSR_API tsr_device_kind_t tsr_device_kind(const tsr_device *d);
+/* Index of the device among devices with the same description (0, 1, ...). */
+TSR_API int tsr_device_index_in_model(const tsr_device *d);
+TSR_API tsr_status tsr_device_memory(const tsr_device *d, size_t *free, size_t *total);
+/* The device's own buffer type. */
+TSR_API tsr_buffer_type *tsr_device_buffer_type(const tsr_device *d);
+/* Pinned host staging buffer type of a GPU ("CUDA_Host"); NULL for the CPU. */
+TSR_API tsr_buffer_type *tsr_device_host_buffer_type(const tsr_device *d);
+/* Names of the backends found at run time, comma separated ("cpu", "cpu,cuda"). */
+TSR_API const char *tsr_backends_available(void);
+
+/* Buffer types by name, case-insensitive ("CPU", "CUDA0", "CUDA_Host"). */
+TSR_API tsr_buffer_type *tsr_buffer_type_by_name(const char *name);
+TSR_API const char *tsr_buffer_type_name(const tsr_buffer_type *bt);
+TSR_API tsr_device *tsr_buffer_type_device(const tsr_buffer_type *bt);
+/* Allocates `size` bytes on the buffer type. TSR_E_DEVICE_NOMEM (or
+ * TSR_E_NOMEM for host memory) names the device, the size and the free memory. */
+TSR_API tsr_status tsr_buffer_alloc(tsr_buffer_type *bt, size_t size, tsr_buffer **out);
+TSR_API void tsr_buffer_free(tsr_buffer *b);
+TSR_API size_t tsr_buffer_size(const tsr_buffer *b);
+TSR_API tsr_buffer_type *tsr_buffer_get_type(const tsr_buffer *b);
+
+/* Override list entry: tensors whose name matches `pattern` (POSIX extended
+ * regex, matched anywhere in the name) are placed on `buft`. Lists end with
+ * an entry whose pattern is NULL. */
+typedef struct tsr_buft_override {
+    const char *pattern;
+    tsr_buffer_type *buft;
+} tsr_buft_override;
+
+/* Parses "pattern=BUFT,pattern=BUFT" (llama.cpp's -ot syntax) into a
+ * NULL-terminated list owned by the caller (free with tsr_buft_overrides_free).
+ * Unknown buffer type names and invalid regexes are errors that list the
+ * valid names / say what is wrong; *out is NULL then. */
+TSR_API tsr_status tsr_buft_overrides_parse(const char *spec, tsr_buft_override **out);
+TSR_API void tsr_buft_overrides_free(tsr_buft_override *list);
+
+/* ------------------------------------------------------------------------ */
+/* Backend                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef enum tsr_flash_attn_t {
+    TSR_FLASH_ATTN_AUTO = -1,
+    TSR_FLASH_ATTN_OFF = 0,
+    TSR_FLASH_ATTN_ON = 1
+} tsr_flash_attn_t;
+
+typedef struct tsr_backend_params {
+    size_t size;                   /* sizeof(tsr_backend_params), set by _init */
+    tsr_device *const *devices;    /* NULL-terminated devices to use; NULL = all */
+    int n_threads;                 /* CPU threads; 0 = number of cores */
+    int flash_attn;                /* tsr_flash_attn_t; default AUTO */
+    size_t attn_max_batch;         /* bytes of K*Q per attention step; 0 = no limit */
+} tsr_backend_params;
+
+TSR_API void tsr_backend_params_init(tsr_backend_params *p, size_t size); /* size = sizeof *p */
+/* Creates a backend (devices, one stream each, one scheduler). p may be NULL. */
+TSR_API tsr_status tsr_backend_new(const tsr_backend_params *p, tsr_backend **out);
+/* Frees the backend, its weights, scheduler and buffers. Contexts and KV
+ * caches made from it must be closed first. */
+TSR_API void tsr_backend_free(tsr_backend *b);
+TSR_API size_t tsr_backend_n_devices(const tsr_backend *b);
+TSR_API tsr_device *tsr_backend_device(const tsr_backend *b, size_t i);
+TSR_API int tsr_backend_n_threads(const tsr_backend *b);
+/* 1 when flash attention is in use (ON, or AUTO and every device supports it). */
+TSR_API int tsr_backend_flash_attn(const tsr_backend *b);
+TSR_API size_t tsr_backend_attn_max_batch(const tsr_backend *b);
+
+/* Progress of a load: return non-zero to cancel (TSR_E_CANCELLED). */
+typedef int (*tsr_progress_fn)(uint64_t done, uint64_t total, void *user);
+
+typedef struct tsr_load_params {
+    size_t size;                          /* sizeof(tsr_load_params), set by _init */
+    int n_gpu_layers;                     /* last N repeating layers on GPUs; -1 = all; default 0 */
+    int main_gpu;                         /* index among the backend's GPU devices */
+    const float *tensor_split;            /* one weight per GPU device of the backend; NULL = by free memory */
+    const tsr_buft_override *overrides;   /* NULL-terminated; NULL = none */
+    int use_mmap;                         /* mmap CPU-resident weights; default 0 */
+    int n_io_threads;                     /* 0 = automatic */
+    tsr_progress_fn progress;             /* may be NULL */
+    void *progress_user;
+    int verify;                           /* check float data and block scales for NaN/Inf */
+    int plan_only;                        /* compute and log the memory plan, allocate and read nothing */
+} tsr_load_params;
+
+TSR_API void tsr_load_params_init(tsr_load_params *p, size_t size);
+/* Loads a GGUF file's tensors as the backend's weights: placement plan,
+ * memory check (TSR_E_DEVICE_NOMEM naming the device and the bytes missing),
+ * one buffer per device, parallel reads. p may be NULL. On failure nothing
+ * stays allocated. */
+TSR_API tsr_status tsr_backend_load_gguf(tsr_backend *b, const char *path, const tsr_load_params *p);
+/* Declares a weight without data (for models built through the API); placed
+ * and allocated by tsr_backend_place_weights. */
+TSR_API tsr_status tsr_backend_declare_weight(tsr_backend *b, const char *name, tsr_type type,
+                                              int n_dims, const int64_t *ne);
+/* Places and allocates every declared weight that has no buffer yet. */
+TSR_API tsr_status tsr_backend_place_weights(tsr_backend *b, const tsr_load_params *p);
+/* A weight by name (NULL and TSR_E_NOT_FOUND when absent). Owned by the backend. */
+TSR_API tsr_tensor *tsr_backend_weight(const tsr_backend *b, const char *name);
+/* A weight's copy on device `dev` (for tensors shared by layers on several
+ * devices, e.g. rope_freqs), else the weight itself; NULL when absent. */
+TSR_API tsr_tensor *tsr_backend_weight_on(const tsr_backend *b, const char *name, const tsr_device *dev);
+TSR_API size_t tsr_backend_n_weights(const tsr_backend *b);
+TSR_API tsr_tensor *tsr_backend_weight_at(const tsr_backend *b, size_t i);
+/* Buffer type holding repeating layer il (after placement); NULL if none. */
+TSR_API tsr_buffer_type *tsr_backend_layer_buffer_type(const tsr_backend *b, int il);
+/* Number of repeating layers found in weight names (blk.N.). */
+TSR_API int tsr_backend_n_layers(const tsr_backend *b);
+/* The memory plan / accounting of device i of the backend, in bytes. Any
+ * pointer may be NULL. */
+TSR_API tsr_status tsr_backend_memory_plan(const tsr_backend *b, size_t i, size_t *weights,
+                                           size_t *kv_cache, size_t *compute);
+/* Logs the memory plan at info level. */
+TSR_API void tsr_backend_log_plan(const tsr_backend *b);
+
+/* ------------------------------------------------------------------------ */
+/* Contexts and tensors                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Creates a context: an arena for tensor metadata and the owner of every
+ * input and tensor made through it. NULL on failure (see tsr_last_error). */
+TSR_API tsr_context *tsr_context_new(tsr_backend *b);
+/* Frees everything allocated through the context. NULL is a no-op. */
+TSR_API void tsr_context_close(tsr_context *ctx);
+/* First error recorded by an op in this context; NULL while no op has failed. */
+TSR_API const char *tsr_context_error(const tsr_context *ctx);
+/* Status of the first error recorded in this context; TSR_OK when none. */
+TSR_API tsr_status tsr_context_status(const tsr_context *ctx);
+TSR_API tsr_backend *tsr_context_backend(const tsr_context *ctx);
+
+#define TSR_MAX_DIMS 4
+
+/* A tensor in system memory, `data` copied in (may be NULL: zero-filled).
+ * 1 <= n_dims <= 4; ne[i] >= 0. Freed when the context closes. NULL on error
+ * (recorded in the context). */
+TSR_API tsr_tensor *tsr_input(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne,
+                              const void *data);
+/* A tensor allocated now on buft (NULL = CPU), zero-filled, freed on close. */
+TSR_API tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type type,
+                                   int n_dims, const int64_t *ne);
+/* A tensor whose memory the graph allocator provides when it is computed
+ * (a destination for tsr_cpy / tsr_set_rows inside one graph). */
+TSR_API tsr_tensor *tsr_empty(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne);
+
+TSR_API tsr_tensor *tsr_set_name(tsr_tensor *t, const char *name);  /* returns t; copies name (63 bytes max) */
+TSR_API const char *tsr_tensor_name(const tsr_tensor *t);            /* "" when unnamed */
+TSR_API tsr_type tsr_tensor_type(const tsr_tensor *t);
+TSR_API int tsr_tensor_n_dims(const tsr_tensor *t);
+TSR_API int64_t tsr_tensor_ne(const tsr_tensor *t, int dim);         /* 1 for dim >= n_dims; -1 for bad input */
+TSR_API size_t tsr_tensor_nb(const tsr_tensor *t, int dim);          /* byte stride; 0 for bad input */
+TSR_API int64_t tsr_tensor_nelements(const tsr_tensor *t);
+TSR_API size_t tsr_tensor_nbytes(const tsr_tensor *t);               /* bytes of its contents, contiguous */
+TSR_API int tsr_tensor_is_contiguous(const tsr_tensor *t);
+/* Buffer type of the memory the tensor lives in; NULL when not allocated. */
+TSR_API tsr_buffer_type *tsr_tensor_buffer_type(const tsr_tensor *t);
+/* Reads/writes bytes of the tensor's contents in contiguous row-major order
+ * (as tsr_cont would lay them out): offset + size <= tsr_tensor_nbytes(t).
+ * The tensor must hold data: a weight, an input, a tsr_new_tensor, or an
+ * output of the latest tsr_compute on its backend (TSR_E_STATE otherwise). */
+TSR_API tsr_status tsr_tensor_read(const tsr_tensor *t, void *dst, size_t offset, size_t size);
+TSR_API tsr_status tsr_tensor_write(tsr_tensor *t, const void *src, size_t offset, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Ops: each builds a graph node; shapes and types are checked here. A bad  */
+/* call returns NULL and records the error in the context (first error      */
+/* wins); an op given a NULL source returns NULL.                           */
+/* ------------------------------------------------------------------------ */
+
+/* Element-wise a (op) b; b broadcasts over a (a->ne[i] % b->ne[i] == 0).
+ * Result: F32 of a's shape. a and b: F32, F16 or BF16. */
+TSR_API tsr_tensor *tsr_add(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+TSR_API tsr_tensor *tsr_sub(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+TSR_API tsr_tensor *tsr_mul(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+TSR_API tsr_tensor *tsr_div(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+TSR_API tsr_tensor *tsr_scale(tsr_context *ctx, tsr_tensor *a, float s);
+/* a: [k, m, ...] of any weight type; b: [k, n, ...] F32 (or F16);
+ * result [m, n, b->ne[2], b->ne[3]] F32, result[j][i] = sum_k a[i][k]*b[j][k];
+ * a broadcasts over dims 2 and 3 (b->ne[2] % a->ne[2] == 0, same for 3). */
+TSR_API tsr_tensor *tsr_mul_mat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+/* Rows of a ([k, rows, d2, d3], any type) picked by I32 indices
+ * idx [n, d2, d3]; result F32 [k, n, d2, d3]. */
+TSR_API tsr_tensor *tsr_get_rows(tsr_context *ctx, tsr_tensor *a, tsr_tensor *idx);
+/* Writes rows of src ([k, n, d2, d3] F32) into dst ([k, rows, d2, d3],
+ * F32/F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1) at I32/I64 indices idx [n, d2, d3],
+ * converting the type; returns a view of dst that depends on the write. */
+TSR_API tsr_tensor *tsr_set_rows(tsr_context *ctx, tsr_tensor *dst, tsr_tensor *src, tsr_tensor *idx);
+TSR_API tsr_tensor *tsr_rms_norm(tsr_context *ctx, tsr_tensor *a, float eps);
+TSR_API tsr_tensor *tsr_norm(tsr_context *ctx, tsr_tensor *a, float eps);
+
+typedef enum tsr_rope_mode {
+    TSR_ROPE_NORMAL = 0,  /* adjacent pairs rotate together (llama GGUF) */
+    TSR_ROPE_NEOX = 2     /* first and second halves rotate together */
+} tsr_rope_mode;
+
+/* Rotary embedding of a [head_dim, n_head, n_tokens] (F32) at positions pos
+ * (I32 [n_tokens]); the first n_dims elements of each head rotate. */
+TSR_API tsr_tensor *tsr_rope(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, int n_dims,
+                             int mode, float freq_base, float freq_scale);
+/* As tsr_rope, with per-dimension frequency factors (F32 [n_dims/2], may be
+ * NULL) and YaRN parameters (ext_factor 0 = off; attn_factor 1 = none). */
+TSR_API tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos,
+                                 tsr_tensor *freq_factors, int n_dims, int mode, int n_ctx_orig,
+                                 float freq_base, float freq_scale, float ext_factor,
+                                 float attn_factor, float beta_fast, float beta_slow);
+/* softmax over rows of a. */
+TSR_API tsr_tensor *tsr_softmax(tsr_context *ctx, tsr_tensor *a);
+/* softmax(a * scale + mask): mask F32/F16 [ne0, >= ne1, d2?, d3?] broadcast
+ * over a's dims 2 and 3 (a->ne[2] % mask->ne[2] == 0); may be NULL. */
+TSR_API tsr_tensor *tsr_softmax_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *mask, float scale);
+TSR_API tsr_tensor *tsr_silu(tsr_context *ctx, tsr_tensor *a);
+TSR_API tsr_tensor *tsr_gelu(tsr_context *ctx, tsr_tensor *a);
+/* silu(a) * b and gelu(a) * b (fused gate); a and b the same shape. */
+TSR_API tsr_tensor *tsr_swiglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+TSR_API tsr_tensor *tsr_geglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+/* Concatenation along dim (0..3); other dims equal; same type. */
+TSR_API tsr_tensor *tsr_concat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b, int dim);
+/* Index of the largest element of each row: I32 [ne1, ne2, ne3]. */
+TSR_API tsr_tensor *tsr_argmax(tsr_context *ctx, tsr_tensor *a);
+/* Copies a into b (same number of elements), converting the type; returns a
+ * view of b that depends on the copy. */
+TSR_API tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+/* Contiguous copy of a (same type), and a contiguous copy converted to type. */
+TSR_API tsr_tensor *tsr_cont(tsr_context *ctx, tsr_tensor *a);
+TSR_API tsr_tensor *tsr_cast(tsr_context *ctx, tsr_tensor *a, tsr_type type);
+
+/* Views (metadata only). Offsets and strides in bytes. */
+TSR_API tsr_tensor *tsr_view_1d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, size_t offset);
+TSR_API tsr_tensor *tsr_view_2d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
+                                size_t nb1, size_t offset);
+TSR_API tsr_tensor *tsr_view_3d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
+                                int64_t ne2, size_t nb1, size_t nb2, size_t offset);
+TSR_API tsr_tensor *tsr_view_4d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
+                                int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3,
+                                size_t offset);
+/* Reshape a contiguous tensor to n_dims dims ne (same number of elements). */
+TSR_API tsr_tensor *tsr_reshape(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64_t *ne);
+TSR_API tsr_tensor *tsr_reshape_1d(tsr_context *ctx, tsr_tensor *a, int64_t ne0);
+TSR_API tsr_tensor *tsr_reshape_2d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1);
+TSR_API tsr_tensor *tsr_reshape_3d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2);
+TSR_API tsr_tensor *tsr_reshape_4d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
+                                   int64_t ne2, int64_t ne3);
+/* Dim i of a becomes dim axis_i of the result (ggml's permute). */
+TSR_API tsr_tensor *tsr_permute(tsr_context *ctx, tsr_tensor *a, int axis0, int axis1, int axis2,
+                                int axis3);
+/* Swaps dims 0 and 1. */
+TSR_API tsr_tensor *tsr_transpose(tsr_context *ctx, tsr_tensor *a);
+
+/* Fused attention. q: F32 [head_dim_k, n_tokens, n_head, n_seq];
+ * k: [head_dim_k, n_kv, n_head_kv, n_seq]; v: [head_dim_v, n_kv, n_head_kv, n_seq]
+ * (F32, F16 or Q8_0; n_head % n_head_kv == 0); mask: F32/F16
+ * [n_kv, >= n_tokens] or NULL. Result (ggml's flash_attn_ext layout):
+ * F32 [head_dim_v, n_head, n_tokens, n_seq]. */
+TSR_API tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v,
+                                   tsr_tensor *mask, float scale);
+
+/* ------------------------------------------------------------------------ */
+/* Compute                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Builds the graph that produces outs, assigns nodes to devices, copies
+ * inputs, allocates compute memory (reusing it), and runs it. Outputs hold
+ * their values until the context closes or the next tsr_compute/tsr_reserve
+ * on the same backend. Fails with the context's first op error if any. */
+TSR_API tsr_status tsr_compute(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs);
+/* Sizes and allocates every device's compute buffer for this (worst-case)
+ * graph without running it. After it succeeds, computing any graph no
+ * larger allocates no memory. */
+TSR_API tsr_status tsr_reserve(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs);
+/* Peak compute-buffer bytes the graph needs per backend device (measure
+ * mode: allocates nothing); sizes has tsr_backend_n_devices() entries. */
+TSR_API tsr_status tsr_measure(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs,
+                               size_t *sizes);
+/* Number of splits and copies of the last compute/reserve (for tests/logs). */
+TSR_API size_t tsr_backend_n_splits(const tsr_backend *b);
+TSR_API size_t tsr_backend_n_copies(const tsr_backend *b);
+/* Device that ran node t in the last compute (NULL when unknown). */
+TSR_API tsr_device *tsr_tensor_device(const tsr_tensor *t);
+
+/* ------------------------------------------------------------------------ */
+/* KV cache and attention                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tsr_kv_cache_params {
+    size_t size;              /* sizeof(tsr_kv_cache_params), set by _init */
+    int n_layers;
+    int64_t n_ctx;            /* cells */
+    int n_head_kv;            /* K/V heads (all layers) */
+    int head_dim_k;
+    int head_dim_v;
+    tsr_type type_k;          /* F16 default; F32; Q8_0 with flash attention */
+    tsr_type type_v;
+    int n_seq;                /* sequences; default 1 */
+    int64_t n_batch_max;      /* largest batch begin() accepts (mask rows); default 512 */
+} tsr_kv_cache_params;
+
+TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);
+/* Allocates every layer's K and V whole, on the layer's device. */
+TSR_API tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv_cache **out);
+TSR_API void tsr_kv_cache_free(tsr_kv_cache *c);
+/* Starts a batch of n_tokens with positions pos and sequence ids seq (NULL =
+ * all 0): finds cells (TSR_E_FULL when there is no room; nothing changes then)
+ * and builds the mask and cell indices as inputs of ctx. */
+TSR_API tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens,
+                                      const int32_t *pos, const int32_t *seq);
+TSR_API void tsr_kv_cache_clear(tsr_kv_cache *c);
+/* Removes cells of seq (-1 = any) with p0 <= pos < p1 (p1 < 0 = infinity). */
+TSR_API tsr_status tsr_kv_cache_remove(tsr_kv_cache *c, int seq, int32_t p0, int32_t p1);
+TSR_API int64_t tsr_kv_cache_used(const tsr_kv_cache *c);
+TSR_API int64_t tsr_kv_cache_n_ctx(const tsr_kv_cache *c);
+/* The mask input built by the last begin (NULL before). */
+TSR_API tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c);
+
+/* Attention over the cache for layer il: q [head_dim_k, n_head, n_tokens],
+ * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]
+ * (the batch of the last begin). Writes k/v into the cache and returns
+ * [head_dim_v * n_head, n_tokens] F32. */
+TSR_API tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q,
+                                  tsr_tensor *k, tsr_tensor *v, float scale);
+/* Attention without a cache: q [head_dim_k, n_head, n_tokens], k
+ * [head_dim_k, n_head_kv, n_kv], v [head_dim_v, n_head_kv, n_kv], mask
+ * [n_kv, n_tokens] F32/F16 or NULL. Returns [head_dim_v * n_head, n_tokens]. */
+TSR_API tsr_tensor *tsr_attention_nocache(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k,
+                                          tsr_tensor *v, tsr_tensor *mask, float scale);
+
+/* ------------------------------------------------------------------------ */
+/* GGUF                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum tsr_gguf_type {
+    TSR_GGUF_UINT8 = 0,
+    TSR_GGUF_INT8 = 1,
+    TSR_GGUF_UINT16 = 2,
+    TSR_GGUF_INT16 = 3,
+    TSR_GGUF_UINT32 = 4,
+    TSR_GGUF_INT32 = 5,
+    TSR_GGUF_FLOAT32 = 6,
+    TSR_GGUF_BOOL = 7,
+    TSR_GGUF_STRING = 8,
+    TSR_GGUF_ARRAY = 9,
+    TSR_GGUF_UINT64 = 10,
+    TSR_GGUF_INT64 = 11,
+    TSR_GGUF_FLOAT64 = 12
+} tsr_gguf_type;
+
+/* Opens and validates a GGUF v2/v3 file's metadata (tensor data is not read). */
+TSR_API tsr_status tsr_gguf_open(const char *path, tsr_gguf **out);
+/* Same from memory; the bytes are copied unless keep is non-zero, in which
+ * case data must outlive the handle. `name` is used in errors (may be NULL). */
+TSR_API tsr_status tsr_gguf_open_memory(const void *data, size_t size, const char *name, int keep,
+                                        tsr_gguf **out);
+TSR_API void tsr_gguf_close(tsr_gguf *g);
+TSR_API uint32_t tsr_gguf_version(const tsr_gguf *g);
+TSR_API int64_t tsr_gguf_n_tensors(const tsr_gguf *g);
+TSR_API int64_t tsr_gguf_n_keys(const tsr_gguf *g);
+TSR_API size_t tsr_gguf_alignment(const tsr_gguf *g);
+TSR_API uint64_t tsr_gguf_data_offset(const tsr_gguf *g);  /* absolute file offset of the data section */
+TSR_API const char *tsr_gguf_path(const tsr_gguf *g);
+
+/* Keys: index by name (-1 when absent), name and type by index. */
+TSR_API int64_t tsr_gguf_find_key(const tsr_gguf *g, const char *key);
+TSR_API const char *tsr_gguf_key_name(const tsr_gguf *g, int64_t i);
+TSR_API tsr_gguf_type tsr_gguf_key_type(const tsr_gguf *g, int64_t i);  /* (tsr_gguf_type)-1 for bad i */
+/* Typed getters by key name: TSR_E_NOT_FOUND, TSR_E_TYPE on a type mismatch
+ * (the integer getters accept any integer type whose value fits). */
+TSR_API tsr_status tsr_gguf_get_u32(const tsr_gguf *g, const char *key, uint32_t *out);
+TSR_API tsr_status tsr_gguf_get_i32(const tsr_gguf *g, const char *key, int32_t *out);
+TSR_API tsr_status tsr_gguf_get_u64(const tsr_gguf *g, const char *key, uint64_t *out);
+TSR_API tsr_status tsr_gguf_get_i64(const tsr_gguf *g, const char *key, int64_t *out);
+TSR_API tsr_status tsr_gguf_get_f32(const tsr_gguf *g, const char *key, float *out);  /* f32 or f64 */
+TSR_API tsr_status tsr_gguf_get_f64(const tsr_gguf *g, const char *key, double *out);
+TSR_API tsr_status tsr_gguf_get_bool(const tsr_gguf *g, const char *key, int *out);
+/* String value (NUL-terminated, owned by g); *len may be NULL. */
+TSR_API tsr_status tsr_gguf_get_str(const tsr_gguf *g, const char *key, const char **out, size_t *len);
+/* Arrays: element type and length; raw elements (for numeric types; owned
+ * by g); string elements by index. */
+TSR_API tsr_status tsr_gguf_get_arr_info(const tsr_gguf *g, const char *key, tsr_gguf_type *elem_type,
+                                         uint64_t *n);
+TSR_API tsr_status tsr_gguf_get_arr_data(const tsr_gguf *g, const char *key, const void **data);
+TSR_API tsr_status tsr_gguf_get_arr_str(const tsr_gguf *g, const char *key, uint64_t i, const char **out,
+                                        size_t *len);
+/* Raw value of a scalar key (bytes of its type, little-endian as in the file). */
+TSR_API tsr_status tsr_gguf_get_raw(const tsr_gguf *g, int64_t i, const void **data, size_t *size);
+
+/* Tensor infos: index by name (-1 when absent). */
+TSR_API int64_t tsr_gguf_find_tensor(const tsr_gguf *g, const char *name);
+TSR_API const char *tsr_gguf_tensor_name(const tsr_gguf *g, int64_t i);
+TSR_API tsr_type tsr_gguf_tensor_type(const tsr_gguf *g, int64_t i);
+TSR_API int tsr_gguf_tensor_n_dims(const tsr_gguf *g, int64_t i);
+TSR_API int64_t tsr_gguf_tensor_ne(const tsr_gguf *g, int64_t i, int dim);
+TSR_API uint64_t tsr_gguf_tensor_offset(const tsr_gguf *g, int64_t i);  /* relative to the data section */
+TSR_API size_t tsr_gguf_tensor_size(const tsr_gguf *g, int64_t i);
+/* Reads tensor i's data (tsr_gguf_tensor_size bytes) into dst. */
+TSR_API tsr_status tsr_gguf_read_tensor(const tsr_gguf *g, int64_t i, void *dst, size_t size);
+
+/* Writer: collects keys and tensors, then writes the file (or memory). */
+TSR_API tsr_status tsr_gguf_writer_new(tsr_gguf_writer **out);
+TSR_API void tsr_gguf_writer_free(tsr_gguf_writer *w);
+/* Sets general.alignment too. Power of two. */
+TSR_API tsr_status tsr_gguf_writer_set_alignment(tsr_gguf_writer *w, size_t alignment);
+/* Scalar keys (type given; value points at one value of that type). */
+TSR_API tsr_status tsr_gguf_writer_set(tsr_gguf_writer *w, const char *key, tsr_gguf_type type,
+                                       const void *value);
+TSR_API tsr_status tsr_gguf_writer_set_str(tsr_gguf_writer *w, const char *key, const char *value);
+/* Numeric array of n elements of elem_type. */
+TSR_API tsr_status tsr_gguf_writer_set_arr(tsr_gguf_writer *w, const char *key, tsr_gguf_type elem_type,
+                                           const void *data, uint64_t n);
+TSR_API tsr_status tsr_gguf_writer_set_arr_str(tsr_gguf_writer *w, const char *key,
+                                               const char *const *strs, uint64_t n);
+/* Copies all keys of g (except general.alignment). */
+TSR_API tsr_status tsr_gguf_writer_copy_keys(tsr_gguf_writer *w, const tsr_gguf *g);
+/* Adds a tensor; data (tsr_row_size(type, ne0) * rows bytes) is copied. */
+TSR_API tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *name, tsr_type type,
+                                              int n_dims, const int64_t *ne, const void *data);
+TSR_API tsr_status tsr_gguf_writer_write_file(tsr_gguf_writer *w, const char *path);
+/* Writes to a malloc'ed buffer owned by the caller (free with tsr_free). */
+TSR_API tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data, size_t *size);
+
+/* Frees memory the library returned to the caller. */
+TSR_API void tsr_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBTENSR_H */
