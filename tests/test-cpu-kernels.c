@@ -1,0 +1,132 @@
+/*
+ * test-cpu-kernels.c - the CPU backend's kernel variants against their
+ * references: every dot product of every variant this CPU can run
+ * (scalar, avx2, avx512) against a double-precision dot of the
+ * dequantized rows, the activation quantizers against the reference
+ * quantizers, and the threadpool's barrier under many short jobs.
+ * Links the static library (internal functions).
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failures;
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (!(cond)) {                                           \
+            failures++;                                          \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                        \
+            fputc('\n', stderr);                                 \
+        }                                                        \
+    } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * 0x1p-53) * 2.0f - 1.0f;
+}
+
+static const tsr_type dot_types[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1,
+                                     TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q8_0, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K,
+                                     TSR_TYPE_Q6_K};
+
+/* One variant: each weight type's dot product of n elements, compared with
+ * a double dot of the dequantized weight row and dequantized activations. */
+static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *xd = malloc((size_t)n * 4),
+          *yd = malloc((size_t)n * 4);
+    void *qx = malloc((size_t)n * 4 + 64), *qy = malloc((size_t)n * 4 + 64);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = frand();
+        y[i] = frand() * 3.0f;
+    }
+    for (size_t t = 0; t < sizeof dot_types / sizeof dot_types[0]; t++) {
+        const tsr_type wt = dot_types[t], dt = k->dot_type[wt];
+        if (n % tsr_type_block_size(wt) || !k->vec_dot[wt]) continue;
+        tsr__type_traits(wt)->from_float(x, qx, n);
+        tsr__type_traits(wt)->to_float(qx, xd, n);
+        k->from_float[dt](y, qy, n);
+        tsr__type_traits(dt)->to_float(qy, yd, n);
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            ref += (double)xd[i] * yd[i];
+            mag += fabs((double)xd[i] * yd[i]);
+        }
+        float got = -1;
+        k->vec_dot[wt](n, &got, qx, qy);
+        /* Q8_1's stored sum is rounded to half: allow for it */
+        const double tol = 1e-5 * mag + (dt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)n + 1) : 0) + 1e-6;
+        CHECK(fabs(got - ref) <= tol, "%s %s n=%lld: dot %.7g, reference %.7g (tol %.3g)", k->name,
+              tsr_type_name(wt), (long long)n, got, ref, tol);
+    }
+    /* activation quantizers agree with the reference within one step */
+    for (int q = 0; q < 3; q++) {
+        const tsr_type at = q == 0 ? TSR_TYPE_Q8_0 : q == 1 ? TSR_TYPE_Q8_1 : TSR_TYPE_F16;
+        if (n % 32) continue;
+        k->from_float[at](y, qx, n);
+        tsr__type_traits(at)->from_float(y, qy, n);
+        tsr__type_traits(at)->to_float(qx, xd, n);
+        tsr__type_traits(at)->to_float(qy, yd, n);
+        double e = 0;
+        for (int64_t i = 0; i < n; i++) e = fmax(e, fabs((double)xd[i] - yd[i]));
+        CHECK(e <= 3.0 / 127 + 1e-6, "%s from_float %s: max diff %g", k->name, tsr_type_name(at), e);
+    }
+    free(x), free(y), free(xd), free(yd), free(qx), free(qy);
+}
+
+typedef struct {
+    tsr_threadpool *tp;
+    atomic_int counter;
+    int rounds;
+    int bad;
+} tp_job;
+
+static void tp_fn(void *arg, int ith, int nth) {
+    tp_job *j = arg;
+    (void)ith;
+    for (int r = 0; r < j->rounds; r++) {
+        atomic_fetch_add(&j->counter, 1);
+        tsr__tp_barrier(j->tp);
+        if (atomic_load(&j->counter) != (r + 1) * nth) j->bad = 1;
+        tsr__tp_barrier(j->tp);
+    }
+}
+
+static void check_threadpool(int n) {
+    tsr_threadpool *tp;
+    CHECK(tsr__tp_new(n, &tp) == TSR_OK, "threadpool %d", n);
+    for (int job = 0; job < 200; job++) {
+        tp_job j = {.tp = tp, .rounds = 20};
+        atomic_init(&j.counter, 0);
+        tsr__tp_run(tp, tp_fn, &j);
+        CHECK(!j.bad && atomic_load(&j.counter) == 20 * n, "threadpool %d: barrier broken in job %d", n, job);
+        if (j.bad) break;
+    }
+    tsr__tp_free(tp);
+}
+
+int main(void) {
+    static const char *caps[] = {"scalar", "avx2", "avx512"};
+    static const int64_t sizes[] = {0, 32, 256, 512, 4096, 96, 7};
+    for (size_t c = 0; c < 3; c++) {
+        tsr_cpu_kernels k;
+        tsr__cpu_kernels_select(&k, caps[c]);
+        if (c > 0 && strncmp(k.name, caps[c], strlen(caps[c])) != 0) {
+            printf("variant %s: not available on this CPU/build (best is %s), skipped\n", caps[c], k.name);
+            continue;
+        }
+        printf("variant %s\n", k.name);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
+    }
+    check_threadpool(1);
+    check_threadpool(2);
+    check_threadpool(5); /* more threads than cores: the futex path */
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    else printf("test-cpu-kernels: all passed\n");
+    return failures ? 1 : 0;
+}
