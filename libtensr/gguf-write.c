@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define SINK_BUF_SIZE (1u << 20)
@@ -485,25 +486,38 @@ static tsr_status open_temp(const char *path, char **tmp, int *fd) {
     return st;
 }
 
+/* An existing path that is not a regular file (a device, a FIFO, a
+ * terminal) is written in place: renaming over it would replace it. */
+static bool is_special(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
+}
+
 tsr_status tsr_gguf_writer_write_file(tsr_gguf_writer *w, const char *path) {
     if (!w || !path) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_write_file: NULL argument");
     sink k = {.fd = -1, .path = path, .buf = tsr__malloc(SINK_BUF_SIZE)};
     if (!k.buf) return tsr__error(TSR_E_NOMEM, "%s: out of memory for the write buffer", path);
-    char *tmp;
-    tsr_status st = open_temp(path, &tmp, &k.fd);
+    char *tmp = NULL;
+    tsr_status st = TSR_OK;
+    if (is_special(path)) {
+        k.fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (k.fd < 0) st = tsr__error(TSR_E_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    } else {
+        st = open_temp(path, &tmp, &k.fd);
+    }
     if (st) {
         tsr__free(k.buf);
         return st;
     }
     serialize(w, &k);
     if (!k.st) sink_flush(&k);
-    if (!k.st && fsync(k.fd) != 0 && errno != EINVAL && errno != EROFS)
+    if (!k.st && tmp && fsync(k.fd) != 0 && errno != EINVAL && errno != EROFS)
         k.st = tsr__error(TSR_E_IO, "%s: fsync failed: %s", path, strerror(errno));
     if (close(k.fd) != 0 && !k.st)
         k.st = tsr__error(TSR_E_IO, "%s: close failed: %s", path, strerror(errno));
-    if (!k.st && rename(tmp, path) != 0)
+    if (!k.st && tmp && rename(tmp, path) != 0)
         k.st = tsr__error(TSR_E_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    if (k.st) unlink(tmp);
+    if (k.st && tmp) unlink(tmp);
     tsr__free(tmp);
     tsr__free(k.buf);
     return k.st;
