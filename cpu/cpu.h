@@ -7,6 +7,10 @@
 #ifndef TSR_CPU_H
 #define TSR_CPU_H
 
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* TSR_HAVE_AVX2_BUILD / TSR_HAVE_AVX512_BUILD */
+#endif
+
 #include "backend.h"
 #include "quants.h"
 

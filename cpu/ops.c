@@ -383,6 +383,13 @@ static void copy_rows_float(const tsr_compute_params *p, const tsr_tensor *src, 
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         row_coords(dst, r, &i1, &i2, &i3);
+        if (src->ne[0] == dst->ne[0]) { /* rows correspond one to one */
+            int64_t j1, j2, j3;
+            row_coords(src, r, &j1, &j2, &j3);
+            row_to_float(p->k, src, at(src, 0, j1, j2, j3), out);
+            float_to_row(p->k, dst, out, at(dst, 0, i1, i2, i3), dst->ne[0]);
+            continue;
+        }
         for (int64_t i = 0; i < dst->ne[0]; i++) {
             const int64_t flat = r * dst->ne[0] + i;
             const int64_t sr = flat / src->ne[0], s0 = flat % src->ne[0];

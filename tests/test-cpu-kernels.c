@@ -79,6 +79,48 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
     free(x), free(y), free(xd), free(yd), free(qx), free(qy);
 }
 
+
+/* A hand-built contiguous host tensor (the kernels' view of a tensor). */
+static void host_tensor(tsr_tensor *t, tsr_type type, int64_t n0, int64_t n1, void *data) {
+    memset(t, 0, sizeof *t);
+    t->type = type;
+    t->n_dims = 2;
+    t->ne[0] = n0, t->ne[1] = n1, t->ne[2] = t->ne[3] = 1;
+    t->nb[0] = tsr_type_block_bytes(type);
+    t->nb[1] = tsr_row_size(type, n0);
+    t->nb[2] = t->nb[3] = t->nb[1] * (size_t)n1;
+    t->data = data;
+}
+
+/* Out-of-range indices, which the core cannot always see at build time:
+ * get_rows writes zero rows, set_rows skips the row. */
+static void check_bad_indices(void) {
+    tsr_stream *s;
+    CHECK(tsr__cpu_stream_new(NULL, 2, &s) == TSR_OK, "stream");
+    float src[4 * 3], out[4 * 3], rows[4 * 2];
+    int32_t idx[3] = {1, -1, 3}, sidx[2] = {7, 0};
+    for (int i = 0; i < 12; i++) src[i] = (float)(i + 1), out[i] = NAN;
+    for (int i = 0; i < 8; i++) rows[i] = -(float)(i + 1);
+    tsr_tensor a, ix, g, r, si, sr;
+    host_tensor(&a, TSR_TYPE_F32, 4, 3, src);
+    host_tensor(&ix, TSR_TYPE_I32, 3, 1, idx);
+    host_tensor(&g, TSR_TYPE_F32, 4, 3, out);
+    g.op = TSR_OP_GET_ROWS, g.src[0] = &a, g.src[1] = &ix;
+    host_tensor(&r, TSR_TYPE_F32, 4, 2, rows);
+    host_tensor(&si, TSR_TYPE_I32, 2, 1, sidx);
+    host_tensor(&sr, TSR_TYPE_F32, 4, 3, src);
+    sr.op = TSR_OP_SET_ROWS, sr.src[0] = &a, sr.src[1] = &r, sr.src[2] = &si;
+    tsr_tensor *nodes[2] = {&g, &sr};
+    CHECK(tsr__cpu_run_nodes(s, nodes, 2) == TSR_OK, "run: %s", tsr_last_error());
+    for (int i = 0; i < 4; i++) {
+        CHECK(out[i] == (float)(4 + i + 1), "get_rows row 0 [%d] = %g", i, out[i]);
+        CHECK(out[4 + i] == 0.0f && out[8 + i] == 0.0f, "get_rows: out-of-range rows must be zero");
+        CHECK(src[i] == -(float)(4 + i + 1), "set_rows: row 0 from source row 1");
+        CHECK(src[4 + i] == (float)(4 + i + 1) && src[8 + i] == (float)(8 + i + 1), "set_rows: other rows kept");
+    }
+    tsr__cpu_stream_free(s);
+}
+
 typedef struct {
     tsr_threadpool *tp;
     atomic_int counter;
@@ -123,6 +165,7 @@ int main(void) {
         printf("variant %s\n", k.name);
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
     }
+    check_bad_indices();
     check_threadpool(1);
     check_threadpool(2);
     check_threadpool(5); /* more threads than cores: the futex path */
