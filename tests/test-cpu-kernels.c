@@ -79,6 +79,28 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
     free(x), free(y), free(xd), free(yd), free(qx), free(qy);
 }
 
+/* exp/silu helpers over their whole range, -inf and overflow included. */
+static void check_math(const tsr_cpu_kernels *k) {
+    enum { N = 2003 };
+    float y[N], x[N], z[N];
+    for (int i = 0; i < N; i++) x[i] = y[i] = -100.0f + 190.0f * i / (N - 1);
+    y[0] = x[0] = -INFINITY;
+    k->exp_sum(N, y, 0.0f);
+    for (int i = 0; i < N; i++) {
+        const double want = exp((double)x[i]);
+        const double rel = want > 1e-37 && isfinite((float)want) ? fabs(y[i] - want) / want : 0;
+        CHECK(rel < 4e-7 && (x[i] > -87.3f || y[i] == 0.0f || fabs(y[i] - want) < 1e-37),
+              "%s exp(%g) = %g, want %g", k->name, x[i], y[i], want);
+        if (rel >= 4e-7) break;
+    }
+    k->silu_mul(N, z, x, NULL);
+    for (int i = 1; i < N; i++) {
+        const double want = x[i] / (1 + exp(-(double)x[i]));
+        CHECK(fabs(z[i] - want) <= 1e-6 * fabs(want) + 1e-30, "%s silu(%g) = %g, want %g", k->name, x[i], z[i], want);
+        if (fabs(z[i] - want) > 1e-6 * fabs(want) + 1e-30) break;
+    }
+}
+
 
 /* A hand-built contiguous host tensor (the kernels' view of a tensor). */
 static void host_tensor(tsr_tensor *t, tsr_type type, int64_t n0, int64_t n1, void *data) {
@@ -164,6 +186,7 @@ int main(void) {
         }
         printf("variant %s\n", k.name);
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
+        check_math(&k);
     }
     check_bad_indices();
     check_threadpool(1);
