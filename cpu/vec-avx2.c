@@ -331,6 +331,76 @@ static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, siz
     for (int c = 0; c < 4; c++) s[c] += summs[c];
 }
 
+static void dot4_q4_K(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const tsr_block_q4_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float accm[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / TSR_QK_K; i++) {
+        uint8_t sm[16];
+        unpack_k4_scales(x[i].scales, sm);
+        const __m128i sc = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm));
+        __m256i q[8], scv[8];
+        for (int j = 0; j < 4; j++) { /* unpacked once, used for the four columns */
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            q[2 * j] = _mm256_and_si256(bits, m4);
+            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        }
+        for (int g = 0; g < 8; g++) scv[g] = bcast16(sc, g);
+        const float dx = TSR_FP16_TO_FP32(x[i].d), mx = TSR_FP16_TO_FP32(x[i].dmin);
+        for (int c = 0; c < 4; c++) {
+            const tsr_block_q8_K *y = YROW(tsr_block_q8_K, c) + i;
+            __m256i sumi = _mm256_setzero_si256();
+            for (int g = 0; g < 8; g++) {
+                const __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * g)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scv[g], p));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi), acc[c]);
+            accm[c] += y->d * mx * (float)k4_min_term(sm + 8, y->bsums);
+        }
+    }
+    store4(s, acc);
+    for (int c = 0; c < 4; c++) s[c] -= accm[c];
+}
+
+static void dot4_q6_K(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const tsr_block_q6_K *x = vx;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / TSR_QK_K; i++) {
+        __m256i sumi[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                           _mm256_setzero_si256()};
+        for (int ch = 0; ch < 2; ch++) {
+            const uint8_t *ql = x[i].ql + 64 * ch, *qh = x[i].qh + 32 * ch;
+            const int8_t *sc = x[i].scales + 8 * ch;
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(b2, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
+            for (int c = 0; c < 4; c++) {
+                const int8_t *q8 = (YROW(tsr_block_q8_K, c) + i)->qs + 128 * ch;
+                for (int g = 0; g < 4; g++) {
+                    const __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], y8), _mm256_maddubs_epi16(m32, y8));
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(q6_scales(sc + 2 * g), p));
+                }
+            }
+        }
+        const float dx = TSR_FP16_TO_FP32(x[i].d);
+        for (int c = 0; c < 4; c++)
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps((YROW(tsr_block_q8_K, c) + i)->d * dx), _mm256_cvtepi32_ps(sumi[c]),
+                                     acc[c]);
+    }
+    store4(s, acc);
+}
+
 /* ---- activation quantizers --------------------------------------------------- */
 
 static inline float absmax32(const float *x, __m256 v[4]) {
@@ -477,6 +547,8 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
+    k->vec_dot4[TSR_TYPE_Q4_K] = dot4_q4_K;
+    k->vec_dot4[TSR_TYPE_Q6_K] = dot4_q6_K;
     k->from_float[TSR_TYPE_Q8_0] = quantize_q8_0;
     k->from_float[TSR_TYPE_Q8_1] = quantize_q8_1;
     k->from_float[TSR_TYPE_F16] = f16_from_float;
