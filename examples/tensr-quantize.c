@@ -16,7 +16,9 @@
  * quantized by -j N threads (default: all cores).
  *
  *   tensr-quantize in.gguf out.gguf TYPE [--keep-output-f16] [-j N]
- *   TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K (case-insensitive)
+ *   TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K (case-insensitive)
+ * Exit status: 0 on success, 1 on any error (after a message saying what
+ * failed and why).
  */
 #include "libtensr.h"
 
@@ -38,7 +40,7 @@ typedef struct options {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tensr-quantize in.gguf out.gguf TYPE [--keep-output-f16] [-j N]\n"
-               "  TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K\n"
+               "  TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K\n"
                "  --keep-output-f16  store output.weight (or the tied token_embd.weight) as F16\n"
                "  -j N               quantize with N threads (default: all cores)\n");
 }
@@ -64,14 +66,17 @@ static int parse_args(int argc, char **argv, options *o) {
     }
     o->in = pos[0];
     o->out = pos[1];
-    static const tsr_type allowed[] = {TSR_TYPE_Q8_0, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q5_0,
-                                       TSR_TYPE_Q5_1, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K, TSR_TYPE_Q6_K};
+    static const tsr_type allowed[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q8_0,
+                                       TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1,
+                                       TSR_TYPE_Q4_K, TSR_TYPE_Q5_K, TSR_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
         if (!strcasecmp(pos[2], tsr_type_name(allowed[i]))) {
             o->type = allowed[i];
             return 0;
         }
-    fprintf(stderr, "tensr-quantize: unknown or unsupported TYPE '%s'\n", pos[2]);
+    fprintf(stderr, "tensr-quantize: unknown or unsupported TYPE '%s'; valid types:", pos[2]);
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) fprintf(stderr, " %s", tsr_type_name(allowed[i]));
+    fprintf(stderr, "\n");
     return 1;
 }
 
@@ -96,6 +101,7 @@ static tsr_type choose_type(const options *o, const tsr_gguf *g, int64_t i, int 
     tsr_type t = o->type;
     if (!strcmp(name, "output.weight") || (!has_output && !strcmp(name, "token_embd.weight"))) {
         if (o->keep_output_f16) return TSR_TYPE_F16;
+        if (!tsr_type_is_quantized(t)) return t;
         if (ne0 % tsr_type_block_size(t)) t = TSR_TYPE_Q8_0;
         else if (t != TSR_TYPE_Q8_0) t = TSR_TYPE_Q6_K;
     }
@@ -119,7 +125,9 @@ static uint32_t file_type(tsr_type t) {
     case TSR_TYPE_Q4_K: return 14; /* Q4_K_S: every quantized tensor Q4_K */
     case TSR_TYPE_Q5_K: return 16; /* Q5_K_S */
     case TSR_TYPE_Q6_K: return 18;
-    default: return 1;
+    case TSR_TYPE_F32: return 0;
+    case TSR_TYPE_BF16: return 32;
+    default: return 1; /* F16 */
     }
 }
 
@@ -267,7 +275,7 @@ int main(int argc, char **argv) {
     options o;
     if (parse_args(argc, argv, &o)) {
         usage(stderr);
-        return 2;
+        return 1;
     }
     double t0 = now();
     tsr_gguf *g = NULL;

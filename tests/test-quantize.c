@@ -97,6 +97,7 @@ static double tolerance(tsr_type t) {
     switch (t) {
     case TSR_TYPE_F32: return 0;
     case TSR_TYPE_F16: return 1e-3;
+    case TSR_TYPE_BF16: return 8e-3;
     case TSR_TYPE_Q8_0: return 0.01;
     case TSR_TYPE_Q6_K: return 0.03;
     case TSR_TYPE_Q5_0: case TSR_TYPE_Q5_1: case TSR_TYPE_Q5_K: return 0.06;
@@ -106,8 +107,10 @@ static double tolerance(tsr_type t) {
 
 static tsr_type expected_type(const char *name, tsr_type target, int keep_f16, int tied) {
     if (strstr(name, "norm") || strstr(name, "gate_inp") || strstr(name, ".bias")) return TSR_TYPE_F32;
+    int quant = tsr_type_is_quantized(target);
     if (!strcmp(name, "output.weight") || (tied && !strcmp(name, "token_embd.weight")))
-        return keep_f16 ? TSR_TYPE_F16 : target == TSR_TYPE_Q8_0 ? TSR_TYPE_Q8_0 : TSR_TYPE_Q6_K;
+        return keep_f16 ? TSR_TYPE_F16 : !quant ? target : target == TSR_TYPE_Q8_0 ? TSR_TYPE_Q8_0 : TSR_TYPE_Q6_K;
+    if (!quant) return target;
     if (!strcmp(name, "blk.0.odd.weight")) return TSR_TYPE_F16;
     if (!strcmp(name, "blk.0.ffn_down.weight") || !strcmp(name, "blk.0.exps.weight")) {
         if (target == TSR_TYPE_Q4_K) return TSR_TYPE_Q5_0;
@@ -125,7 +128,7 @@ static void check_output(const char *path, tsr_type target, int keep_f16, int ti
     uint32_t ctx = 0, ftype = 0;
     CHECK(tsr_gguf_get_str(g, "general.architecture", &arch, NULL) == TSR_OK && !strcmp(arch, "llama"));
     CHECK(tsr_gguf_get_u32(g, "llama.context_length", &ctx) == TSR_OK && ctx == 128);
-    CHECK(tsr_gguf_get_u32(g, "general.file_type", &ftype) == TSR_OK && ftype > 1);
+    CHECK(tsr_gguf_get_u32(g, "general.file_type", &ftype) == TSR_OK && (ftype > 1 || !tsr_type_is_quantized(target)));
     uint64_t n_tok = 0;
     CHECK(tsr_gguf_get_arr_info(g, "tokenizer.ggml.tokens", NULL, &n_tok) == TSR_OK && n_tok == 3);
     CHECK(tsr_gguf_n_tensors(g) == (int64_t)N_MODEL - tied);
@@ -179,7 +182,7 @@ static int files_equal(const char *a, const char *b) {
 }
 
 static void test_types(const char *in, const char *in_tied) {
-    static const char *const names[] = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "Q6_K"};
+    static const char *const names[] = {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_K", "q5_K", "Q6_K", "f16", "BF16", "f32"};
     char out[512], log[512], args[2048];
     snprintf(log, sizeof log, "%s/log.txt", tmpdir);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -218,8 +221,8 @@ static void test_failures(const char *in) {
     CHECK(run_tool(args, log) == 1);
     CHECK(log_contains(log, "cannot write the output") && log_contains(log, "No such file or directory"));
     snprintf(args, sizeof args, "'%s' '%s/x.gguf' q2_K", in, tmpdir);
-    CHECK(run_tool(args, log) == 2);
-    CHECK(log_contains(log, "unknown or unsupported TYPE"));
+    CHECK(run_tool(args, log) == 1);
+    CHECK(log_contains(log, "unknown or unsupported TYPE 'q2_K'; valid types: f32 f16 bf16 q8_0"));
     /* A malformed input is rejected with the reader's message; nothing is written. */
     char bad[512];
     snprintf(bad, sizeof bad, "%s/bad.gguf", tmpdir);
