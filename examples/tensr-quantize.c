@@ -242,7 +242,10 @@ out:
 }
 
 static int run(const options *o, const tsr_gguf *g, tsr_gguf_writer *w) {
-    if (tsr_gguf_writer_set_alignment(w, tsr_gguf_alignment(g)) || tsr_gguf_writer_copy_keys(w, g)) {
+    /* Keep the input's alignment; write the key only where the input had one
+     * or needs one, so that metadata stays as it was. */
+    int set_align = tsr_gguf_find_key(g, "general.alignment") >= 0 || tsr_gguf_alignment(g) != 32;
+    if ((set_align && tsr_gguf_writer_set_alignment(w, tsr_gguf_alignment(g))) || tsr_gguf_writer_copy_keys(w, g)) {
         fprintf(stderr, "tensr-quantize: %s\n", tsr_last_error());
         return 1;
     }
