@@ -67,6 +67,16 @@ static inline bool tsr__add_overflow(size_t a, size_t b, size_t *out) {
 }
 static inline size_t tsr__pad(size_t x, size_t align) { return (x + align - 1) / align * align; }
 
+/* Copies the caller's struct (the first `size` bytes it knows about) over
+ * defaults; fields beyond the caller's size keep their defaults. */
+#define TSR_PARAMS_COPY(dst, src)                                                       \
+    do {                                                                                \
+        size_t n_ = (src)->size < sizeof *(dst) ? (src)->size : sizeof *(dst);          \
+        if (n_ > sizeof(size_t))                                                        \
+            memcpy((char *)(dst) + sizeof(size_t), (const char *)(src) + sizeof(size_t), \
+                   n_ - sizeof(size_t));                                                \
+    } while (0)
+
 /* ---- types (type.c) ----------------------------------------------------- */
 typedef void (*tsr_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*tsr_from_float_fn)(const float *src, void *dst, int64_t n);

@@ -1,0 +1,105 @@
+/*
+ * graph.c - the graph of a compute: every tensor reachable from the outputs
+ * through sources and view sources, each once, in an order where a tensor
+ * comes after everything it reads. Iterative (no recursion depth limit);
+ * arrays are kept between computes so a graph no larger than an earlier one
+ * allocates nothing.
+ */
+#include "core.h"
+
+static tsr_status tsr_push(tsr_tensor ***arr, size_t *n, size_t *cap, tsr_tensor *t) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 256;
+        tsr_tensor **p = tsr__realloc(*arr, nc * sizeof *p);
+        if (!p)
+            return tsr__error(TSR_E_NOMEM, "out of host memory building the graph (%zu nodes)", nc);
+        *arr = p;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = t;
+    return TSR_OK;
+}
+
+/* Children of t in a fixed order: sources, then the view source. */
+static tsr_tensor *tsr_child(tsr_tensor *t, int i) {
+    if (i < TSR_MAX_SRC)
+        return t->src[i];
+    if (i == TSR_MAX_SRC)
+        return t->view_src;
+    return NULL;
+}
+
+#define TSR_N_CHILDREN (TSR_MAX_SRC + 1)
+
+static tsr_status tsr_emit(tsr_graph *g, tsr_tensor *t) {
+    if (t->op == TSR_OP_NONE)
+        return tsr_push(&g->leafs, &g->n_leafs, &g->cap_leafs, t);
+    if (t->op == TSR_OP_VIEW)
+        return tsr_push(&g->views, &g->n_views, &g->cap_views, t);
+    return tsr_push(&g->nodes, &g->n_nodes, &g->cap_nodes, t);
+}
+
+typedef struct tsr_frame {
+    tsr_tensor *t;
+    int next;
+} tsr_frame;
+
+static tsr_status tsr_stack_reserve(tsr_graph *g, size_t n) {
+    if (n <= g->cap_stack)
+        return TSR_OK;
+    size_t nc = g->cap_stack ? g->cap_stack * 2 : 256;
+    while (nc < n)
+        nc *= 2;
+    tsr_frame *p = tsr__realloc(g->stack, nc * sizeof *p);
+    if (!p)
+        return tsr__error(TSR_E_NOMEM, "out of host memory building the graph");
+    g->stack = p;
+    g->cap_stack = nc;
+    return TSR_OK;
+}
+
+static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
+    if ((uint32_t)root->sched_scratch[0] == mark)
+        return TSR_OK;
+    size_t sp = 0;
+    tsr_status s = tsr_stack_reserve(g, 1);
+    if (s != TSR_OK)
+        return s;
+    root->sched_scratch[0] = (int32_t)mark;
+    ((tsr_frame *)g->stack)[sp++] = (tsr_frame){root, 0};
+    while (sp > 0) {
+        tsr_frame *f = &((tsr_frame *)g->stack)[sp - 1];
+        if (f->next >= TSR_N_CHILDREN) {
+            if ((s = tsr_emit(g, f->t)) != TSR_OK)
+                return s;
+            sp--;
+            continue;
+        }
+        tsr_tensor *c = tsr_child(f->t, f->next++);
+        if (!c || (uint32_t)c->sched_scratch[0] == mark)
+            continue;
+        c->sched_scratch[0] = (int32_t)mark;
+        if ((s = tsr_stack_reserve(g, sp + 1)) != TSR_OK)
+            return s;
+        ((tsr_frame *)g->stack)[sp++] = (tsr_frame){c, 0};
+    }
+    return TSR_OK;
+}
+
+tsr_status tsr__graph_build(tsr_graph *g, tsr_tensor *const *outs, size_t n_outs, uint32_t mark) {
+    g->n_nodes = g->n_leafs = g->n_views = 0;
+    for (size_t i = 0; i < n_outs; i++) {
+        tsr_status s = tsr_visit(g, outs[i], mark);
+        if (s != TSR_OK)
+            return s;
+    }
+    return TSR_OK;
+}
+
+void tsr__graph_free(tsr_graph *g) {
+    tsr__free(g->nodes);
+    tsr__free(g->leafs);
+    tsr__free(g->views);
+    tsr__free(g->stack);
+    memset(g, 0, sizeof *g);
+}

@@ -1,0 +1,174 @@
+/*
+ * test-params-abi.c - parameter structs are read only up to the caller's
+ * `size`. Each *_params struct is filled as a caller compiled against an
+ * older header would fill it (a smaller size, the later fields absent), with
+ * garbage bytes (0xA5) where the newer fields would be. The _init function
+ * must not write past the caller's size, and every consumer must use
+ * defaults for the missing fields: reading the garbage would give absurd
+ * values (negative thread counts, huge batch limits, plan_only on) that the
+ * checks below would notice.
+ *
+ * Public API only: this is what an application linked to the shared
+ * library sees.
+ */
+#include "libtensr.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define GARBAGE 0xA5
+
+static int failures;
+
+#define CHECK(cond, ...)                                                        \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fprintf(stderr, " (last error: %s)\n", tsr_last_error());           \
+            failures++;                                                         \
+        }                                                                       \
+    } while (0)
+
+/* The bytes [from, to) of buf must still be garbage. */
+static int untouched(const void *buf, size_t from, size_t to)
+{
+    const unsigned char *b = buf;
+    for (size_t i = from; i < to; i++)
+        if (b[i] != GARBAGE) return 0;
+    return 1;
+}
+
+static tsr_backend *backend_old_params(void)
+{
+    union { tsr_backend_params p; unsigned char raw[sizeof(tsr_backend_params) + 32]; } u;
+    const size_t old = offsetof(tsr_backend_params, flash_attn); /* size, devices, n_threads */
+    memset(&u, GARBAGE, sizeof u);
+    tsr_backend_params_init(&u.p, old);
+    CHECK(u.p.size == old, "size recorded as %zu, expected %zu", u.p.size, old);
+    CHECK(untouched(&u, old, sizeof u), "tsr_backend_params_init wrote past the caller's size");
+    CHECK(u.p.devices == NULL && u.p.n_threads == 0, "defaults of the old fields");
+    u.p.n_threads = 1;
+    tsr_backend *be = NULL;
+    tsr_status s = tsr_backend_new(&u.p, &be);
+    CHECK(s == TSR_OK && be != NULL, "tsr_backend_new with an old-size struct: %s", tsr_status_string(s));
+    if (!be) return NULL;
+    CHECK(tsr_backend_n_threads(be) == 1, "n_threads %d", tsr_backend_n_threads(be));
+    CHECK(tsr_backend_attn_max_batch(be) == 0, "attn_max_batch %zu, expected the default 0",
+          tsr_backend_attn_max_batch(be));
+    return be;
+}
+
+static void kv_cache_old_params(tsr_backend *be)
+{
+    union { tsr_kv_cache_params p; unsigned char raw[sizeof(tsr_kv_cache_params) + 32]; } u;
+    const size_t old = offsetof(tsr_kv_cache_params, n_seq); /* without n_seq, n_batch_max */
+    memset(&u, GARBAGE, sizeof u);
+    tsr_kv_cache_params_init(&u.p, old);
+    CHECK(u.p.size == old, "size recorded as %zu", u.p.size);
+    CHECK(untouched(&u, old, sizeof u), "tsr_kv_cache_params_init wrote past the caller's size");
+    u.p.n_layers = 1;
+    u.p.n_ctx = 1024;
+    u.p.n_head_kv = 1;
+    u.p.head_dim_k = 8;
+    u.p.head_dim_v = 8;
+    u.p.type_k = TSR_TYPE_F16;
+    u.p.type_v = TSR_TYPE_F16;
+    tsr_kv_cache *c = NULL;
+    tsr_status s = tsr_kv_cache_new(be, &u.p, &c);
+    CHECK(s == TSR_OK && c != NULL, "tsr_kv_cache_new with an old-size struct: %s", tsr_status_string(s));
+    if (!c) return;
+    CHECK(tsr_kv_cache_n_ctx(c) == 1024, "n_ctx %lld", (long long)tsr_kv_cache_n_ctx(c));
+    /* default n_batch_max = 512: a batch of 512 fits, one of 513 is refused */
+    tsr_context *ctx = tsr_context_new(be);
+    static int32_t pos[513];
+    for (int i = 0; i < 513; i++) pos[i] = i;
+    s = tsr_kv_cache_begin(c, ctx, 512, pos, NULL);
+    CHECK(s == TSR_OK, "begin(512) with the default n_batch_max: %s", tsr_status_string(s));
+    tsr_context_close(ctx);
+    tsr_kv_cache_clear(c);
+    ctx = tsr_context_new(be);
+    s = tsr_kv_cache_begin(c, ctx, 513, pos, NULL);
+    CHECK(s != TSR_OK, "begin(513) accepted: n_batch_max is not the default 512");
+    tsr_context_close(ctx);
+    tsr_kv_cache_free(c);
+}
+
+/* Old load params: without verify and plan_only (garbage there would mean
+ * "plan only": nothing allocated). */
+static void load_params_old(tsr_load_params *p, unsigned char *raw, size_t raw_size)
+{
+    const size_t old = offsetof(tsr_load_params, verify);
+    memset(raw, GARBAGE, raw_size);
+    tsr_load_params_init(p, old);
+    CHECK(p->size == old, "size recorded as %zu", p->size);
+    CHECK(untouched(raw, old, raw_size), "tsr_load_params_init wrote past the caller's size");
+    CHECK(p->n_gpu_layers == 0 && p->overrides == NULL && p->progress == NULL, "defaults of the old fields");
+}
+
+static void place_weights_old_params(tsr_backend *be)
+{
+    union { tsr_load_params p; unsigned char raw[sizeof(tsr_load_params) + 32]; } u;
+    load_params_old(&u.p, u.raw, sizeof u);
+    const int64_t ne[2] = {8, 4};
+    tsr_status s = tsr_backend_declare_weight(be, "blk.0.attn_q.weight", TSR_TYPE_F32, 2, ne);
+    CHECK(s == TSR_OK, "declare_weight: %s", tsr_status_string(s));
+    s = tsr_backend_place_weights(be, &u.p);
+    CHECK(s == TSR_OK, "place_weights with an old-size struct: %s", tsr_status_string(s));
+    tsr_tensor *w = tsr_backend_weight(be, "blk.0.attn_q.weight");
+    CHECK(w != NULL && tsr_tensor_buffer_type(w) != NULL, "the weight was not allocated (plan_only read?)");
+}
+
+static void load_gguf_old_params(void)
+{
+    char path[] = "/tmp/tsr-params-abi-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { perror("mkstemp"); failures++; return; }
+    close(fd);
+    tsr_gguf_writer *w = NULL;
+    float data[16];
+    for (int i = 0; i < 16; i++) data[i] = (float)i;
+    const int64_t ne[2] = {8, 2};
+    tsr_status s = tsr_gguf_writer_new(&w);
+    if (s == TSR_OK) s = tsr_gguf_writer_set_str(w, "general.architecture", "llama");
+    if (s == TSR_OK) s = tsr_gguf_writer_add_tensor(w, "blk.0.ffn_up.weight", TSR_TYPE_F32, 2, ne, data);
+    if (s == TSR_OK) s = tsr_gguf_writer_write_file(w, path);
+    tsr_gguf_writer_free(w);
+    CHECK(s == TSR_OK, "writing a test GGUF: %s", tsr_status_string(s));
+
+    tsr_backend_params bp;
+    tsr_backend_params_init(&bp, sizeof bp);
+    bp.n_threads = 1;
+    tsr_backend *be = NULL;
+    if (s == TSR_OK) s = tsr_backend_new(&bp, &be);
+    union { tsr_load_params p; unsigned char raw[sizeof(tsr_load_params) + 32]; } u;
+    load_params_old(&u.p, u.raw, sizeof u);
+    if (s == TSR_OK) s = tsr_backend_load_gguf(be, path, &u.p);
+    CHECK(s == TSR_OK, "load_gguf with an old-size struct: %s", tsr_status_string(s));
+    tsr_tensor *t = be ? tsr_backend_weight(be, "blk.0.ffn_up.weight") : NULL;
+    float back[16] = {0};
+    s = t ? tsr_tensor_read(t, back, 0, sizeof back) : TSR_E_NOT_FOUND;
+    CHECK(s == TSR_OK && memcmp(back, data, sizeof data) == 0, "loaded weight data: %s", tsr_status_string(s));
+    tsr_backend_free(be);
+    unlink(path);
+}
+
+int main(void)
+{
+    tsr_backend *be = backend_old_params();
+    if (be) {
+        kv_cache_old_params(be);
+        place_weights_old_params(be);
+        tsr_backend_free(be);
+    }
+    load_gguf_old_params();
+    if (failures) {
+        fprintf(stderr, "%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("ok: old-size parameter structs get defaults for the missing fields\n");
+    return 0;
+}
