@@ -93,9 +93,14 @@ static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) 
     /* flash attention: ON, or AUTO when every device runs the op */
     b->flash_attn = p->flash_attn == TSR_FLASH_ATTN_ON;
     if (p->flash_attn == TSR_FLASH_ATTN_AUTO) {
-        tsr_tensor probe = {0};
+        tsr_tensor probe = {0}, q = {0}, k = {0}, v = {0};
+        q.type = TSR_TYPE_F32;
+        k.type = v.type = TSR_TYPE_F16;
         probe.op = TSR_OP_FLASH_ATTN;
         probe.type = TSR_TYPE_F32;
+        probe.src[0] = &q;
+        probe.src[1] = &k;
+        probe.src[2] = &v;
         b->flash_attn = 1;
         for (size_t i = 0; i < b->n_devices; i++)
             if (!b->devices[i]->iface->supports_op || !b->devices[i]->iface->supports_op(b->devices[i], &probe))

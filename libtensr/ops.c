@@ -476,6 +476,8 @@ static tsr_tensor *tsr_view_nd(tsr_context *ctx, tsr_tensor *a, int n_dims, cons
     t->view_src = a;
     t->view_offs = offset;
     t->src[0] = a;
+    if (a->data && tsr__has_static_data(a))
+        t->data = (char *)a->data + offset; /* views of inputs and weights are readable at once */
     size_t extent = tsr__nbytes(t), end, avail = tsr__nbytes(a);
     if (tsr__add_overflow(offset, extent, &end) || (extent && end > avail))
         return tsr__op_error(ctx, TSR_E_RANGE, "tsr_%s: view of %zu bytes at offset %zu exceeds the %zu bytes of '%s'",

@@ -1,0 +1,124 @@
+/*
+ * cpu.h - private interface of the CPU backend: the stream (threadpool +
+ * work buffer), the per-CPU-feature kernel table, the op kernels, and the
+ * entry points the fake test devices (cpu/fake.c) reuse to run nodes on
+ * host memory with their own buffer type.
+ */
+#ifndef TSR_CPU_H
+#define TSR_CPU_H
+
+#include "backend.h"
+#include "quants.h"
+
+#include <stdatomic.h>
+
+/* ---- threadpool (threadpool.c) ------------------------------------------- */
+typedef struct tsr_threadpool tsr_threadpool;
+/* fn(arg, ith, nth) runs on every thread (the caller is thread 0). */
+typedef void (*tsr_tp_fn)(void *arg, int ith, int nth);
+tsr_status tsr__tp_new(int n_threads, tsr_threadpool **out);
+void tsr__tp_free(tsr_threadpool *tp);
+int tsr__tp_n_threads(const tsr_threadpool *tp);
+/* Runs fn on all threads and returns when every thread has finished. */
+void tsr__tp_run(tsr_threadpool *tp, tsr_tp_fn fn, void *arg);
+/* Barrier among the threads of the running job (spins briefly, then sleeps). */
+void tsr__tp_barrier(tsr_threadpool *tp);
+
+/* ---- kernel table (vec.c, vec-avx2.c, vec-avx512.c) ------------------------ */
+/* s = dot(x, y) over n elements; x a row of the weight type, y a row of its
+ * dot type (activations converted once per matmul). */
+typedef void (*tsr_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
+
+typedef struct tsr_cpu_kernels {
+    const char *name;                           /* "scalar", "avx2", "avx512", "avx512_vnni" */
+    tsr_type dot_type[TSR_TYPE_COUNT];          /* activation type of a weight type's dot product */
+    tsr_vec_dot_fn vec_dot[TSR_TYPE_COUNT];     /* NULL: matmul not supported for the type */
+    tsr_from_float_fn from_float[TSR_TYPE_COUNT]; /* fast quantize (activations, cache writes) */
+    tsr_to_float_fn to_float[TSR_TYPE_COUNT];   /* fast dequantize */
+} tsr_cpu_kernels;
+
+void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
+#ifdef TSR_HAVE_AVX2_BUILD
+void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k);   /* overrides what it implements */
+#endif
+#ifdef TSR_HAVE_AVX512_BUILD
+void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
+#endif
+/* The kernels chosen for this CPU (TSR_CPU_KERNELS=scalar|avx2|avx512 in the
+ * environment caps the choice, for tests). Thread-safe; filled once. */
+const tsr_cpu_kernels *tsr__cpu_kernels(void);
+/* Fills k with the best variant not above `cap` ("scalar", "avx2", "avx512"; NULL = best). */
+void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap);
+const char *tsr__cpu_features_string(void);
+
+/* ---- stream -------------------------------------------------------------- */
+struct tsr_stream {
+    tsr_device *device;
+    tsr_threadpool *tp;
+    int n_threads;
+    void *work;            /* per-stream scratch (aligned) */
+    size_t work_size;
+    const tsr_cpu_kernels *k;
+    atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
+    tsr_tensor *const *nodes;  /* the job being run */
+    size_t n_nodes;
+    tsr_status status;
+};
+
+tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out);
+void tsr__cpu_stream_free(tsr_stream *s);
+/* Work-buffer bytes node needs with nth threads. */
+size_t tsr__cpu_work_size(const tsr_tensor *node, int nth);
+tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
+/* Runs nodes (all data in host memory) on the stream's threads. Grows the
+ * work buffer only when reserve did not size it. */
+tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
+bool tsr__cpu_supports_op(const tsr_tensor *op);
+/* Host buffer type operations (aligned malloc), for fake devices too. */
+extern const tsr_buft_iface tsr__cpu_buft_iface;
+
+/* ---- op kernels (ops.c, matmul.c, attn.c) ---------------------------------- */
+typedef struct tsr_compute_params {
+    int ith, nth;
+    void *work;           /* shared work buffer (kernels partition it by ith) */
+    size_t work_size;
+    tsr_stream *stream;
+    const tsr_cpu_kernels *k;
+} tsr_compute_params;
+
+void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_scale(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_unary(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_glu(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_norm(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_rope(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_softmax(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_concat(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_argmax(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_get_rows(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_set_rows(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_cpy(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst);
+size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth);
+size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth);
+
+/* Element of a non-quantized F32/F16/BF16/I32 tensor as a float. */
+static inline float tsr__cpu_load_f(tsr_type t, const char *p) {
+    switch (t) {
+    case TSR_TYPE_F32: { float v; memcpy(&v, p, 4); return v; }
+    case TSR_TYPE_F16: { uint16_t h; memcpy(&h, p, 2); return TSR_FP16_TO_FP32(h); }
+    case TSR_TYPE_BF16: { uint16_t h; memcpy(&h, p, 2); return tsr__bf16_to_fp32(h); }
+    case TSR_TYPE_I32: { int32_t v; memcpy(&v, p, 4); return (float)v; }
+    default: return 0.0f;
+    }
+}
+
+/* Rows [*r0, *r1) of nr that thread ith of nth handles. */
+static inline void tsr__cpu_split(int64_t nr, int ith, int nth, int64_t *r0, int64_t *r1) {
+    const int64_t per = (nr + nth - 1) / nth;
+    *r0 = per * ith < nr ? per * ith : nr;
+    *r1 = *r0 + per < nr ? *r0 + per : nr;
+}
+
+#endif /* TSR_CPU_H */

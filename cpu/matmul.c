@@ -1,0 +1,76 @@
+/*
+ * matmul.c - CPU matrix multiplication. The activations (src1) are
+ * converted ONCE per call into the weight type's dot type (Q8_0, Q8_1, Q8_K,
+ * F16 or F32) in the work buffer, all threads sharing the conversion; then
+ * the output is cut into tiles of weight rows x activation columns, handed
+ * out dynamically (an atomic counter), so each weight row is reused from
+ * cache across the columns of its tile.
+ */
+#include "cpu.h"
+
+#define TILE_ROWS 16
+#define TILE_COLS 16
+
+static size_t conv_bytes(const tsr_tensor *dst, size_t *row_bytes) {
+    const tsr_tensor *a = dst->src[0], *b = dst->src[1];
+    const tsr_type dt = tsr__cpu_kernels()->dot_type[a->type];
+    *row_bytes = tsr__pad(tsr_row_size(dt, b->ne[0]), 4);
+    return tsr__pad(*row_bytes * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]), TSR_ALIGN);
+}
+
+size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth) {
+    size_t row_bytes;
+    const size_t conv = conv_bytes(dst, &row_bytes);
+    return conv + (size_t)nth * tsr__pad((size_t)dst->src[1]->ne[0] * sizeof(float), TSR_ALIGN);
+}
+
+/* Phase 1: rows of src1 -> dot type, split over threads. */
+static void convert_src1(const tsr_compute_params *p, const tsr_tensor *b, tsr_type dt, char *wdata,
+                         size_t row_bytes, size_t conv) {
+    float *tmp = (float *)((char *)p->work + conv +
+                           (size_t)p->ith * tsr__pad((size_t)b->ne[0] * sizeof(float), TSR_ALIGN));
+    int64_t r0, r1;
+    tsr__cpu_split(b->ne[1] * b->ne[2] * b->ne[3], p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i1 = r % b->ne[1], i2 = (r / b->ne[1]) % b->ne[2], i3 = r / (b->ne[1] * b->ne[2]);
+        const char *src = (const char *)b->data + i1 * (int64_t)b->nb[1] + i2 * (int64_t)b->nb[2] +
+                          i3 * (int64_t)b->nb[3];
+        const float *x = (const float *)src;
+        if (b->type != TSR_TYPE_F32 || b->nb[0] != sizeof(float)) {
+            for (int64_t i = 0; i < b->ne[0]; i++) tmp[i] = tsr__cpu_load_f(b->type, src + i * (int64_t)b->nb[0]);
+            x = tmp;
+        }
+        p->k->from_float[dt](x, wdata + (size_t)r * row_bytes, b->ne[0]);
+    }
+}
+
+void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
+    const tsr_tensor *a = dst->src[0], *b = dst->src[1];
+    const tsr_cpu_kernels *k = p->k;
+    const tsr_type dt = k->dot_type[a->type];
+    const tsr_vec_dot_fn dot = k->vec_dot[a->type];
+    size_t row_bytes;
+    const size_t conv = conv_bytes(dst, &row_bytes);
+    char *wdata = p->work;
+    convert_src1(p, b, dt, wdata, row_bytes, conv);
+    if (p->ith == 0) atomic_store(&p->stream->chunk, p->nth);
+    tsr__tp_barrier(p->stream->tp);
+
+    const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : TILE_ROWS, blk1 = TILE_COLS;
+    const int64_t nc0 = (nr0 + blk0 - 1) / blk0, nc1 = (nr1 + blk1 - 1) / blk1;
+    for (int64_t c = p->ith; c < nc0 * nc1; c = atomic_fetch_add(&p->stream->chunk, 1)) {
+        const int64_t i0s = (c % nc0) * blk0, i0e = i0s + blk0 < nr0 ? i0s + blk0 : nr0;
+        const int64_t j0s = (c / nc0) * blk1, j0e = j0s + blk1 < nr1 ? j0s + blk1 : nr1;
+        for (int64_t j = j0s; j < j0e; j++) {
+            const int64_t i11 = j % b->ne[1], i12 = (j / b->ne[1]) % b->ne[2], i13 = j / (b->ne[1] * b->ne[2]);
+            const char *arow = (const char *)a->data + (i12 / r2) * (int64_t)a->nb[2] + (i13 / r3) * (int64_t)a->nb[3];
+            const char *yrow = wdata + (size_t)j * row_bytes;
+            char *drow = (char *)dst->data + i11 * (int64_t)dst->nb[1] + i12 * (int64_t)dst->nb[2] +
+                         i13 * (int64_t)dst->nb[3];
+            for (int64_t i = i0s; i < i0e; i++)
+                dot(a->ne[0], (float *)(drow + i * (int64_t)dst->nb[0]), arow + i * (int64_t)a->nb[1], yrow);
+        }
+    }
+}

@@ -1,0 +1,43 @@
+/* tok-unicode.h - UTF-8 coding, Unicode classes and the pre-tokenizer
+ * splitting used by the tokenizer (examples/model). Private to the model
+ * example; behaves like llama.cpp's unicode.cpp so token ids match. */
+#ifndef TSR_EXAMPLES_TOK_UNICODE_H
+#define TSR_EXAMPLES_TOK_UNICODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TKU_REPLACEMENT 0xFFFDu
+
+/* Pre-tokenizer variants (tokenizer.ggml.pre), grouped by the splitting
+ * llama.cpp applies to them. */
+typedef enum tku_pre {
+    TKU_PRE_GPT2 = 0,   /* 's|'t|... ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
+    TKU_PRE_SMOLLM = 1, /* every \p{N} codepoint alone, then the gpt2 rules */
+    TKU_PRE_LLAMA3 = 2  /* llama-3 rules (\p{N}{1,3}, [^\r\n\p{L}\p{N}]?\p{L}+, ...) */
+} tku_pre;
+
+/* Decodes the codepoint at s[*pos] (len bytes in all) and advances *pos.
+ * Malformed input gives U+FFFD and advances one byte, as llama.cpp does. */
+uint32_t tku_decode(const char *s, size_t len, size_t *pos);
+/* Encodes cp (<= 0x10FFFF) as UTF-8 into out; returns the byte count (1..4). */
+size_t tku_encode(uint32_t cp, char out[4]);
+/* Length of a complete UTF-8 sequence starting with lead byte b (1..4), as
+ * llama.cpp's unicode_len_utf8 computes it from the top four bits. */
+size_t tku_len_utf8(unsigned char b);
+
+int tku_is_letter(uint32_t cp);
+int tku_is_number(uint32_t cp);
+int tku_is_whitespace(uint32_t cp);
+
+/* GPT-2 byte-level coding: the codepoint standing for byte b, and back
+ * (returns -1 when cp stands for no byte). */
+uint32_t tku_byte_to_cp(unsigned char b);
+int tku_cp_to_byte(uint32_t cp);
+
+/* Splits cps[0..n) into pre-tokenizer words. Writes each word's length (in
+ * codepoints) to lens[], which must hold n entries (no split makes more
+ * words than codepoints); returns the number of words. */
+size_t tku_split(tku_pre pre, const uint32_t *cps, size_t n, size_t *lens);
+
+#endif
