@@ -1,7 +1,7 @@
 #!/bin/sh
 # check-consumers.sh - a program outside the tree needs nothing but the
 # installed package: install into a temporary DESTDIR, then build
-# examples/minimal.c and examples/minimal-cpp.cpp with only
+# examples/minimal.c and examples/minimal.cpp with only
 # `pkg-config --cflags --libs libtensr` (shared) and
 # `pkg-config --static --cflags --libs libtensr` (fully static), and run them.
 # Also checks that the header, the .pc file and the man pages were installed.
@@ -66,10 +66,10 @@ build_run() { # name compiler source linkmode
     fi
 }
 build_run minimal-c-shared "$CC" examples/minimal.c shared
-build_run minimal-cpp-shared "$CXX" examples/minimal-cpp.cpp shared
+build_run minimal-cpp-shared "$CXX" examples/minimal.cpp shared
 if [ -n "$(find "$dest" -name libtensr.a)" ]; then
     build_run minimal-c-static "$CC" examples/minimal.c static
-    build_run minimal-cpp-static "$CXX" examples/minimal-cpp.cpp static
+    build_run minimal-cpp-static "$CXX" examples/minimal.cpp static
 else
     echo "skip: static builds (libtensr.a not installed: --disable-static)"
 fi

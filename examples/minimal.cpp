@@ -1,11 +1,11 @@
 /*
- * minimal-cpp.cpp - the minimal libtensr program in C++: the C API used through
+ * minimal.cpp - the minimal libtensr program in C++: the C API used through
  * small RAII owners (unique_ptr with the library's free functions), so every
  * path, early returns included, closes the context and frees the backend.
  * Multiplies two matrices, checks the answer, and shows that an op with
  * mismatched shapes returns nullptr with the error recorded in the context.
  *
- *   c++ minimal-cpp.cpp $(pkg-config --cflags --libs libtensr)
+ *   c++ minimal.cpp $(pkg-config --cflags --libs libtensr)
  */
 #include <libtensr.h>
 
