@@ -107,7 +107,11 @@ def test_mul_mat_quantized_weights():
             c = ctx.mul_mat(ta, ctx.input(b))
             ctx.compute(c)
             deq = ta.numpy().astype(np.float64)
-            assert_close(c.numpy(), b.astype(np.float64) @ deq.T, 2e-2, "mul_mat %s" % t)
+            want = b.astype(np.float64) @ deq.T
+            # the CPU may convert activations to a matching type (q8_0, f16)
+            # for the dot products: compare at the scale of the result
+            err = np.abs(c.numpy() - want).max() / np.abs(want).max()
+            assert c.numpy().shape == (3, 8) and err < 1e-2, "mul_mat %s: error %g" % (t, err)
 
 
 def test_elementwise_and_broadcast():
