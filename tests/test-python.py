@@ -328,6 +328,23 @@ def test_model_gguf_inspection():
         assert len(g["tokenizer.ggml.tokens"]) == emb.ne[1]
 
 
+def test_generate_smollm2():
+    """examples/python/generate.py runs the model through the ops; greedy
+    decoding of a factual prompt must name the answer."""
+    if not os.path.exists(MODEL):
+        print("  (no model at %s: generation not tested)" % MODEL)
+        return
+    sys.path.insert(0, os.path.join(SRCDIR, "examples", "python"))
+    import generate
+    model = generate.Llama(MODEL, 2, 64)
+    try:
+        ids, got, text = generate.generate(model, "The capital of France is", 4, out=None)
+    finally:
+        model.close()
+    assert ids == [504, 3575, 282, 4649, 314], "tokenizer: %s" % ids
+    assert "Paris" in text, "generated %r (%s)" % (text, got)
+
+
 def _all_tests():
     return [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_") and callable(v)]
 
