@@ -74,6 +74,35 @@ def test_devices():
         assert 0 <= d.free <= d.total
 
 
+def test_types_buffers_and_properties():
+    assert tsr.type_info("q8_0") == (32, 34, True)
+    assert tsr.type_info(tsr.F32) == (1, 4, False)
+    assert tsr.type_name(tsr.Q4_K) == "q4_K" and tsr.type_by_name("Q4_K") == tsr.Q4_K
+    assert tsr.fp16_to_fp32(tsr.fp32_to_fp16(1.5)) == 1.5
+    assert tsr.bf16_to_fp32(tsr.fp32_to_bf16(-2.0)) == -2.0
+    x = rand(64)
+    assert np.array_equal(np.frombuffer(tsr.quantize(x, "f16"), np.float16), x.astype(np.float16))
+    q = tsr.dequantize(tsr.quantize(x, "q8_0"), "q8_0", 64)
+    assert np.abs(q - x).max() <= np.abs(x).max() / 127 + 1e-6
+    with tsr.Buffer("CPU", 4096) as buf:
+        assert buf.size >= 4096 and buf.buffer_type == "CPU" and buf.device.name == "CPU"
+    expect_error(lambda: tsr.Buffer("NO_SUCH_BUFT", 16), tsr.TSR_E_NOT_FOUND)
+    level = tsr.get_log_level()
+    tsr.set_log_level("error")
+    assert tsr.get_log_level() == 3
+    tsr.set_log_level(level)
+    with tsr.Backend(n_threads=1) as be, be.context() as ctx:
+        assert be.n_threads == 1 and be.attn_max_batch == 0
+        t = ctx.input(rand(3, 5))
+        t.name = "x"
+        assert t.name == "x" and t.is_contiguous and t.nbytes == 60 and t.nb[:2] == [4, 20]
+        assert not ctx.transpose(t).is_contiguous
+        w = ctx.new_tensor((2, 8), "f16", "CPU")
+        assert w.buffer_type == "CPU" and np.array_equal(w.numpy(), np.zeros((2, 8), np.float16))
+        w.write(np.arange(16, dtype=np.float32).reshape(2, 8))
+        assert np.array_equal(w.numpy(), np.arange(16).reshape(2, 8))
+
+
 # --- ops against numpy -----------------------------------------------------
 
 def test_mul_mat_shapes():
@@ -302,6 +331,11 @@ def test_gguf_roundtrip_and_weights():
             assert infos["blk.0.attn_q.weight"].type == tsr.Q8_0
             assert np.array_equal(g.read_tensor("blk.0.ffn_up.weight"), w)
             assert "missing.key" not in g and g.get("missing.key", 7) == 7
+        with tsr.GGUFWriter() as wr, tsr.GGUF(path) as g:
+            wr.copy_keys(g)
+            g2 = tsr.GGUF.from_bytes(wr.to_bytes())
+            assert g2["tokenizer.ggml.tokens"] == ["a", "b", "<s>"] and g2.alignment == 32
+            g2.close()
         with tsr.Backend(n_threads=1) as be:
             be.load(path)
             assert be.n_layers == 1

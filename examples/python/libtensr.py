@@ -32,9 +32,11 @@ import numpy as np
 # major version has another ABI and is refused.
 WRITTEN_FOR = (0, 1, 0)
 
-__all__ = ["Error", "version", "version_info", "devices", "Device", "Backend", "Context",
-           "Tensor", "KVCache", "GGUF", "GGUFWriter", "type_name", "type_by_name",
-           "quantize", "dequantize", "set_log_level", "set_log_callback", "backends_available"]
+__all__ = ["Error", "version", "version_info", "devices", "Device", "Buffer", "Backend",
+           "Context", "Tensor", "KVCache", "GGUF", "GGUFWriter", "TensorInfo", "type_name",
+           "type_by_name", "type_info", "quantize", "dequantize", "set_log_level",
+           "get_log_level", "set_log_callback", "backends_available", "last_error",
+           "clear_error", "fp32_to_fp16", "fp16_to_fp32", "fp32_to_bf16", "bf16_to_fp32"]
 
 # ---------------------------------------------------------------------------
 # Loading the library
@@ -114,14 +116,11 @@ _SIGS = {
     "tsr_status_string": (_STR, [_STATUS]),
     "tsr_last_error": (_STR, []),
     "tsr_clear_error": (None, []),
+    "tsr_log_get_level": (_I, []),
     "tsr_log_set": (None, [_LOG_FN, _P]),
     "tsr_log_set_level": (None, [_I]),
-    "tsr_log_get_level": (_I, []),
     "tsr_type_name": (_STR, [_I]),
     "tsr_type_by_name": (_STATUS, [_STR, ctypes.POINTER(_I)]),
-    "tsr_type_block_size": (_I64, [_I]),
-    "tsr_type_block_bytes": (_S, [_I]),
-    "tsr_type_is_quantized": (_I, [_I]),
     "tsr_row_size": (_S, [_I, _I64]),
     "tsr_quantize": (_STATUS, [_I, _P, _P, _I64]),
     "tsr_dequantize": (_STATUS, [_I, _P, _P, _I64]),
@@ -134,6 +133,20 @@ _SIGS = {
     "tsr_device_index_in_model": (_I, [_P]),
     "tsr_device_memory": (_STATUS, [_P, ctypes.POINTER(_S), ctypes.POINTER(_S)]),
     "tsr_device_buffer_type": (_P, [_P]),
+    "tsr_device_host_buffer_type": (_P, [_P]),
+    "tsr_buffer_type_device": (_P, [_P]),
+    "tsr_buffer_alloc": (_STATUS, [_P, _S, ctypes.POINTER(_P)]),
+    "tsr_buffer_free": (None, [_P]),
+    "tsr_buffer_size": (_S, [_P]),
+    "tsr_buffer_get_type": (_P, [_P]),
+    "tsr_type_block_size": (_I64, [_I]),
+    "tsr_type_block_bytes": (_S, [_I]),
+    "tsr_type_is_quantized": (_I, [_I]),
+    "tsr_fp32_to_fp16": (ctypes.c_uint16, [_F]),
+    "tsr_fp16_to_fp32": (_F, [ctypes.c_uint16]),
+    "tsr_fp32_to_bf16": (ctypes.c_uint16, [_F]),
+    "tsr_bf16_to_fp32": (_F, [ctypes.c_uint16]),
+    "tsr_free": (None, [_P]),
     "tsr_backends_available": (_STR, []),
     "tsr_buffer_type_by_name": (_P, [_STR]),
     "tsr_buffer_type_name": (_STR, [_P]),
@@ -157,6 +170,8 @@ _SIGS = {
     "tsr_backend_n_weights": (_S, [_P]),
     "tsr_backend_weight_at": (_T, [_P, _S]),
     "tsr_backend_n_layers": (_I, [_P]),
+    "tsr_backend_weight_on": (_T, [_P, _STR, _P]),
+    "tsr_backend_log_plan": (None, [_P]),
     "tsr_backend_layer_buffer_type": (_P, [_P, _I]),
     "tsr_backend_memory_plan": (_STATUS, [_P, _S, ctypes.POINTER(_S), ctypes.POINTER(_S),
                                           ctypes.POINTER(_S)]),
@@ -164,6 +179,7 @@ _SIGS = {
     "tsr_context_close": (None, [_P]),
     "tsr_context_error": (_STR, [_P]),
     "tsr_context_status": (_STATUS, [_P]),
+    "tsr_context_backend": (_P, [_P]),
     "tsr_input": (_T, [_P, _I, _I, _PI64, _P]),
     "tsr_new_tensor": (_T, [_P, _P, _I, _I, _PI64]),
     "tsr_empty": (_T, [_P, _I, _I, _PI64]),
@@ -223,9 +239,17 @@ _SIGS = {
     "tsr_kv_cache_remove": (_STATUS, [_P, _I, ctypes.c_int32, ctypes.c_int32]),
     "tsr_kv_cache_used": (_I64, [_P]),
     "tsr_kv_cache_n_ctx": (_I64, [_P]),
+    "tsr_kv_cache_mask": (_T, [_P]),
     "tsr_attention": (_T, [_P, _P, _I, _T, _T, _T, _F]),
     "tsr_attention_nocache": (_T, [_P, _T, _T, _T, _T, _F]),
     "tsr_gguf_open": (_STATUS, [_STR, ctypes.POINTER(_P)]),
+    "tsr_gguf_open_memory": (_STATUS, [_P, _S, _STR, _I, ctypes.POINTER(_P)]),
+    "tsr_gguf_data_offset": (_U64, [_P]),
+    "tsr_gguf_path": (_STR, [_P]),
+    "tsr_gguf_get_u32": (_STATUS, [_P, _STR, ctypes.POINTER(_U32)]),
+    "tsr_gguf_get_i32": (_STATUS, [_P, _STR, ctypes.POINTER(ctypes.c_int32)]),
+    "tsr_gguf_get_f32": (_STATUS, [_P, _STR, ctypes.POINTER(ctypes.c_float)]),
+    "tsr_gguf_get_raw": (_STATUS, [_P, _I64, ctypes.POINTER(_P), ctypes.POINTER(_S)]),
     "tsr_gguf_close": (None, [_P]),
     "tsr_gguf_version": (_U32, [_P]),
     "tsr_gguf_n_tensors": (_I64, [_P]),
@@ -260,6 +284,8 @@ _SIGS = {
     "tsr_gguf_writer_set_arr_str": (_STATUS, [_P, _STR, ctypes.POINTER(_STR), _U64]),
     "tsr_gguf_writer_add_tensor": (_STATUS, [_P, _STR, _I, _I, _PI64, _P]),
     "tsr_gguf_writer_write_file": (_STATUS, [_P, _STR]),
+    "tsr_gguf_writer_copy_keys": (_STATUS, [_P, _P]),
+    "tsr_gguf_writer_write_memory": (_STATUS, [_P, ctypes.POINTER(_P), ctypes.POINTER(_S)]),
 }
 
 
@@ -398,6 +424,36 @@ def _to_type(t):
     return t
 
 
+def type_info(type):
+    """(block_size, block_bytes, is_quantized) of a type."""
+    t = _to_type(type)
+    return C.type_block_size(t), C.type_block_bytes(t), bool(C.type_is_quantized(t))
+
+
+def fp32_to_fp16(x):
+    return C.fp32_to_fp16(float(x))
+
+
+def fp16_to_fp32(h):
+    return C.fp16_to_fp32(int(h))
+
+
+def fp32_to_bf16(x):
+    return C.fp32_to_bf16(float(x))
+
+
+def bf16_to_fp32(h):
+    return C.bf16_to_fp32(int(h))
+
+
+def clear_error():
+    C.clear_error()
+
+
+def last_error():
+    return _s(C.last_error())
+
+
 def quantize(array, type):
     """Quantizes a float array (last dim a multiple of the block size) to bytes."""
     t = _to_type(type)
@@ -432,6 +488,10 @@ _log_keep = None
 def set_log_level(level):
     """'debug', 'info', 'warn', 'error' or 'none' (or the number)."""
     C.log_set_level(LOG_LEVELS[level] if isinstance(level, str) else int(level))
+
+
+def get_log_level():
+    return C.log_get_level()
 
 
 def set_log_callback(fn):
@@ -474,6 +534,10 @@ class Device:
         free, total = _S(), _S()
         _check(C.device_memory(handle, ctypes.byref(free), ctypes.byref(total)), "device_memory")
         self.free, self.total = free.value, total.value
+        self.index_in_model = C.device_index_in_model(handle)
+        bt, hbt = C.device_buffer_type(handle), C.device_host_buffer_type(handle)
+        self.buffer_type = _s(C.buffer_type_name(bt)) if bt else None
+        self.host_buffer_type = _s(C.buffer_type_name(hbt)) if hbt else None
 
     def __repr__(self):
         return "Device(%r, %r, free=%d, total=%d)" % (self.name, self.description, self.free,
@@ -483,6 +547,59 @@ class Device:
 def devices():
     """Every device: GPUs in driver order, then the CPU."""
     return [Device(C.device_get(i)) for i in range(C.device_count())]
+
+
+def _buft(name, what):
+    bt = C.buffer_type_by_name(_cstr(name, what))
+    if not bt:
+        raise Error(TSR_E_NOT_FOUND, _s(C.last_error()) or "no buffer type %r" % name, what)
+    return bt
+
+
+class Buffer:
+    """Raw memory of a buffer type ('CPU', 'CUDA0', 'CUDA_Host'); closes on exit."""
+
+    def __init__(self, buffer_type, size):
+        out = _P()
+        self._h = None
+        _check(C.buffer_alloc(_buft(buffer_type, "buffer_alloc"), int(size), ctypes.byref(out)),
+               "buffer_alloc")
+        self._h = out.value
+
+    def _handle(self):
+        if self._h is None:
+            raise Error(TSR_E_STATE, "the buffer is freed")
+        return self._h
+
+    @property
+    def size(self):
+        return C.buffer_size(self._handle())
+
+    @property
+    def buffer_type(self):
+        return _s(C.buffer_type_name(C.buffer_get_type(self._handle())))
+
+    @property
+    def device(self):
+        d = C.buffer_type_device(C.buffer_get_type(self._handle()))
+        return Device(d) if d else None
+
+    def close(self):
+        if self._h is not None:
+            C.buffer_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 # ---------------------------------------------------------------------------
 # Tensors
@@ -541,6 +658,22 @@ class Tensor:
     def nb(self):
         h = self._handle()
         return [C.tensor_nb(h, i) for i in range(4)]
+
+    @property
+    def is_contiguous(self):
+        return bool(C.tensor_is_contiguous(self._handle()))
+
+    @property
+    def buffer_type(self):
+        """Name of the buffer type holding the data (None when not allocated)."""
+        bt = C.tensor_buffer_type(self._handle())
+        return _s(C.buffer_type_name(bt)) if bt else None
+
+    @property
+    def device(self):
+        """Name of the device that ran this node in the last compute (or None)."""
+        d = C.tensor_device(self._handle())
+        return _s(C.device_name(d)) if d else None
 
     def numpy(self):
         """Copies the tensor's contents out: a numpy array of .shape (quantized
@@ -730,11 +863,7 @@ class Context:
 
     def new_tensor(self, shape, type=F32, buffer_type=None):
         """A zero-filled tensor allocated now (numpy-order shape)."""
-        bt = None
-        if buffer_type is not None:
-            bt = C.buffer_type_by_name(_cstr(buffer_type, "new_tensor"))
-            if not bt:
-                raise Error(TSR_E_NOT_FOUND, _s(C.last_error()), "new_tensor")
+        bt = _buft(buffer_type, "new_tensor") if buffer_type is not None else None
         shape = tuple(shape)
         return self._wrap(C.new_tensor(self._handle(), bt, _to_type(type), len(shape),
                                        _ne_array(reversed(shape))), len(shape), "new_tensor")
@@ -1032,6 +1161,45 @@ class Backend:
     def n_layers(self):
         return C.backend_n_layers(self._handle())
 
+    @property
+    def attn_max_batch(self):
+        return C.backend_attn_max_batch(self._handle())
+
+    @property
+    def n_splits(self):
+        """Splits of the last compute/reserve."""
+        return C.backend_n_splits(self._handle())
+
+    @property
+    def n_copies(self):
+        return C.backend_n_copies(self._handle())
+
+    def weight_on(self, name, device):
+        d = device._h if isinstance(device, Device) else C.device_by_name(_cstr(device, "weight_on"))
+        h = C.backend_weight_on(self._handle(), _cstr(name, "weight_on"), d)
+        if not h:
+            raise Error(TSR_E_NOT_FOUND, _s(C.last_error()) or "no weight %r" % name, "weight_on")
+        return Tensor(self, h, C.tensor_n_dims(h))
+
+    def layer_buffer_type(self, il):
+        bt = C.backend_layer_buffer_type(self._handle(), int(il))
+        return _s(C.buffer_type_name(bt)) if bt else None
+
+    def memory_plan(self):
+        """Per device of the backend: {'device', 'weights', 'kv_cache', 'compute'} bytes."""
+        h = self._handle()
+        out = []
+        for i in range(C.backend_n_devices(h)):
+            w, kv, c = _S(), _S(), _S()
+            _check(C.backend_memory_plan(h, i, ctypes.byref(w), ctypes.byref(kv), ctypes.byref(c)),
+                   "memory_plan")
+            out.append({"device": _s(C.device_name(C.backend_device(h, i))), "weights": w.value,
+                        "kv_cache": kv.value, "compute": c.value})
+        return out
+
+    def log_plan(self):
+        C.backend_log_plan(self._handle())
+
     def kv_cache(self, n_layers, n_ctx, n_head_kv, head_dim_k, head_dim_v=None, type_k=F16,
                  type_v=None, n_seq=1, n_batch_max=512):
         return KVCache(self, n_layers, n_ctx, n_head_kv, head_dim_k,
@@ -1103,6 +1271,13 @@ class KVCache:
     def remove(self, seq=-1, p0=0, p1=-1):
         _check(C.kv_cache_remove(self._handle(), int(seq), int(p0), int(p1)), "kv_cache_remove")
 
+    def mask(self, ctx):
+        """The mask input the last begin() built in ctx."""
+        h = C.kv_cache_mask(self._handle())
+        if not h:
+            raise Error(TSR_E_STATE, "no batch begun", "kv_cache_mask")
+        return Tensor(ctx, h, 2)
+
     @property
     def used(self):
         return C.kv_cache_used(self._handle())
@@ -1133,11 +1308,42 @@ class GGUF:
     """A GGUF file's metadata: g.keys(), g[key] / g.get(key), g.tensors(),
     g.read_tensor(name). Closes on exit."""
 
-    def __init__(self, path):
+    def __init__(self, path=None, data=None, name=None):
         out = _P()
         self._h = None
-        _check(C.gguf_open(_cstr(os.fspath(path), "gguf_open"), ctypes.byref(out)), "gguf_open")
+        if data is not None:  # from memory (copied by the library)
+            buf = bytes(data)
+            _check(C.gguf_open_memory(buf, len(buf), _cstr(name or "<memory>", "gguf_open"), 0,
+                                      ctypes.byref(out)), "gguf_open_memory")
+        else:
+            _check(C.gguf_open(_cstr(os.fspath(path), "gguf_open"), ctypes.byref(out)), "gguf_open")
         self._h = out.value
+
+    @classmethod
+    def from_bytes(cls, data, name=None):
+        return cls(data=data, name=name)
+
+    @property
+    def alignment(self):
+        return C.gguf_alignment(self._handle())
+
+    @property
+    def data_offset(self):
+        return C.gguf_data_offset(self._handle())
+
+    @property
+    def path(self):
+        return _s(C.gguf_path(self._handle()))
+
+    def raw(self, key):
+        """The bytes of a scalar key's value as stored in the file."""
+        h = self._handle()
+        i = C.gguf_find_key(h, _cstr(key, "gguf_raw"))
+        if i < 0:
+            raise KeyError(key)
+        p, n = _P(), _S()
+        _check(C.gguf_get_raw(h, i, ctypes.byref(p), ctypes.byref(n)), key)
+        return ctypes.string_at(p, n.value)
 
     def _handle(self):
         if self._h is None:
@@ -1187,13 +1393,25 @@ class GGUF:
             v = _I()
             _check(C.gguf_get_bool(h, k, ctypes.byref(v)), key)
             return bool(v.value)
-        if t in (_G_F32, _G_F64):
+        if t == _G_F32:
+            v = ctypes.c_float()
+            _check(C.gguf_get_f32(h, k, ctypes.byref(v)), key)
+            return v.value
+        if t == _G_F64:
             v = ctypes.c_double()
             _check(C.gguf_get_f64(h, k, ctypes.byref(v)), key)
             return v.value
         if t == _G_U64:
             v = _U64()
             _check(C.gguf_get_u64(h, k, ctypes.byref(v)), key)
+            return v.value
+        if t == _G_U32:
+            v = _U32()
+            _check(C.gguf_get_u32(h, k, ctypes.byref(v)), key)
+            return v.value
+        if t in (_G_U8, _G_I8, _G_U16, _G_I16, _G_I32):
+            v = ctypes.c_int32()
+            _check(C.gguf_get_i32(h, k, ctypes.byref(v)), key)
             return v.value
         v = _I64()
         _check(C.gguf_get_i64(h, k, ctypes.byref(v)), key)
@@ -1325,6 +1543,22 @@ class GGUFWriter:
         _check(C.gguf_writer_add_tensor(self._handle(), _cstr(name, "add_tensor"), t, a.ndim,
                                         _ne_array(reversed(a.shape)), x.ctypes.data), name)
 
+    def set_alignment(self, alignment):
+        _check(C.gguf_writer_set_alignment(self._handle(), int(alignment)), "set_alignment")
+
+    def copy_keys(self, gguf):
+        """Copies every key of an open GGUF (except general.alignment)."""
+        _check(C.gguf_writer_copy_keys(self._handle(), gguf._handle()), "copy_keys")
+
     def write(self, path):
         _check(C.gguf_writer_write_file(self._handle(), _cstr(os.fspath(path), "write")),
                "gguf_write")
+
+    def to_bytes(self):
+        p, n = _P(), _S()
+        _check(C.gguf_writer_write_memory(self._handle(), ctypes.byref(p), ctypes.byref(n)),
+               "gguf_write_memory")
+        try:
+            return ctypes.string_at(p, n.value)
+        finally:
+            C.free(p)
