@@ -370,13 +370,17 @@ def test_generate_smollm2():
         return
     sys.path.insert(0, os.path.join(SRCDIR, "examples", "python"))
     import generate
-    model = generate.Llama(MODEL, 2, 64)
-    try:
-        ids, got, text = generate.generate(model, "The capital of France is", 4, out=None)
-    finally:
-        model.close()
-    assert ids == [504, 3575, 282, 4649, 314], "tokenizer: %s" % ids
-    assert "Paris" in text, "generated %r (%s)" % (text, got)
+    results = []
+    for use_cache in (False, True):  # primitive-op attention, then the helper + KV cache
+        model = generate.Llama(MODEL, 2, 64, use_cache)
+        try:
+            ids, got, text = generate.generate(model, "The capital of France is", 4, out=None)
+        finally:
+            model.close()
+        assert ids == [504, 3575, 282, 4649, 314], "tokenizer: %s" % ids
+        assert "Paris" in text, "generated %r (%s), cache=%s" % (text, got, use_cache)
+        results.append(got)
+    assert results[0] == results[1], "cache and no-cache paths differ: %s" % results
 
 
 def _all_tests():

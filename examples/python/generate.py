@@ -8,7 +8,9 @@ ops: the proof that the API is enough to write a model outside C.
 The tokenizer is a minimal GPT-2 byte-level BPE read from the file's
 metadata (tokenizer.ggml.tokens / merges) through the binding's GGUF
 inspection; the forward pass is get_rows, rms_norm, mul_mat, rope, the
-attention helper with a KV cache, swiglu and argmax.
+attention helper with a KV cache, swiglu and argmax. With --no-cache the
+attention is built from primitive ops instead (permute, mul_mat, masked
+softmax, cont) and every step recomputes the whole sequence.
 """
 import argparse
 import os
@@ -97,7 +99,7 @@ class Tokenizer:
 
 
 class Llama:
-    def __init__(self, path, n_threads, n_ctx):
+    def __init__(self, path, n_threads, n_ctx, use_cache=True):
         with tsr.GGUF(path) as g:
             arch = g["general.architecture"]
             self.n_layers = g["%s.block_count" % arch]
@@ -114,14 +116,37 @@ class Llama:
         names = set(self.be.weight_names())
         self.w = self.be.weight
         self.out_name = "output.weight" if "output.weight" in names else "token_embd.weight"
-        self.cache = self.be.kv_cache(self.n_layers, n_ctx, self.n_head_kv, self.head_dim)
+        self.cache = None
+        if use_cache:
+            self.cache = self.be.kv_cache(self.n_layers, n_ctx, self.n_head_kv, self.head_dim)
+        self.history = []  # tokens so far, for the no-cache path
+
+    def attention_primitive(self, ctx, q, k, v, mask):
+        """softmax(K.Q / sqrt(d) + mask) V from primitive ops: q [hd, n_head, n],
+        k/v [hd, n_head_kv, n] -> [hd * n_head, n]."""
+        q = ctx.permute(q, 0, 2, 1, 3)                 # [hd, n, n_head]
+        k = ctx.permute(k, 0, 2, 1, 3)                 # [hd, n_kv, n_head_kv]
+        kq = ctx.mul_mat(k, q)                         # [n_kv, n, n_head]; heads share kv heads
+        kq = ctx.softmax(kq, mask, 1.0 / np.sqrt(self.head_dim))
+        vt = ctx.cont(ctx.permute(v, 1, 2, 0, 3))      # [n_kv, hd, n_head_kv]
+        kqv = ctx.mul_mat(vt, kq)                      # [hd, n, n_head]
+        out = ctx.cont(ctx.permute(kqv, 0, 2, 1, 3))   # [hd, n_head, n]
+        n = q.ne[1]
+        return ctx.reshape(out, (n, self.head_dim * self.n_head))
 
     def forward(self, tokens, p0):
         """Runs tokens at positions p0.. and returns the id of the most likely next token."""
+        if self.cache is None:  # recompute the whole sequence
+            self.history = self.history[:p0] + list(tokens)
+            tokens, p0 = self.history, 0
         n = len(tokens)
         w = self.w
         with self.be.context() as ctx:
-            self.cache.begin(ctx, np.arange(p0, p0 + n, dtype=np.int32))
+            if self.cache is not None:
+                self.cache.begin(ctx, np.arange(p0, p0 + n, dtype=np.int32))
+            else:
+                causal = np.triu(np.full((n, n), -np.inf, np.float32), 1)
+                mask = ctx.input(causal)
             pos = ctx.input(np.arange(p0, p0 + n, dtype=np.int32))
             x = ctx.get_rows(w("token_embd.weight"), ctx.input(np.array(tokens, np.int32)))
             hd = self.head_dim
@@ -134,7 +159,10 @@ class Llama:
                 v = ctx.reshape(ctx.mul_mat(W("attn_v"), h), (n, self.n_head_kv, hd))
                 q = ctx.rope(q, pos, self.n_rot, tsr.ROPE_NORMAL, self.rope_base)
                 k = ctx.rope(k, pos, self.n_rot, tsr.ROPE_NORMAL, self.rope_base)
-                a = ctx.attention(self.cache, il, q, k, v, 1.0 / np.sqrt(hd))
+                if self.cache is not None:
+                    a = ctx.attention(self.cache, il, q, k, v, 1.0 / np.sqrt(hd))
+                else:
+                    a = self.attention_primitive(ctx, q, k, v, mask)
                 x = ctx.add(x, ctx.mul_mat(W("attn_output"), a))
                 h = ctx.mul(ctx.rms_norm(x, self.eps), W("ffn_norm"))
                 ff = ctx.swiglu(ctx.mul_mat(W("ffn_gate"), h), ctx.mul_mat(W("ffn_up"), h))
@@ -146,7 +174,8 @@ class Llama:
             return int(best.numpy().reshape(-1)[0])
 
     def close(self):
-        self.cache.close()
+        if self.cache is not None:
+            self.cache.close()
         self.be.close()
 
 
@@ -181,9 +210,11 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("-c", "--ctx-size", type=int, default=512)
     ap.add_argument("--chat", action="store_true")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="attention from primitive ops, recomputing the sequence each step")
     args = ap.parse_args()
     try:
-        model = Llama(args.model, args.threads, args.ctx_size)
+        model = Llama(args.model, args.threads, args.ctx_size, not args.no_cache)
         try:
             generate(model, args.prompt, args.n_predict, args.chat)
         finally:

@@ -695,10 +695,13 @@ class Tensor:
 
     def write(self, array):
         """Copies a numpy array in (same number of elements; converted to the
-        tensor's type when numpy can hold it)."""
+        tensor's type, quantizing if needed), or `bytes` as they are."""
         h = self._handle()
         t = C.tensor_type(h)
-        if t in _NP_OF_TYPE:
+        if isinstance(array, (bytes, bytearray, memoryview)):
+            x = np.frombuffer(bytes(array), np.uint8)
+            data = x.ctypes.data
+        elif t in _NP_OF_TYPE:
             x = np.ascontiguousarray(array, dtype=_NP_OF_TYPE[t])
             data = x.ctypes.data
         else:
@@ -1459,8 +1462,9 @@ class GGUF:
                                   C.gguf_tensor_offset(h, i), C.gguf_tensor_size(h, i)))
         return out
 
-    def read_tensor(self, name):
-        """A tensor's data as numpy (quantized types dequantized to float32)."""
+    def read_tensor(self, name, raw=False):
+        """A tensor's data as numpy (quantized types dequantized to float32),
+        or its bytes as stored when raw is true."""
         h = self._handle()
         i = C.gguf_find_tensor(h, _cstr(name, "read_tensor"))
         if i < 0:
@@ -1468,11 +1472,13 @@ class GGUF:
         t, size = C.gguf_tensor_type(h, i), C.gguf_tensor_size(h, i)
         nd = C.gguf_tensor_n_dims(h, i)
         shape = tuple(reversed([C.gguf_tensor_ne(h, i, d) for d in range(nd)]))
-        raw = ctypes.create_string_buffer(max(size, 1))
-        _check(C.gguf_read_tensor(h, i, raw, size), "read_tensor")
+        buf = ctypes.create_string_buffer(max(size, 1))
+        _check(C.gguf_read_tensor(h, i, buf, size), "read_tensor")
+        if raw:
+            return buf.raw[:size]
         if t in _NP_OF_TYPE:
-            return np.frombuffer(raw.raw[:size], _NP_OF_TYPE[t]).reshape(shape).copy()
-        return dequantize(raw.raw[:size], t, int(np.prod(shape))).reshape(shape)
+            return np.frombuffer(buf.raw[:size], _NP_OF_TYPE[t]).reshape(shape).copy()
+        return dequantize(buf.raw[:size], t, int(np.prod(shape))).reshape(shape)
 
 
 class GGUFWriter:
