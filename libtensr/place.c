@@ -132,13 +132,22 @@ static tsr_status tsr_add_weight_buffer(tsr_backend *b, tsr_buffer *buf) {
     return TSR_OK;
 }
 
-/* Every unplaced weight goes to the CPU in one buffer. */
+/* Every unplaced weight goes to the CPU in one buffer. With plan_only the
+ * plan (per-device bytes, each weight's device_id) is made and nothing is
+ * allocated: the loader relies on this to find the CPU-resident weights it
+ * can map. */
 tsr_status tsr__place_weights(tsr_backend *b, const tsr_load_params *p) {
-    (void)p;
     size_t cpu = tsr__backend_cpu_index(b), total = 0;
     for (size_t i = 0; i < b->weights.n; i++)
         if (!b->weights.tensors[i]->buffer)
             total += tsr__pad(tsr_tensor_nbytes(b->weights.tensors[i]), TSR_ALIGN);
+    if (p && p->plan_only) {
+        for (size_t i = 0; i < b->weights.n; i++)
+            if (!b->weights.tensors[i]->buffer)
+                b->weights.tensors[i]->device_id = (int)cpu;
+        b->plan_weights[cpu] += total;
+        return TSR_OK;
+    }
     if (total == 0)
         return TSR_OK;
     tsr_buffer *buf = NULL;
