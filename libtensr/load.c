@@ -383,7 +383,7 @@ static tsr_status build_chunks(const load_item *items, size_t n, load_chunk **ou
 /* ------------------------------------------------------------------------ */
 
 static tsr_status open_worker_fd(load_state *st, load_worker *w) {
-    w->fd = open(st->path, O_RDONLY | O_CLOEXEC);
+    w->fd = open(st->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (w->fd < 0)
         return tsr__error(TSR_E_IO, "%s: cannot open: %s", st->path, strerror(errno));
     struct stat sb;
@@ -765,13 +765,17 @@ tsr_status tsr_backend_load_gguf(tsr_backend *b, const char *path, const tsr_loa
     tsr__load_params_read(p, &prm);
     if (prm.n_io_threads < 0)
         return tsr__error(TSR_E_INVALID, "tsr_backend_load_gguf: n_io_threads must be >= 0, got %d", prm.n_io_threads);
-    /* this descriptor pins the file: the I/O threads check they open the same one */
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* This descriptor pins the file: the I/O threads check they open the
+     * same one. O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return tsr__error(TSR_E_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
+    if (fstat(fd, &sb) != 0)
         s = tsr__error(TSR_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        s = tsr__error(TSR_E_IO, "%s: not a regular file", path);
+    if (s != TSR_OK) {
         close(fd);
         return s;
     }
