@@ -674,6 +674,24 @@ static int pick_threads(int asked, size_t n_chunks) {
     return n;
 }
 
+/* Asks for transparent huge pages on the fresh host buffers the threads
+ * are about to fill: first-touch page faults (and their page clearing) are
+ * otherwise a large part of a load from the page cache. Advisory only. */
+static void advise_buffers(const tsr_backend *b) {
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < b->weights.n_buffers && page > 0; i++) {
+        const tsr_buffer *buf = b->weights.buffers[i];
+        if (buf->buft == &map_buft || !buffer_is_direct(buf) || buf->size < ((size_t)4 << 20))
+            continue;
+        uintptr_t lo = ((uintptr_t)buf->base + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+        uintptr_t hi = ((uintptr_t)buf->base + buf->size) & ~((uintptr_t)page - 1);
+#ifdef MADV_HUGEPAGE
+        if (hi > lo)
+            madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#endif
+    }
+}
+
 /* Reads every item with the I/O threads; progress brackets the reads with
  * (0, total) before any thread starts and (total, total) after. */
 static tsr_status read_items(const char *path, const struct stat *sb, const load_item *items, size_t n_items,
@@ -734,6 +752,7 @@ static tsr_status load_weights(tsr_backend *b, const tsr_gguf *g, const char *pa
     size_t n_items = 0;
     uint64_t total = 0;
     int n_threads = 0;
+    advise_buffers(b);
     s = collect_items(b, g, path, &items, &n_items, &total);
     if (s == TSR_OK)
         s = read_items(path, sb, items, n_items, total, prm, &n_threads);
