@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 enum op {
@@ -557,6 +558,26 @@ static int compare(const test_case *c, const double *got, const ref_out *r, doub
     return nmse > c->max_nmse;
 }
 
+/* With -d: the CPU backend, which runs each case too, as a second reference. */
+static tsr_backend *cpu_backend;
+
+/* The case's output computed on the CPU (same seed: same inputs); NULL on failure. */
+static double *cpu_output(const test_case *c, uint64_t seed, int64_t n) {
+    rs = seed * 0x9E3779B97F4A7C15ull + 12345;
+    tsr_context *ctx = tsr_context_new(cpu_backend);
+    source s[4] = {{0}};
+    int ok = ctx != NULL;
+    for (int i = 0; ok && i < c->n_src; i++) {
+        const int target = (c->op == OP_SET_ROWS && i == 0) || (c->op == OP_CPY && i == 1);
+        ok = target ? make_target(ctx, &c->src[i], &s[i]) : make_source(ctx, &c->src[i], &s[i]);
+    }
+    tsr_tensor *out = ok ? build(ctx, c, s) : NULL;
+    double *v = out && tsr_compute(ctx, &out, 1) == TSR_OK ? read_output(out, n) : NULL;
+    for (int i = 0; i < 4; i++) free(s[i].v);
+    tsr_context_close(ctx);
+    return v;
+}
+
 static int run_case(tsr_backend *b, const test_case *c, uint64_t seed, int verbose, int *supported) {
     char label[512];
     case_label(c, label, sizeof label);
@@ -595,6 +616,14 @@ static int run_case(tsr_backend *b, const test_case *c, uint64_t seed, int verbo
     double nmse = 0;
     result = !got || compare(c, got, &r, &nmse);
     if (nmse > worst_nmse[c->op]) worst_nmse[c->op] = nmse;
+    if (got && cpu_backend && !result) { /* the device against the CPU */
+        ref_out cr = r;
+        cr.v = cpu_output(c, seed, nel(r.ne));
+        double nmse_cpu = 0;
+        result = !cr.v || compare(c, got, &cr, &nmse_cpu);
+        if (result) fprintf(stderr, "  differs from the CPU: NMSE %.3g\n", nmse_cpu);
+        free(cr.v);
+    }
     if (result || verbose)
         fprintf(result ? stderr : stdout, "%s %s: NMSE %.3g (max %.1g)%s\n", result ? "FAIL" : "ok  ", label, nmse,
                 c->max_nmse, shape_ok ? "" : " wrong output shape");
@@ -991,8 +1020,10 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "perf") == 0) return mode_perf(device, threads);
     tsr_backend *b = make_backend(device, threads);
     if (!b) return 1;
+    if (device && strcasecmp(device, "CPU") != 0 && !(cpu_backend = make_backend("CPU", threads))) return 1;
     printf("device %s, %d cases\n", device ? device : "CPU", n_cases);
     const int r = strcmp(mode, "list") == 0 ? mode_list(b) : mode_test(b, verbose);
     tsr_backend_free(b);
+    tsr_backend_free(cpu_backend);
     return r;
 }
