@@ -941,7 +941,7 @@ static void perf_mul_mat(tsr_backend *b, tsr_type w, int64_t k, int64_t m, int64
     if (t > 0)
         printf("| mul_mat | %-5s | %d | k=%lld m=%lld n=%lld | %8.2f | %8.2f | %7.2f GB/s | %.3f ms |\n",
                tsr_type_name(w), n_threads, (long long)k, (long long)m, (long long)n, 2.0 * k * m * n / t * 1e-9,
-               2.0 * k * m * n / tc * 1e-9 / n_threads, tsr_row_size(w, k) * (double)m / t * 1e-9, t * 1e3);
+               2.0 * k * m * n / tc * 1e-9, tsr_row_size(w, k) * (double)m / t * 1e-9, t * 1e3);
     free(a.v);
     free(x.v);
     tsr_context_close(ctx);
@@ -961,7 +961,7 @@ static void perf_op(tsr_backend *b, const test_case *c, int n_threads) {
     if (t > 0)
         printf("| %-8s | %-5s | %d | %lld elements | %7.2f GB/s | %7.2f GB/s | | %.3f ms |\n", op_names[c->op],
                tsr_type_name(c->type), n_threads, (long long)nel(c->src[0].ne), bytes / t * 1e-9,
-               bytes / tc * 1e-9 / n_threads, t * 1e3);
+               bytes / tc * 1e-9, t * 1e3);
     for (int i = 0; i < 4; i++) free(s[i].v);
     tsr_context_close(ctx);
 }
@@ -972,7 +972,7 @@ static int mode_perf(const char *device, int max_threads) {
     for (int nt = 1; nt <= max_threads; nt++) {
         tsr_backend *b = make_backend(device, nt);
         if (!b) return 1;
-        printf("\n| op | type | threads | shape | GFLOP/s (wall) | GFLOP/s per CPU-s x threads | weights GB/s | best wall time |\n"
+        printf("\n| op | type | threads | shape | GFLOP/s (wall) | GFLOP/s (CPU time / threads) | weights GB/s | best wall time |\n"
                "|---|---|---|---|---|---|---|---|\n");
         for (size_t t = 0; t < N_OF(types) && (!only_op || !strcmp(only_op, "mul_mat")); t++) {
             perf_mul_mat(b, types[t], 4096, 4096, 1, nt);
