@@ -284,6 +284,11 @@ void tsr__cpu_op_concat(const tsr_compute_params *p, tsr_tensor *dst) {
             continue;
         }
         const char *xa = at(a, 0, i[1], i[2], i[3]), *xb = at(b, 0, i[1], i[2], i[3]);
+        if (a->nb[0] == es && b->nb[0] == es) { /* contiguous rows: two block copies */
+            memcpy(d, xa, (size_t)a->ne[0] * es);
+            memcpy(d + a->ne[0] * (int64_t)es, xb, (size_t)b->ne[0] * es);
+            continue;
+        }
         for (int64_t k = 0; k < a->ne[0]; k++) memcpy(d + k * es, xa + k * (int64_t)a->nb[0], es);
         for (int64_t k = 0; k < b->ne[0]; k++) memcpy(d + (a->ne[0] + k) * es, xb + k * (int64_t)b->nb[0], es);
     }

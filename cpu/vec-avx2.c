@@ -7,6 +7,7 @@
 #include "simd.h"
 
 #include <math.h>
+#include <stddef.h>
 
 static void dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = vx, *y = vy;
@@ -331,23 +332,40 @@ static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, siz
     for (int c = 0; c < 4; c++) s[c] += summs[c];
 }
 
-static void dot4_q4_K(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
-    const tsr_block_q4_K *x = vx;
-    const __m256i m4 = _mm256_set1_epi8(0xF);
+/* The 8 groups of 32 unsigned 4/5-bit values of a Q4_K/Q5_K block (qh NULL for Q4_K). */
+static inline void unpack_k4_quants(const uint8_t *qs, const uint8_t *qh, __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    const __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+        q[2 * j] = _mm256_and_si256(bits, m4);
+        q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        if (qh) {
+            const __m128i sh0 = _mm_cvtsi32_si128(2 * j), sh1 = _mm_cvtsi32_si128(2 * j + 1);
+            q[2 * j] = _mm256_or_si256(q[2 * j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh0), one), 4));
+            q[2 * j + 1] =
+                _mm256_or_si256(q[2 * j + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh1), one), 4));
+        }
+    }
+}
+
+/* Q4_K/Q5_K weight row x four Q8_K rows; the row is unpacked once per block. */
+static inline void dot4_k4(int64_t nb, float s[4], const uint8_t *x0, size_t xbytes, size_t qs_off, ptrdiff_t qh_off,
+                           const void *vy, size_t ystride) {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     float accm[4] = {0, 0, 0, 0};
-    for (int64_t i = 0; i < n / TSR_QK_K; i++) {
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = x0 + (size_t)i * xbytes; /* d, dmin, scales[12] lead both layouts */
         uint8_t sm[16];
-        unpack_k4_scales(x[i].scales, sm);
+        unpack_k4_scales(blk + 4, sm);
         const __m128i sc = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm));
         __m256i q[8], scv[8];
-        for (int j = 0; j < 4; j++) { /* unpacked once, used for the four columns */
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-            q[2 * j] = _mm256_and_si256(bits, m4);
-            q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-        }
+        unpack_k4_quants(blk + qs_off, qh_off >= 0 ? blk + qh_off : NULL, q);
         for (int g = 0; g < 8; g++) scv[g] = bcast16(sc, g);
-        const float dx = TSR_FP16_TO_FP32(x[i].d), mx = TSR_FP16_TO_FP32(x[i].dmin);
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const float dx = TSR_FP16_TO_FP32(hd), mx = TSR_FP16_TO_FP32(hm);
         for (int c = 0; c < 4; c++) {
             const tsr_block_q8_K *y = YROW(tsr_block_q8_K, c) + i;
             __m256i sumi = _mm256_setzero_si256();
@@ -361,6 +379,15 @@ static void dot4_q4_K(int64_t n, float s[4], const void *vx, const void *vy, siz
     }
     store4(s, acc);
     for (int c = 0; c < 4; c++) s[c] -= accm[c];
+}
+
+static void dot4_q4_K(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    dot4_k4(n / TSR_QK_K, s, vx, sizeof(tsr_block_q4_K), offsetof(tsr_block_q4_K, qs), -1, vy, ystride);
+}
+
+static void dot4_q5_K(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    dot4_k4(n / TSR_QK_K, s, vx, sizeof(tsr_block_q5_K), offsetof(tsr_block_q5_K, qs),
+            (ptrdiff_t)offsetof(tsr_block_q5_K, qh), vy, ystride);
 }
 
 static void dot4_q6_K(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
@@ -548,6 +575,7 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
     k->vec_dot4[TSR_TYPE_Q4_K] = dot4_q4_K;
+    k->vec_dot4[TSR_TYPE_Q5_K] = dot4_q5_K;
     k->vec_dot4[TSR_TYPE_Q6_K] = dot4_q6_K;
     k->from_float[TSR_TYPE_Q8_0] = quantize_q8_0;
     k->from_float[TSR_TYPE_Q8_1] = quantize_q8_1;
