@@ -99,7 +99,7 @@ class Tokenizer:
 
 
 class Llama:
-    def __init__(self, path, n_threads, n_ctx, use_cache=True):
+    def __init__(self, path, n_threads, n_ctx, use_cache=True, kv_type="f16"):
         with tsr.GGUF(path) as g:
             arch = g["general.architecture"]
             self.n_layers = g["%s.block_count" % arch]
@@ -118,7 +118,7 @@ class Llama:
         self.out_name = "output.weight" if "output.weight" in names else "token_embd.weight"
         self.cache = None
         if use_cache:
-            self.cache = self.be.kv_cache(self.n_layers, n_ctx, self.n_head_kv, self.head_dim)
+            self.cache = self.be.kv_cache(self.n_layers, n_ctx, self.n_head_kv, self.head_dim, type_k=kv_type)
         self.history = []  # tokens so far, for the no-cache path
 
     def attention_primitive(self, ctx, q, k, v, mask):
@@ -210,11 +210,12 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("-c", "--ctx-size", type=int, default=512)
     ap.add_argument("--chat", action="store_true")
+    ap.add_argument("--kv-type", default="f16", help="KV cache type: f16 (default), f32, q8_0")
     ap.add_argument("--no-cache", action="store_true",
                     help="attention from primitive ops, recomputing the sequence each step")
     args = ap.parse_args()
     try:
-        model = Llama(args.model, args.threads, args.ctx_size, not args.no_cache)
+        model = Llama(args.model, args.threads, args.ctx_size, not args.no_cache, args.kv_type)
         try:
             generate(model, args.prompt, args.n_predict, args.chat)
         finally:
