@@ -503,7 +503,8 @@ static tsr_status tsr_place_run(tsr_placement *pl) {
             return st;
         tsr_commit(pl);
     }
-    memcpy(b->weights.copies + b->weights.n_copies, pl->copies, pl->n_copies * sizeof *pl->copies);
+    if (pl->n_copies)
+        memcpy(b->weights.copies + b->weights.n_copies, pl->copies, pl->n_copies * sizeof *pl->copies);
     b->weights.n_copies += pl->n_copies;
     return TSR_OK;
 }
