@@ -515,6 +515,10 @@ TSR_API int64_t tsr_kv_cache_used(const tsr_kv_cache *c);
 TSR_API int64_t tsr_kv_cache_n_ctx(const tsr_kv_cache *c);
 /* The mask input built by the last begin (NULL before). */
 TSR_API tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c);
+/* Builds the inputs of a worst-case batch of n_tokens over the whole cache
+ * (every cell read) for sizing compute buffers with tsr_reserve or
+ * tsr_measure; the cells are not touched. Do not tsr_compute such a graph. */
+TSR_API tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens);
 
 /* Attention over the cache for layer il: q [head_dim_k, n_head, n_tokens],
  * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]

@@ -93,7 +93,8 @@ bool tsr__cpu_supports_op(const tsr_tensor *op) {
                            (op->src[2]->type == TSR_TYPE_F32 || op->src[2]->type == TSR_TYPE_F16 ||
                             op->src[2]->type == TSR_TYPE_Q8_0);
         return a->type == TSR_TYPE_F32 && kv_ok && (!m || m->type == TSR_TYPE_F32 || m->type == TSR_TYPE_F16) &&
-               b->nb[0] == tsr_type_block_bytes(b->type) && op->src[2]->nb[0] == tsr_type_block_bytes(op->src[2]->type);
+               (b->nb[0] == 0 || b->nb[0] == tsr_type_block_bytes(b->type)) &&
+               (op->src[2]->nb[0] == 0 || op->src[2]->nb[0] == tsr_type_block_bytes(op->src[2]->type)); /* 0: a type-only probe */
     }
     default: return false;
     }

@@ -7,6 +7,10 @@
 #ifndef TSR_CPU_H
 #define TSR_CPU_H
 
+#ifdef HAVE_CONFIG_H
+#include "config.h" /* TSR_HAVE_AVX2_BUILD / TSR_HAVE_AVX512_BUILD */
+#endif
+
 #include "backend.h"
 #include "quants.h"
 
@@ -35,6 +39,13 @@ typedef struct tsr_cpu_kernels {
     tsr_vec_dot_fn vec_dot[TSR_TYPE_COUNT];     /* NULL: matmul not supported for the type */
     tsr_from_float_fn from_float[TSR_TYPE_COUNT]; /* fast quantize (activations, cache writes) */
     tsr_to_float_fn to_float[TSR_TYPE_COUNT];   /* fast dequantize */
+    /* Four dot products of one weight row with four activation rows y,
+     * y + ystride, ...: the row is unpacked once (batched matmul). May be NULL. */
+    void (*vec_dot4[TSR_TYPE_COUNT])(int64_t n, float s[4], const void *x, const void *y, size_t ystride);
+    /* y[i] = exp(y[i] - max) in place; returns the sum (softmax). */
+    double (*exp_sum)(int64_t n, float *y, float max);
+    /* y = silu(x) * g (g may be NULL: plain silu). */
+    void (*silu_mul)(int64_t n, float *y, const float *x, const float *g);
 } tsr_cpu_kernels;
 
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);

@@ -108,6 +108,10 @@ void tsr__cpu_op_unary(const tsr_compute_params *p, tsr_tensor *dst) {
         row_coords(dst, r, &i1, &i2, &i3);
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const char *pa = at(a, 0, i1, i2, i3);
+        if (dst->op == TSR_OP_SILU && a->type == TSR_TYPE_F32 && a->nb[0] == 4) {
+            p->k->silu_mul(dst->ne[0], d, (const float *)pa, NULL);
+            continue;
+        }
         for (int64_t i = 0; i < dst->ne[0]; i++) {
             const float x = tsr__cpu_load_f(a->type, pa + i * (int64_t)a->nb[0]);
             d[i] = dst->op == TSR_OP_SILU ? silu(x) : gelu(x);
@@ -124,6 +128,11 @@ void tsr__cpu_op_glu(const tsr_compute_params *p, tsr_tensor *dst) {
         row_coords(dst, r, &i1, &i2, &i3);
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const char *pa = at(a, 0, i1, i2, i3), *pb = at(b, 0, i1, i2, i3);
+        if (dst->op == TSR_OP_SWIGLU && a->type == TSR_TYPE_F32 && b->type == TSR_TYPE_F32 && a->nb[0] == 4 &&
+            b->nb[0] == 4) {
+            p->k->silu_mul(dst->ne[0], d, (const float *)pa, (const float *)pb);
+            continue;
+        }
         for (int64_t i = 0; i < dst->ne[0]; i++) {
             const float x = tsr__cpu_load_f(a->type, pa + i * (int64_t)a->nb[0]);
             const float y = tsr__cpu_load_f(b->type, pb + i * (int64_t)b->nb[0]);
@@ -247,11 +256,7 @@ void tsr__cpu_op_softmax(const tsr_compute_params *p, tsr_tensor *dst) {
             memset(d, 0, (size_t)ne0 * sizeof *d);
             continue;
         }
-        double sum = 0;
-        for (int64_t i = 0; i < ne0; i++) {
-            d[i] = expf(d[i] - max);
-            sum += d[i];
-        }
+        const double sum = p->k->exp_sum(ne0, d, max);
         const float inv = (float)(1.0 / sum);
         for (int64_t i = 0; i < ne0; i++) d[i] *= inv;
     }
@@ -383,6 +388,13 @@ static void copy_rows_float(const tsr_compute_params *p, const tsr_tensor *src, 
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         row_coords(dst, r, &i1, &i2, &i3);
+        if (src->ne[0] == dst->ne[0]) { /* rows correspond one to one */
+            int64_t j1, j2, j3;
+            row_coords(src, r, &j1, &j2, &j3);
+            row_to_float(p->k, src, at(src, 0, j1, j2, j3), out);
+            float_to_row(p->k, dst, out, at(dst, 0, i1, i2, i3), dst->ne[0]);
+            continue;
+        }
         for (int64_t i = 0; i < dst->ne[0]; i++) {
             const int64_t flat = r * dst->ne[0] + i;
             const int64_t sr = flat / src->ne[0], s0 = flat % src->ne[0];

@@ -10,10 +10,12 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define SPIN_ITERS 20000
+#define SPIN_ITERS 2000
+#define YIELD_ITERS 8
 
 struct tsr_threadpool {
     int n_threads;
@@ -46,6 +48,11 @@ static void wait_change(tsr_threadpool *tp, atomic_uint *addr, unsigned val) {
     for (int i = 0; i < SPIN_ITERS; i++) {
         if (atomic_load_explicit(addr, memory_order_acquire) != val) return;
         cpu_relax();
+    }
+    /* more threads than free cores: let the thread we wait for run */
+    for (int i = 0; i < YIELD_ITERS; i++) {
+        if (atomic_load_explicit(addr, memory_order_acquire) != val) return;
+        sched_yield();
     }
     atomic_fetch_add(&tp->sleepers, 1);
     while (atomic_load_explicit(addr, memory_order_acquire) == val) futex_wait(addr, val);

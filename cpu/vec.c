@@ -5,6 +5,7 @@
  */
 #include "cpu.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +175,16 @@ static void dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
     *s = sum;
 }
 
+static double exp_sum_ref(int64_t n, float *y, float max) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (y[i] = expf(y[i] - max));
+    return sum;
+}
+
+static void silu_mul_ref(int64_t n, float *y, const float *x, const float *g) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * (g ? g[i] : 1.0f);
+}
+
 static void f16_from_float_ref(const float *x, void *y, int64_t n) {
     uint16_t *h = y;
     for (int64_t i = 0; i < n; i++) h[i] = tsr__fp32_to_fp16(x[i]);
@@ -192,6 +203,8 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
             k->from_float[t] = tt->from_float;
         }
     }
+    k->exp_sum = exp_sum_ref;
+    k->silu_mul = silu_mul_ref;
     k->from_float[TSR_TYPE_F16] = f16_from_float_ref;
     k->from_float[TSR_TYPE_F32] = f32_from_float;
     k->vec_dot[TSR_TYPE_F32] = dot_f32;

@@ -199,7 +199,7 @@ static void tsr_use(tsr_galloc *ga, tsr_tensor *t, int i, int dev) {
         ga->last[id] = i;
 }
 
-static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g) {
+static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g, const tsr_galloc_extra *extras, size_t n_extras) {
     ga->n = 0;
     for (size_t i = 0; i < g->n_leafs; i++)
         g->leafs[i]->sched_scratch[1] = -1;
@@ -214,11 +214,17 @@ static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g) {
     for (size_t i = 0; i < g->n_nodes && s == TSR_OK; i++)
         if (tsr_needs_memory(g->nodes[i]))
             s = tsr_add_root(ga, g->nodes[i]);
+    for (size_t i = 0; i < n_extras && s == TSR_OK; i++) {
+        extras[i].t->sched_scratch[1] = -1;
+        if (tsr_tensor_nbytes(extras[i].t) > 0 && (s = tsr_add_root(ga, extras[i].t)) == TSR_OK)
+            ga->dev[extras[i].t->sched_scratch[1]] = extras[i].dev;
+    }
     return s;
 }
 
-tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *const *outs, size_t n_outs, size_t *peak) {
-    tsr_status s = tsr_collect(ga, g);
+tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *const *outs, size_t n_outs,
+                            const tsr_galloc_extra *extras, size_t n_extras, size_t *peak) {
+    tsr_status s = tsr_collect(ga, g, extras, n_extras);
     if (s != TSR_OK || (s = tsr_reserve_nodes(ga, g->n_nodes)) != TSR_OK)
         return s;
     int n_nodes = (int)g->n_nodes;
@@ -227,6 +233,11 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
         tsr_use(ga, node, i, node->device_id);
         for (int j = 0; j < TSR_MAX_SRC; j++)
             tsr_use(ga, node->src[j], i, node->device_id);
+    }
+    /* a copy is written before its split's first node; its source must live until then */
+    for (size_t e = 0; e < n_extras; e++) {
+        tsr_use(ga, extras[e].t, extras[e].first, extras[e].dev);
+        tsr_use(ga, extras[e].src_root, extras[e].first, extras[e].dev);
     }
     for (size_t o = 0; o < n_outs; o++) {
         int id = tsr__view_root(outs[o])->sched_scratch[1];

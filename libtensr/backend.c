@@ -81,7 +81,9 @@ static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) 
     b->plan_weights = tsr__calloc(b->n_devices, sizeof(size_t));
     b->plan_kv = tsr__calloc(b->n_devices, sizeof(size_t));
     b->plan_compute = tsr__calloc(b->n_devices, sizeof(size_t));
-    if (!b->streams || !b->plan_weights || !b->plan_kv || !b->plan_compute)
+    b->live = tsr__calloc(b->n_devices, sizeof(size_t));
+    b->live_weights = tsr__calloc(b->n_devices, sizeof(size_t));
+    if (!b->streams || !b->plan_weights || !b->plan_kv || !b->plan_compute || !b->live || !b->live_weights)
         return tsr__error(TSR_E_NOMEM, "tsr_backend_new: out of host memory");
     for (size_t i = 0; i < b->n_devices; i++) {
         tsr_device *d = b->devices[i];
@@ -149,6 +151,8 @@ void tsr_backend_free(tsr_backend *b) {
     tsr__free(b->plan_weights);
     tsr__free(b->plan_kv);
     tsr__free(b->plan_compute);
+    tsr__free(b->live);
+    tsr__free(b->live_weights);
     tsr__free(b->layer_buft);
     tsr__free(b);
 }
@@ -177,13 +181,17 @@ void tsr_backend_log_plan(const tsr_backend *b) {
     if (!b)
         return;
     for (size_t i = 0; i < b->n_devices; i++) {
-        char w[32], k[32], c[32], f[32], t[32];
+        char w[32], k[32], c[32], p[32], f[32], t[32];
         size_t fr = 0, tot = 0;
         tsr_device_memory(b->devices[i], &fr, &tot);
-        tsr__log(TSR_LOG_INFO, "memory plan", 6, "device", b->devices[i]->name, "weights_mib",
+        double sum = (double)b->plan_weights[i] + (double)b->plan_kv[i] + (double)b->plan_compute[i];
+        /* available = free now + what this backend already holds there */
+        tsr__log(TSR_LOG_INFO, "memory plan", 7, "device", b->devices[i]->name, "weights_mib",
                  tsr__fmt(w, sizeof w, "%.2f", b->plan_weights[i] / 1048576.0), "kv_cache_mib",
                  tsr__fmt(k, sizeof k, "%.2f", b->plan_kv[i] / 1048576.0), "compute_mib",
-                 tsr__fmt(c, sizeof c, "%.2f", b->plan_compute[i] / 1048576.0), "free_mib",
-                 tsr__fmt(f, sizeof f, "%.2f", fr / 1048576.0), "total_mib", tsr__fmt(t, sizeof t, "%.2f", tot / 1048576.0));
+                 tsr__fmt(c, sizeof c, "%.2f", b->plan_compute[i] / 1048576.0), "plan_mib",
+                 tsr__fmt(p, sizeof p, "%.2f", sum / 1048576.0), "available_mib",
+                 tsr__fmt(f, sizeof f, "%.2f", ((double)fr + (double)b->live[i]) / 1048576.0), "total_mib",
+                 tsr__fmt(t, sizeof t, "%.2f", tot / 1048576.0));
     }
 }

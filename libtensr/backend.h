@@ -93,5 +93,9 @@ tsr_status tsr__buffer_get(tsr_buffer *buf, const void *src, void *host, size_t 
 /* Copies between any two buffers (through host memory when devices differ). */
 tsr_status tsr__buffer_copy(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src,
                             size_t size);
+/* Same, bouncing device-to-device copies through `staging` (host memory of
+ * staging_size bytes, in chunks) instead of allocating. */
+tsr_status tsr__buffer_copy_staged(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size,
+                                   void *staging, size_t staging_size);
 
 #endif /* TSR_BACKEND_H */

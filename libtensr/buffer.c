@@ -65,13 +65,10 @@ tsr_status tsr__buffer_copy(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf,
         return tsr__buffer_get(src_buf, src, dst, size);
     if (dst_buf->buft == src_buf->buft && dst_buf->buft->iface->copy)
         return dst_buf->buft->iface->copy(dst_buf, dst, src_buf, src, size);
-    if (dst_buf->buft->is_host && src_buf->buft->is_host && !dst_buf->buft->iface->set && !src_buf->buft->iface->get) {
-        memcpy(dst, src, size);
-        return TSR_OK;
-    }
-    if (src_buf->buft->is_host && !src_buf->buft->iface->get)
+    /* host-addressable memory is read or written in place by the other side */
+    if (src_buf->buft->is_host)
         return tsr__buffer_set(dst_buf, dst, src, size);
-    if (dst_buf->buft->is_host && !dst_buf->buft->iface->set)
+    if (dst_buf->buft->is_host)
         return tsr__buffer_get(src_buf, src, dst, size);
     /* device to another device: bounce through host memory */
     void *tmp = tsr__malloc(size);
@@ -82,4 +79,22 @@ tsr_status tsr__buffer_copy(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf,
         s = tsr__buffer_set(dst_buf, dst, tmp, size);
     tsr__free(tmp);
     return s;
+}
+
+tsr_status tsr__buffer_copy_staged(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size,
+                                   void *staging, size_t staging_size) {
+    bool bounce = size && src_buf && dst_buf && src_buf->buft != dst_buf->buft && !src_buf->buft->is_host &&
+                  !dst_buf->buft->is_host;
+    if (!bounce || !staging || staging_size == 0)
+        return tsr__buffer_copy(dst_buf, dst, src_buf, src, size);
+    for (size_t done = 0; done < size;) {
+        size_t n = size - done < staging_size ? size - done : staging_size;
+        tsr_status s = tsr__buffer_get(src_buf, (const char *)src + done, staging, n);
+        if (s == TSR_OK)
+            s = tsr__buffer_set(dst_buf, (char *)dst + done, staging, n);
+        if (s != TSR_OK)
+            return s;
+        done += n;
+    }
+    return TSR_OK;
 }

@@ -36,11 +36,24 @@ typedef struct tsr_galloc tsr_galloc;
 
 tsr_status tsr__galloc_new(size_t n_devices, tsr_galloc **out);
 void tsr__galloc_free(tsr_galloc *ga);
+/* A tensor the scheduler adds to a plan: a copy, on device `dev`, of the
+ * storage of `src_root` (another device's memory). It is allocated at node
+ * `first` (the start of the split that needs it; src_root is kept alive
+ * until then) and lives until its last reader (nodes read it through views
+ * the scheduler swaps in while planning and running). */
+typedef struct tsr_galloc_extra {
+    tsr_tensor *t;
+    tsr_tensor *src_root;
+    int dev;
+    int first;
+} tsr_galloc_extra;
+
 /* Plans the graph: for each tensor t needing memory, t->sched_scratch[1] gets
- * its offset-slot; returns the peak bytes per device in peak[]. `dev_of`
- * gives the device index that holds t (node->device_id). */
+ * its allocation id; returns the peak bytes per device in peak[]. A node's
+ * memory is on node->device_id; a tsr_empty leaf on its device_id (set by the
+ * scheduler), else where it is first used. */
 tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *const *outs, size_t n_outs,
-                            size_t *peak);
+                            const tsr_galloc_extra *extras, size_t n_extras, size_t *peak);
 /* After a plan: offset of t inside its device's compute buffer. */
 size_t tsr__galloc_offset(const tsr_galloc *ga, const tsr_tensor *t);
 /* Device index the plan put t on (-1 when t got no compute memory). */
@@ -55,9 +68,19 @@ void tsr__sched_free(tsr_sched *s);
 tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode, size_t *sizes);
 
 /* ---- backend -------------------------------------------------------------- */
+/* A per-device copy of a shared weight (rope_freqs and the like: not in a
+ * layer, read by every layer), so no layer reads across devices. */
+typedef struct tsr_weight_copy {
+    tsr_tensor *primary, *copy;
+    int dev;                   /* backend device index of the copy */
+} tsr_weight_copy;
+
 typedef struct tsr_weight_set {
     tsr_tensor **tensors;      /* weights (ctx NULL, FLAG_WEIGHT), in declaration order */
     size_t n, cap;
+    tsr_weight_copy *copies;   /* copies of shared weights (tensors owned here) */
+    size_t n_copies, cap_copies;
+    uint64_t synced_epoch;     /* tsr__weights_epoch() when the copies were last refreshed */
     tsr_buffer **buffers;      /* one per device at most (plus mmap/copies), freed with the backend */
     size_t n_buffers, cap_buffers;
 } tsr_weight_set;
@@ -77,7 +100,15 @@ struct tsr_backend {
     uint64_t generation;       /* incremented by every compute/reserve */
     uint32_t visit_mark;       /* graph traversal marks */
     size_t n_splits, n_copies; /* of the last compute */
-    size_t *plan_weights, *plan_kv, *plan_compute; /* per device, bytes */
+    /* Memory plan per device, in bytes (tsr_backend_memory_plan):
+     *  plan_weights: weights placed there (allocated, or planned by a plan_only placement);
+     *  plan_kv: KV cache (the KV cache adds its bytes when it plans/allocates, subtracts on free);
+     *  plan_compute: compute buffer (its allocated size, or the largest tsr_measure result).
+     * live: bytes this backend has allocated there (weights + KV + compute); a
+     * plan fits when plan_weights + plan_kv + plan_compute <= free + live
+     * (tsr__plan_check). Whoever allocates for the backend keeps live up to date. */
+    size_t *plan_weights, *plan_kv, *plan_compute;
+    size_t *live, *live_weights;
     size_t n_open_contexts;
     size_t n_open_caches;
 };
@@ -111,9 +142,53 @@ bool tsr__tensor_has_data(const tsr_tensor *t);
 tsr_buffer *tsr__tensor_buffer(const tsr_tensor *t);
 
 /* ---- placement (place.c) ------------------------------------------------- */
+/* Places every declared weight without memory: layers to devices
+ * (n_gpu_layers, tensor_split, main_gpu), input layer on the CPU, output
+ * layer with the last layer when all are offloaded, shared weights copied to
+ * every device holding layers, then the override list (first match wins).
+ * Plans the bytes per buffer type, records the plan (plan_weights), logs it,
+ * checks every device (tsr__plan_check) and only then allocates one buffer
+ * per buffer type; on any failure nothing stays allocated. With
+ * p->plan_only it stops after the check (weights get their planned device in
+ * device_id, so tsr_measure can size compute buffers) and allocates nothing.
+ * The GGUF loader declares the weights, calls this, then writes each
+ * weight's data (t->buffer/t->data) and calls tsr__weights_touch(). */
 tsr_status tsr__place_weights(tsr_backend *b, const tsr_load_params *p);
+/* Layer placement alone (also with no weights: the KV cache of a model
+ * without declared weights): b->n_layers becomes max(b->n_layers, n_layers)
+ * and b->layer_buft is (re)computed from p (NULL = defaults). */
+tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params *p);
+/* Checks plan_weights + plan_kv + plan_compute <= free + live on every
+ * device; TSR_E_DEVICE_NOMEM naming the device and the bytes missing. */
+tsr_status tsr__plan_check(const tsr_backend *b);
 /* Reads the caller's load params over defaults. */
 void tsr__load_params_read(const tsr_load_params *in, tsr_load_params *out);
 void tsr__weights_free(tsr_backend *b);
+/* Weight data changed (tsr_tensor_write on a weight, the loader): per-device
+ * copies of shared weights are refreshed before the next reserve/compute. */
+void tsr__weights_touch(void);
+uint64_t tsr__weights_epoch(void);
+/* The copy of weight w on backend device dev (w itself when w lives there);
+ * NULL when w has no copy there. */
+tsr_tensor *tsr__weight_copy_on(const tsr_backend *b, const tsr_tensor *w, int dev);
+/* True when w is a shared weight with per-device copies. */
+bool tsr__weight_is_shared(const tsr_backend *b, const tsr_tensor *w);
+
+/* ---- override lists (override.c) ------------------------------------------ */
+typedef struct tsr_override_set {
+    regex_t *re;
+    tsr_buffer_type **buft;
+    const char **pattern;
+    size_t *n_matched;
+    size_t n;
+} tsr_override_set;
+
+/* Compiles a NULL-terminated override list (NULL = empty). */
+tsr_status tsr__overrides_compile(const tsr_buft_override *list, tsr_override_set *out);
+/* Buffer type of the first pattern matching name (NULL when none); counts matches. */
+tsr_buffer_type *tsr__overrides_match(tsr_override_set *set, const char *name);
+/* Warns about every pattern that matched nothing. */
+void tsr__overrides_warn_unmatched(const tsr_override_set *set);
+void tsr__overrides_release(tsr_override_set *set);
 
 #endif /* TSR_CORE_H */

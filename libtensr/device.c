@@ -17,9 +17,10 @@ static size_t tsr_n_devices;
 static char tsr_backend_names[128];
 static pthread_once_t tsr_registry_once = PTHREAD_ONCE_INIT;
 
-/* Backends other than the CPU, in registry order. The fake test backend and
- * the CUDA module are optional: a weak reference is NULL when not linked. */
-const tsr_backend_reg *tsr__fake_backend_reg(void) __attribute__((weak));
+/* Backends other than the CPU, in registry order. The CUDA module is
+ * optional: a weak reference is NULL when not linked. The fake test backend
+ * (cpu/fake.c, devices only when TSR_FAKE_DEVICES is set) is always linked:
+ * a weak reference would not pull it out of the static library. */
 const tsr_backend_reg *tsr__cuda_backend_reg(void) __attribute__((weak));
 
 static void tsr_add_backend(const tsr_backend_reg *reg) {
@@ -53,8 +54,7 @@ static void tsr_log_system_info(void) {
 static void tsr_enumerate(void) {
     if (tsr__cuda_backend_reg)
         tsr_add_backend(tsr__cuda_backend_reg());
-    if (tsr__fake_backend_reg)
-        tsr_add_backend(tsr__fake_backend_reg());
+    tsr_add_backend(tsr__fake_backend_reg());
     tsr_add_backend(tsr__cpu_backend_reg());
     /* per-model indices and registry order */
     for (size_t i = 0; i < tsr_n_devices; i++) {

@@ -849,7 +849,7 @@ static bool kv_int(const tsr__gguf_kv *kv, int64_t *sv, uint64_t *uv, bool *neg)
 static tsr_status get_int(const tsr_gguf *g, const char *key, const void *out, bool want_signed,
                           uint64_t umax, int64_t smin, int64_t smax, int64_t *sv, uint64_t *uv,
                           const char *tname) {
-    const tsr__gguf_kv *kv;
+    const tsr__gguf_kv *kv = NULL;
     tsr_status st = find_kv(g, key, out, &kv);
     if (st) return st;
     bool neg;
@@ -895,7 +895,7 @@ tsr_status tsr_gguf_get_i64(const tsr_gguf *g, const char *key, int64_t *out) {
 }
 
 static tsr_status get_float(const tsr_gguf *g, const char *key, const void *out, double *v) {
-    const tsr__gguf_kv *kv;
+    const tsr__gguf_kv *kv = NULL;
     tsr_status st = find_kv(g, key, out, &kv);
     if (st) return st;
     if (kv->type == TSR_GGUF_FLOAT32) {
@@ -925,7 +925,7 @@ tsr_status tsr_gguf_get_f64(const tsr_gguf *g, const char *key, double *out) {
 }
 
 tsr_status tsr_gguf_get_bool(const tsr_gguf *g, const char *key, int *out) {
-    const tsr__gguf_kv *kv;
+    const tsr__gguf_kv *kv = NULL;
     tsr_status st = find_kv(g, key, out, &kv);
     if (st) return st;
     if (kv->type != TSR_GGUF_BOOL) return type_error(g, kv, "BOOL");
@@ -934,7 +934,7 @@ tsr_status tsr_gguf_get_bool(const tsr_gguf *g, const char *key, int *out) {
 }
 
 tsr_status tsr_gguf_get_str(const tsr_gguf *g, const char *key, const char **out, size_t *len) {
-    const tsr__gguf_kv *kv;
+    const tsr__gguf_kv *kv = NULL;
     tsr_status st = find_kv(g, key, out, &kv);
     if (st) return st;
     if (kv->type != TSR_GGUF_STRING) return type_error(g, kv, "STRING");
@@ -952,7 +952,7 @@ static tsr_status find_arr(const tsr_gguf *g, const char *key, const void *out, 
 
 tsr_status tsr_gguf_get_arr_info(const tsr_gguf *g, const char *key, tsr_gguf_type *elem_type,
                                  uint64_t *n) {
-    const tsr__gguf_kv *kv;
+    const tsr__gguf_kv *kv = NULL;
     tsr_status st = find_arr(g, key, elem_type ? (const void *)elem_type : (const void *)n, &kv);
     if (st) return st;
     if (elem_type) *elem_type = kv->arr_type;
@@ -961,7 +961,7 @@ tsr_status tsr_gguf_get_arr_info(const tsr_gguf *g, const char *key, tsr_gguf_ty
 }
 
 tsr_status tsr_gguf_get_arr_data(const tsr_gguf *g, const char *key, const void **data) {
-    const tsr__gguf_kv *kv;
+    const tsr__gguf_kv *kv = NULL;
     tsr_status st = find_arr(g, key, data, &kv);
     if (st) return st;
     if (kv->arr_type == TSR_GGUF_STRING)
@@ -973,7 +973,7 @@ tsr_status tsr_gguf_get_arr_data(const tsr_gguf *g, const char *key, const void 
 
 tsr_status tsr_gguf_get_arr_str(const tsr_gguf *g, const char *key, uint64_t i, const char **out,
                                 size_t *len) {
-    const tsr__gguf_kv *kv;
+    const tsr__gguf_kv *kv = NULL;
     tsr_status st = find_arr(g, key, out, &kv);
     if (st) return st;
     if (kv->arr_type != TSR_GGUF_STRING)

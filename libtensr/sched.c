@@ -1,20 +1,69 @@
 /*
  * sched.c - the scheduler: one per backend, made with it and reset by every
- * compute. It builds the graph, assigns each node to a device (weights
- * decide, other nodes follow their inputs, unsupported ops fall back to the
- * CPU), groups consecutive nodes of one device into splits, plans compute
- * memory with the graph allocator, grows each device's compute buffer only
- * when a graph needs more than any before (tsr_reserve sizes it up front),
- * and runs the splits.
+ * compute. For each graph it
+ *  1. assigns every node to a device: an in-place write runs where its
+ *     target lives, otherwise the first weight read decides (shared weights
+ *     with per-device copies do not), otherwise the first source with a
+ *     device, otherwise the CPU; an op the device cannot run falls back to
+ *     the CPU;
+ *  2. groups consecutive nodes of one device into splits;
+ *  3. plans copies: a node reading memory its device cannot address (another
+ *     device's memory, or system memory from a non-CPU device) reads a copy
+ *     of that tensor's root storage in its own compute buffer. A copy is made
+ *     once, at the start of the first split that needs it, and reused by
+ *     later splits on the same device unless the graph writes the root in
+ *     place (then each split makes its own). Shared weights are read through
+ *     their per-device copies (place.c) instead. Nodes see copies through
+ *     "shadow" tensors swapped into their src[] while planning and while
+ *     their split runs, and restored right after, so the caller's graph is
+ *     never left modified;
+ *  4. plans compute memory of every device with the graph allocator (copies
+ *     included), grows each device's compute buffer only when a graph needs
+ *     more than any before (tsr_reserve sizes it up front; measure mode only
+ *     reports the sizes), and runs the splits, copying first.
+ * After a reserve, a graph no larger allocates nothing: every array here is
+ * kept and grown only, device-to-device copies go through a staging buffer
+ * sized at planning time.
  */
 #include "core.h"
 
 #include <stdio.h>
 
+#define LOC_NONE (-1)    /* not decided yet (a tsr_empty leaf before its first use) */
+#define LOC_SYSMEM (-2)  /* plain system memory (inputs) */
+#define LOC_FOREIGN (-3) /* memory of a device that is not in this backend */
+
+#define POOL_CHUNK 64
+#define STAGING_MAX ((size_t)16 << 20)
+
 typedef struct tsr_split {
     int dev;
     size_t first, n;
+    size_t copy_begin, copy_end; /* copies made before the split runs */
+    size_t swap_begin, swap_end; /* src swaps of its nodes */
 } tsr_split;
+
+typedef struct tsr_copy {
+    tsr_tensor *root; /* source storage */
+    tsr_tensor *copy; /* its copy on dev (a pool tensor with root's shape) */
+    int dev;
+} tsr_copy;
+
+typedef struct tsr_swap {
+    tsr_tensor *node;
+    int j;
+    tsr_tensor *with, *orig;
+} tsr_swap;
+
+/* What a node on `dev` in split `split` (-1: any split) reads instead of key. */
+typedef struct tsr_shadow {
+    tsr_tensor *key, *t;
+    int dev, split, next;
+} tsr_shadow;
+
+typedef struct tsr_pool_chunk {
+    tsr_tensor t[POOL_CHUNK];
+} tsr_pool_chunk;
 
 struct tsr_sched {
     tsr_backend *b;
@@ -24,7 +73,38 @@ struct tsr_sched {
     size_t *peak;
     tsr_split *splits;
     size_t n_splits, cap_splits;
+    tsr_copy *copies;
+    size_t n_copies, cap_copies;
+    tsr_galloc_extra *extras;
+    size_t cap_extras;
+    tsr_swap *swaps;
+    size_t n_swaps, cap_swaps;
+    tsr_shadow *shadows;
+    size_t n_shadows, cap_shadows;
+    tsr_tensor **written; /* roots the graph writes in place */
+    size_t n_written, cap_written;
+    tsr_pool_chunk **chunks; /* tensor structs of copies and shadows, reused */
+    size_t n_chunks, cap_chunks, pool_used;
+    void *staging; /* host memory for device-to-device copies */
+    size_t staging_size, staging_need;
 };
+
+/* Makes *arr hold at least need elements (grows by doubling). */
+static bool tsr_grow(void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return true;
+    size_t nc = *cap ? *cap : 16;
+    while (nc < need)
+        nc *= 2;
+    void *p = tsr__realloc(*arr, nc * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = nc;
+    return true;
+}
+
+static tsr_status tsr_oom(void) { return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph"); }
 
 tsr_status tsr__sched_new(tsr_backend *b, tsr_sched **out) {
     tsr_sched *s = tsr__calloc(1, sizeof *s);
@@ -46,24 +126,64 @@ tsr_status tsr__sched_new(tsr_backend *b, tsr_sched **out) {
 void tsr__sched_free(tsr_sched *s) {
     if (!s)
         return;
-    for (size_t i = 0; s->bufs && i < s->b->n_devices; i++)
+    for (size_t i = 0; s->bufs && i < s->b->n_devices; i++) {
+        if (s->bufs[i] && s->b->live)
+            s->b->live[i] -= s->bufs[i]->size;
         tsr_buffer_free(s->bufs[i]);
+    }
     tsr__free(s->bufs);
     tsr__free(s->peak);
     tsr__galloc_free(s->ga);
     tsr__graph_free(&s->graph);
     tsr__free(s->splits);
+    tsr__free(s->copies);
+    tsr__free(s->extras);
+    tsr__free(s->swaps);
+    tsr__free(s->shadows);
+    tsr__free(s->written);
+    for (size_t i = 0; i < s->n_chunks; i++)
+        tsr__free(s->chunks[i]);
+    tsr__free(s->chunks);
+    tsr__aligned_free(s->staging);
     tsr__free(s);
 }
 
-/* Device index of the memory t lives in; -1 for system memory or none yet. */
-static int tsr_mem_device(const tsr_backend *b, const tsr_tensor *t) {
+/* ---- where memory lives ------------------------------------------------------ */
+
+static int tsr_cpu(const tsr_backend *b) { return (int)tsr__backend_cpu_index(b); }
+
+static bool tsr_is_static(const tsr_tensor *r) {
+    return r->op == TSR_OP_NONE && (r->flags & (TSR_FLAG_INPUT | TSR_FLAG_WEIGHT | TSR_FLAG_PERSIST));
+}
+
+/* Device index holding t's storage, or LOC_*. Computed results and
+ * tsr_empty leafs are where this compute put them (device_id); leafs with
+ * their own memory are where their buffer is (host buffer types count as the
+ * CPU); weights without memory yet are where placement planned them. */
+static int tsr_loc(const tsr_backend *b, const tsr_tensor *t) {
     const tsr_tensor *r = tsr__view_root((tsr_tensor *)t);
+    if (!tsr_is_static(r))
+        return r->device_id >= 0 ? r->device_id : LOC_NONE;
     if (r->buffer) {
-        size_t i = tsr__backend_device_index(b, r->buffer->buft->device);
-        return i < b->n_devices ? (int)i : (int)tsr__backend_cpu_index(b);
+        const tsr_buffer_type *bt = r->buffer->buft;
+        if (bt->is_host)
+            return tsr_cpu(b);
+        size_t i = tsr__backend_device_index(b, bt->device);
+        return i < b->n_devices ? (int)i : LOC_FOREIGN;
     }
-    return r->op == TSR_OP_NONE ? -1 : r->device_id;
+    if (r->flags & TSR_FLAG_WEIGHT)
+        return r->device_id >= 0 && (size_t)r->device_id < b->n_devices ? r->device_id : tsr_cpu(b);
+    return LOC_SYSMEM;
+}
+
+static bool tsr_accessible(const tsr_backend *b, int loc, int dev) {
+    return loc == dev || (loc == LOC_SYSMEM && dev == tsr_cpu(b));
+}
+
+static const char *tsr_loc_name(const tsr_backend *b, int loc) {
+    if (loc >= 0)
+        return b->devices[loc]->name;
+    return loc == LOC_SYSMEM ? "system memory" : loc == LOC_FOREIGN ? "a device outside the backend" : "nowhere";
 }
 
 static bool tsr_supports(const tsr_backend *b, int dev, const tsr_tensor *node) {
@@ -71,36 +191,41 @@ static bool tsr_supports(const tsr_backend *b, int dev, const tsr_tensor *node) 
     return d->iface->supports_op && d->iface->supports_op(d, node);
 }
 
-/* Weights decide; in-place writes go where their target lives; other nodes
- * follow their first source with a device; otherwise the CPU. */
+/* ---- device assignment ---------------------------------------------------------- */
+
 static int tsr_pick_device(const tsr_backend *b, const tsr_tensor *node) {
-    int cpu = (int)tsr__backend_cpu_index(b);
+    if (node->view_src) { /* in place: where the target lives */
+        int d = tsr_loc(b, node->view_src);
+        if (d >= 0 || d == LOC_FOREIGN)
+            return d;
+        if (d == LOC_SYSMEM)
+            return tsr_cpu(b);
+    }
     for (int j = 0; j < TSR_MAX_SRC; j++) {
         const tsr_tensor *s = node->src[j];
-        if (s && (tsr__view_root((tsr_tensor *)s)->flags & TSR_FLAG_WEIGHT)) {
-            int d = tsr_mem_device(b, s);
+        if (!s)
+            continue;
+        const tsr_tensor *r = tsr__view_root((tsr_tensor *)s);
+        if ((r->flags & TSR_FLAG_WEIGHT) && r->op == TSR_OP_NONE && !tsr__weight_is_shared(b, r)) {
+            int d = tsr_loc(b, r);
             if (d >= 0)
                 return d;
         }
-    }
-    if (node->view_src) {
-        int d = tsr_mem_device(b, node->view_src);
-        if (d >= 0)
-            return d;
     }
     for (int j = 0; j < TSR_MAX_SRC; j++)
         if (node->src[j]) {
-            int d = tsr_mem_device(b, node->src[j]);
+            int d = tsr_loc(b, node->src[j]);
             if (d >= 0)
                 return d;
         }
-    return cpu;
+    return tsr_cpu(b);
 }
 
-static tsr_status tsr_check_leaf(const tsr_backend *b, const tsr_tensor *t) {
+static tsr_status tsr_check_leaf(const tsr_backend *b, const tsr_tensor *t, bool need_memory) {
     if (t->ctx && t->ctx->backend != b)
         return tsr__error(TSR_E_INVALID, "tensor '%s' belongs to a context of another backend", t->name);
-    if ((t->flags & (TSR_FLAG_WEIGHT | TSR_FLAG_PERSIST | TSR_FLAG_INPUT)) && !t->data && tsr_tensor_nbytes(t) > 0)
+    if (need_memory && (t->flags & (TSR_FLAG_WEIGHT | TSR_FLAG_PERSIST | TSR_FLAG_INPUT)) && !t->data &&
+        tsr_tensor_nbytes(t) > 0)
         return tsr__error(TSR_E_STATE, "tensor '%s' has no memory yet%s", t->name,
                           (t->flags & TSR_FLAG_WEIGHT) ? " (weights are allocated by tsr_backend_place_weights or "
                                                          "tsr_backend_load_gguf)" : "");
@@ -108,76 +233,262 @@ static tsr_status tsr_check_leaf(const tsr_backend *b, const tsr_tensor *t) {
 }
 
 static tsr_status tsr_add_split(tsr_sched *s, int dev, size_t first) {
-    if (s->n_splits == s->cap_splits) {
-        size_t nc = s->cap_splits ? s->cap_splits * 2 : 16;
-        tsr_split *p = tsr__realloc(s->splits, nc * sizeof *p);
-        if (!p)
-            return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph");
-        s->splits = p;
-        s->cap_splits = nc;
-    }
-    s->splits[s->n_splits++] = (tsr_split){dev, first, 0};
+    if (!tsr_grow((void **)&s->splits, &s->cap_splits, s->n_splits + 1, sizeof *s->splits))
+        return tsr_oom();
+    s->splits[s->n_splits++] = (tsr_split){dev, first, 0, 0, 0, 0, 0};
     return TSR_OK;
 }
 
-/* Assigns devices and forms splits. Multi-device reads of non-host memory
- * are the business of the copies below. */
-static tsr_status tsr_assign(tsr_sched *s) {
+/* A tsr_empty leaf (memory from the graph allocator) lives where it is first used. */
+static void tsr_claim_empty(tsr_tensor *t, int dev) {
+    if (!t)
+        return;
+    tsr_tensor *r = tsr__view_root(t);
+    if (r->op == TSR_OP_NONE && !tsr_is_static(r) && r->device_id < 0)
+        r->device_id = dev;
+}
+
+static tsr_status tsr_place_node(tsr_sched *s, tsr_tensor *n) {
+    tsr_backend *b = s->b;
+    int cpu = tsr_cpu(b), dev = tsr_pick_device(b, n);
+    if (dev == LOC_FOREIGN)
+        return tsr__error(TSR_E_UNSUPPORTED, "node '%s' (%s) writes into '%s', which lives on a device outside the "
+                          "backend", n->name, tsr__op_name(n->op), n->view_src->name);
+    if (!tsr_supports(b, dev, n)) {
+        if (n->view_src && tsr_loc(b, n->view_src) == dev && dev != cpu)
+            return tsr__error(TSR_E_UNSUPPORTED, "%s cannot run %s of node '%s' with these types, and the node "
+                              "writes into memory of that device", b->devices[dev]->name, tsr__op_name(n->op), n->name);
+        if (dev == cpu || !tsr_supports(b, cpu, n))
+            return tsr__error(TSR_E_UNSUPPORTED, "no device of the backend runs %s of node '%s' with these types",
+                              tsr__op_name(n->op), n->name);
+        dev = cpu;
+    }
+    n->device_id = dev;
+    if (n->view_src) {
+        tsr_claim_empty(n->view_src, dev);
+        if (!tsr_grow((void **)&s->written, &s->cap_written, s->n_written + 1, sizeof *s->written))
+            return tsr_oom();
+        s->written[s->n_written++] = tsr__view_root(n->view_src);
+    }
+    for (int j = 0; j < TSR_MAX_SRC; j++)
+        tsr_claim_empty(n->src[j], dev);
+    return TSR_OK;
+}
+
+/* Assigns devices and forms splits. */
+static tsr_status tsr_assign(tsr_sched *s, bool need_memory) {
     tsr_backend *b = s->b;
     tsr_graph *g = &s->graph;
     tsr_status st;
-    for (size_t i = 0; i < g->n_leafs; i++)
-        if ((st = tsr_check_leaf(b, g->leafs[i])) != TSR_OK)
+    for (size_t i = 0; i < g->n_leafs; i++) {
+        if ((st = tsr_check_leaf(b, g->leafs[i], need_memory)) != TSR_OK)
             return st;
-    s->n_splits = 0;
+        if (!tsr_is_static(g->leafs[i]))
+            g->leafs[i]->device_id = -1;
+    }
+    s->n_splits = s->n_written = 0;
     for (size_t i = 0; i < g->n_nodes; i++) {
         tsr_tensor *n = g->nodes[i];
         if (n->ctx && n->ctx->backend != b)
             return tsr__error(TSR_E_INVALID, "node '%s' (%s) belongs to a context of another backend", n->name,
                               tsr__op_name(n->op));
-        int dev = tsr_pick_device(b, n);
-        if (!tsr_supports(b, dev, n)) {
-            int cpu = (int)tsr__backend_cpu_index(b);
-            if (dev == cpu || !tsr_supports(b, cpu, n))
-                return tsr__error(TSR_E_UNSUPPORTED, "no device of the backend runs %s of node '%s' with these types",
-                                  tsr__op_name(n->op), n->name);
-            dev = cpu;
-        }
-        n->device_id = dev;
-        if (s->n_splits == 0 || s->splits[s->n_splits - 1].dev != dev)
-            if ((st = tsr_add_split(s, dev, i)) != TSR_OK)
+        if ((st = tsr_place_node(s, n)) != TSR_OK)
+            return st;
+        if (s->n_splits == 0 || s->splits[s->n_splits - 1].dev != n->device_id)
+            if ((st = tsr_add_split(s, n->device_id, i)) != TSR_OK)
                 return st;
         s->splits[s->n_splits - 1].n++;
     }
     return TSR_OK;
 }
 
-/* Every source a node reads must be in memory its device can address. */
-static tsr_status tsr_check_access(tsr_sched *s) {
+/* ---- copies ------------------------------------------------------------------------ */
+
+static tsr_tensor *tsr_pool_get(tsr_sched *s) {
+    size_t ci = s->pool_used / POOL_CHUNK;
+    if (ci == s->n_chunks) {
+        if (!tsr_grow((void **)&s->chunks, &s->cap_chunks, s->n_chunks + 1, sizeof *s->chunks))
+            return NULL;
+        tsr_pool_chunk *c = tsr__malloc(sizeof *c);
+        if (!c)
+            return NULL;
+        s->chunks[s->n_chunks++] = c;
+    }
+    tsr_tensor *t = &s->chunks[ci]->t[s->pool_used++ % POOL_CHUNK];
+    memset(t, 0, sizeof *t);
+    t->sched_scratch[1] = t->sched_scratch[2] = -1;
+    return t;
+}
+
+static bool tsr_is_written(const tsr_sched *s, const tsr_tensor *root) {
+    for (size_t i = 0; i < s->n_written; i++)
+        if (s->written[i] == root)
+            return true;
+    return false;
+}
+
+/* Byte offset of view t inside its root's storage. */
+static size_t tsr_root_offset(const tsr_tensor *t) {
+    size_t off = 0;
+    for (; t->view_src; t = t->view_src)
+        off += t->view_offs;
+    return off;
+}
+
+static tsr_tensor *tsr_shadow_find(const tsr_sched *s, const tsr_tensor *key, int dev, int split) {
+    if ((uint32_t)key->sched_scratch[3] != s->b->visit_mark)
+        return NULL;
+    for (int e = key->sched_scratch[2]; e >= 0; e = s->shadows[e].next)
+        if (s->shadows[e].dev == dev && s->shadows[e].split == split)
+            return s->shadows[e].t;
+    return NULL;
+}
+
+static bool tsr_shadow_add(tsr_sched *s, tsr_tensor *key, tsr_tensor *t, int dev, int split) {
+    if (!tsr_grow((void **)&s->shadows, &s->cap_shadows, s->n_shadows + 1, sizeof *s->shadows))
+        return false;
+    int head = (uint32_t)key->sched_scratch[3] == s->b->visit_mark ? key->sched_scratch[2] : -1;
+    s->shadows[s->n_shadows] = (tsr_shadow){key, t, dev, split, head};
+    key->sched_scratch[2] = (int32_t)s->n_shadows++;
+    key->sched_scratch[3] = (int32_t)s->b->visit_mark;
+    return true;
+}
+
+/* A new copy of root r on dev, made at the start of split k. */
+static tsr_tensor *tsr_new_copy(tsr_sched *s, tsr_tensor *r, int dev) {
     tsr_backend *b = s->b;
-    const tsr_graph *g = &s->graph;
-    for (size_t i = 0; i < g->n_nodes; i++) {
-        const tsr_tensor *n = g->nodes[i];
-        const tsr_device *d = b->devices[n->device_id];
-        for (int j = 0; j < TSR_MAX_SRC; j++) {
-            if (!n->src[j])
-                continue;
-            int md = tsr_mem_device(b, n->src[j]);
-            bool ok = md == n->device_id || (md < 0 && d->kind == TSR_DEVICE_CPU) ||
-                      (md >= 0 && d->kind == TSR_DEVICE_CPU && b->devices[md]->buft->is_host &&
-                       b->devices[md]->kind == TSR_DEVICE_CPU);
-            if (!ok)
-                return tsr__error(TSR_E_UNSUPPORTED,
-                                  "node '%s' (%s) on %s reads '%s' held by %s: cross-device copies are not "
-                                  "supported by this scheduler yet",
-                                  n->name, tsr__op_name(n->op), d->name, n->src[j]->name,
-                                  md < 0 ? "system memory" : b->devices[md]->name);
-        }
+    tsr_tensor *c = tsr_pool_get(s);
+    if (!c || !tsr_grow((void **)&s->copies, &s->cap_copies, s->n_copies + 1, sizeof *s->copies))
+        return NULL;
+    c->type = r->type;
+    c->n_dims = r->n_dims;
+    memcpy(c->ne, r->ne, sizeof c->ne);
+    memcpy(c->nb, r->nb, sizeof c->nb);
+    c->device_id = dev;
+    snprintf(c->name, sizeof c->name, "%.40s#%.20s", r->name, b->devices[dev]->name);
+    s->copies[s->n_copies++] = (tsr_copy){r, c, dev};
+    /* a copy between two non-host devices bounces through host staging memory */
+    int from = tsr_loc(b, r);
+    size_t size = tsr_tensor_nbytes(r);
+    if (from >= 0 && from != tsr_cpu(b) && dev != tsr_cpu(b) && size > s->staging_need)
+        s->staging_need = size < STAGING_MAX ? size : STAGING_MAX;
+    return c;
+}
+
+/* What a node on dev in split k reads instead of src (a copy of its root,
+ * or a view of that copy). NULL when out of host memory. */
+static tsr_tensor *tsr_shadow_of(tsr_sched *s, tsr_tensor *src, int dev, int k) {
+    tsr_tensor *r = tsr__view_root(src);
+    int split = tsr_is_written(s, r) ? k : -1;
+    tsr_tensor *t = tsr_shadow_find(s, src, dev, split);
+    if (t)
+        return t;
+    if (src == r) {
+        t = (r->flags & TSR_FLAG_WEIGHT) ? tsr__weight_copy_on(s->b, r, dev) : NULL;
+        if (t)
+            t->sched_scratch[1] = -1; /* static memory: nothing for the allocator */
+        else if (!(t = tsr_new_copy(s, r, dev)))
+            return NULL;
+    } else {
+        tsr_tensor *c = tsr_shadow_of(s, r, dev, k);
+        if (!c || !(t = tsr_pool_get(s)))
+            return NULL;
+        t->type = src->type;
+        t->n_dims = src->n_dims;
+        memcpy(t->ne, src->ne, sizeof t->ne);
+        memcpy(t->nb, src->nb, sizeof t->nb);
+        memcpy(t->name, src->name, sizeof t->name);
+        t->op = TSR_OP_VIEW;
+        t->view_src = c;
+        t->view_offs = tsr_root_offset(src);
+        t->device_id = dev;
+    }
+    return tsr_shadow_add(s, src, t, dev, split) ? t : NULL;
+}
+
+static tsr_status tsr_plan_node_copies(tsr_sched *s, tsr_tensor *n, int dev, int k) {
+    tsr_backend *b = s->b;
+    for (int j = 0; j < TSR_MAX_SRC; j++) {
+        tsr_tensor *src = n->src[j];
+        if (!src || tsr__nbytes(src) == 0)
+            continue;
+        if (n->view_src && tsr__view_root(src) == tsr__view_root(n->view_src))
+            continue; /* the in-place target: on dev by construction */
+        int loc = tsr_loc(b, src);
+        if (tsr_accessible(b, loc, dev))
+            continue;
+        if (loc == LOC_NONE)
+            return tsr__error(TSR_E_STATE, "node '%s' reads '%s', which no node of the graph computes", n->name,
+                              src->name);
+        tsr_tensor *sh = tsr_shadow_of(s, src, dev, k);
+        if (!sh || !tsr_grow((void **)&s->swaps, &s->cap_swaps, s->n_swaps + 1, sizeof *s->swaps))
+            return tsr_oom();
+        s->swaps[s->n_swaps++] = (tsr_swap){n, j, sh, src};
     }
     return TSR_OK;
 }
 
-/* Makes each device's compute buffer at least as large as the plan. */
+static tsr_status tsr_plan_copies(tsr_sched *s) {
+    s->n_copies = s->n_swaps = s->n_shadows = s->pool_used = s->staging_need = 0;
+    for (size_t k = 0; k < s->n_splits; k++) {
+        tsr_split *sp = &s->splits[k];
+        sp->copy_begin = s->n_copies;
+        sp->swap_begin = s->n_swaps;
+        for (size_t i = sp->first; i < sp->first + sp->n; i++) {
+            tsr_status st = tsr_plan_node_copies(s, s->graph.nodes[i], sp->dev, (int)k);
+            if (st != TSR_OK)
+                return st;
+        }
+        sp->copy_end = s->n_copies;
+        sp->swap_end = s->n_swaps;
+    }
+    for (size_t i = 0; i < s->b->weights.n_copies; i++) { /* shared weights refreshed device to device */
+        const tsr_weight_copy *wc = &s->b->weights.copies[i];
+        size_t size = tsr_tensor_nbytes(wc->primary);
+        if (wc->primary->buffer && !wc->primary->buffer->buft->is_host && wc->dev != tsr_cpu(s->b) &&
+            size > s->staging_need)
+            s->staging_need = size < STAGING_MAX ? size : STAGING_MAX;
+    }
+    if (!tsr_grow((void **)&s->extras, &s->cap_extras, s->n_copies + 1, sizeof *s->extras))
+        return tsr_oom();
+    for (size_t k = 0; k < s->n_splits; k++)
+        for (size_t c = s->splits[k].copy_begin; c < s->splits[k].copy_end; c++)
+            s->extras[c] = (tsr_galloc_extra){s->copies[c].copy, s->copies[c].root, s->copies[c].dev,
+                                              (int)s->splits[k].first};
+    s->b->n_copies = s->n_copies;
+    return TSR_OK;
+}
+
+static void tsr_swap_apply(tsr_sched *s, size_t begin, size_t end, bool apply) {
+    for (size_t i = begin; i < end; i++)
+        s->swaps[i].node->src[s->swaps[i].j] = apply ? s->swaps[i].with : s->swaps[i].orig;
+}
+
+/* Every node, seen with its split's swaps, reads only memory its device addresses. */
+static tsr_status tsr_verify(tsr_sched *s) {
+    tsr_backend *b = s->b;
+    tsr_status st = TSR_OK;
+    for (size_t k = 0; k < s->n_splits && st == TSR_OK; k++) {
+        tsr_split *sp = &s->splits[k];
+        tsr_swap_apply(s, sp->swap_begin, sp->swap_end, true);
+        for (size_t i = sp->first; i < sp->first + sp->n && st == TSR_OK; i++) {
+            const tsr_tensor *n = s->graph.nodes[i];
+            for (int j = 0; j < TSR_MAX_SRC && st == TSR_OK; j++) {
+                int loc = n->src[j] && tsr__nbytes(n->src[j]) ? tsr_loc(b, n->src[j]) : sp->dev;
+                if (!tsr_accessible(b, loc, sp->dev))
+                    st = tsr__error(TSR_E_STATE, "scheduler: node '%s' on %s would read '%s' from %s", n->name,
+                                    b->devices[sp->dev]->name, n->src[j]->name, tsr_loc_name(b, loc));
+            }
+        }
+        tsr_swap_apply(s, sp->swap_begin, sp->swap_end, false);
+    }
+    return st;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+/* Makes each device's compute buffer at least as large as the plan, and the
+ * staging memory as large as the largest device-to-device copy needs. */
 static tsr_status tsr_ensure_buffers(tsr_sched *s) {
     tsr_backend *b = s->b;
     for (size_t d = 0; d < b->n_devices; d++) {
@@ -186,15 +497,25 @@ static tsr_status tsr_ensure_buffers(tsr_sched *s) {
         char mib[32];
         tsr__log(TSR_LOG_DEBUG, "compute buffer", 2, "device", b->devices[d]->name, "mib",
                  tsr__fmt(mib, sizeof mib, "%.2f", s->peak[d] / 1048576.0));
+        if (s->bufs[d])
+            b->live[d] -= s->bufs[d]->size;
         tsr_buffer_free(s->bufs[d]);
         s->bufs[d] = NULL;
-        b->plan_compute[d] = 0;
+        b->plan_compute[d] = s->peak[d];
         tsr_status st = tsr_buffer_alloc(b->devices[d]->buft, s->peak[d], &s->bufs[d]);
         if (st != TSR_OK) {
             tsr__error_prefix("compute buffer of %.2f MiB on %s", s->peak[d] / 1048576.0, b->devices[d]->name);
             return st;
         }
-        b->plan_compute[d] = s->peak[d];
+        b->live[d] += s->bufs[d]->size;
+    }
+    if (s->staging_need > s->staging_size) {
+        void *p = tsr__aligned_alloc(TSR_ALIGN, s->staging_need);
+        if (!p)
+            return tsr__error(TSR_E_NOMEM, "out of host memory for %zu bytes of copy staging", s->staging_need);
+        tsr__aligned_free(s->staging);
+        s->staging = p;
+        s->staging_size = s->staging_need;
     }
     return TSR_OK;
 }
@@ -207,45 +528,85 @@ static void tsr_resolve_view(tsr_tensor *t) {
     t->device_id = t->view_src->device_id;
 }
 
+static void tsr_bind_one(tsr_sched *s, tsr_tensor *t) {
+    int dev = tsr__galloc_device(s->ga, t);
+    if (dev < 0) {
+        if (!t->view_src && !tsr_is_static(t))
+            t->data = NULL; /* zero-sized */
+        return;
+    }
+    t->buffer = s->bufs[dev];
+    t->data = (char *)s->bufs[dev]->base + tsr__galloc_offset(s->ga, t);
+    if (t->op == TSR_OP_NONE)
+        t->device_id = dev;
+}
+
 /* Gives every planned tensor its address, then resolves views. */
 static void tsr_bind(tsr_sched *s) {
     tsr_graph *g = &s->graph;
-    tsr_tensor **lists[2] = {g->leafs, g->nodes};
-    size_t counts[2] = {g->n_leafs, g->n_nodes};
-    for (int l = 0; l < 2; l++)
-        for (size_t i = 0; i < counts[l]; i++) {
-            tsr_tensor *t = lists[l][i];
-            int dev = tsr__galloc_device(s->ga, t);
-            if (dev < 0) {
-                if (!t->view_src && t->op != TSR_OP_NONE)
-                    t->data = NULL; /* zero-sized result */
-                continue;
-            }
-            t->buffer = s->bufs[dev];
-            t->data = (char *)s->bufs[dev]->base + tsr__galloc_offset(s->ga, t);
-            if (t->op == TSR_OP_NONE)
-                t->device_id = dev;
-        }
+    for (size_t i = 0; i < g->n_leafs; i++)
+        tsr_bind_one(s, g->leafs[i]);
+    for (size_t i = 0; i < g->n_nodes; i++)
+        tsr_bind_one(s, g->nodes[i]);
+    for (size_t i = 0; i < s->n_copies; i++)
+        tsr_bind_one(s, s->copies[i].copy);
     for (size_t i = 0; i < g->n_nodes; i++)
         tsr_resolve_view(g->nodes[i]);
     for (size_t i = 0; i < g->n_views; i++)
         tsr_resolve_view(g->views[i]);
+    for (size_t i = 0; i < s->n_shadows; i++)
+        tsr_resolve_view(s->shadows[i].t);
 }
 
-static tsr_status tsr_run_splits(tsr_sched *s) {
+/* ---- running ------------------------------------------------------------------------- */
+
+static tsr_status tsr_copy_root(tsr_sched *s, const tsr_copy *c) {
+    const tsr_tensor *r = c->root;
+    size_t size = tsr_tensor_nbytes(r);
+    tsr_status st = tsr__buffer_copy_staged(c->copy->buffer, c->copy->data, r->buffer, r->data, size, s->staging,
+                                            s->staging_size);
+    if (st != TSR_OK)
+        tsr__error_prefix("copying '%s' (%zu bytes) to %s", r->name, size, s->b->devices[c->dev]->name);
+    return st;
+}
+
+/* Refreshes the per-device copies of shared weights after their data changed. */
+static tsr_status tsr_sync_weight_copies(tsr_sched *s) {
     tsr_backend *b = s->b;
-    for (size_t i = 0; i < s->n_splits; i++) {
-        tsr_split *sp = &s->splits[i];
-        tsr_stream *st = b->streams[sp->dev];
-        tsr_status r = b->devices[sp->dev]->iface->compute(st, s->graph.nodes + sp->first, sp->n);
-        if (r == TSR_OK && b->devices[sp->dev]->iface->synchronize)
-            r = b->devices[sp->dev]->iface->synchronize(st);
-        if (r != TSR_OK) {
-            tsr__error_prefix("compute on %s", b->devices[sp->dev]->name);
-            return r;
-        }
+    uint64_t epoch = tsr__weights_epoch();
+    if (b->weights.n_copies == 0 || b->weights.synced_epoch == epoch)
+        return TSR_OK;
+    for (size_t i = 0; i < b->weights.n_copies; i++) {
+        const tsr_weight_copy *wc = &b->weights.copies[i];
+        if (!wc->primary->buffer || !wc->copy->buffer)
+            continue;
+        tsr_status st = tsr__buffer_copy_staged(wc->copy->buffer, wc->copy->data, wc->primary->buffer,
+                                                wc->primary->data, tsr_tensor_nbytes(wc->primary), s->staging,
+                                                s->staging_size);
+        if (st != TSR_OK)
+            return st;
     }
+    b->weights.synced_epoch = epoch;
     return TSR_OK;
+}
+
+static tsr_status tsr_run_split(tsr_sched *s, const tsr_split *sp) {
+    tsr_backend *b = s->b;
+    tsr_status r = TSR_OK;
+    for (size_t c = sp->copy_begin; c < sp->copy_end && r == TSR_OK; c++)
+        r = tsr_copy_root(s, &s->copies[c]);
+    if (r != TSR_OK)
+        return r;
+    tsr_stream *st = b->streams[sp->dev];
+    const tsr_device_iface *di = b->devices[sp->dev]->iface;
+    tsr_swap_apply(s, sp->swap_begin, sp->swap_end, true);
+    r = di->compute(st, s->graph.nodes + sp->first, sp->n);
+    if (r == TSR_OK && di->synchronize)
+        r = di->synchronize(st);
+    tsr_swap_apply(s, sp->swap_begin, sp->swap_end, false);
+    if (r != TSR_OK)
+        tsr__error_prefix("compute on %s", b->devices[sp->dev]->name);
+    return r;
 }
 
 static tsr_status tsr_reserve_streams(tsr_sched *s) {
@@ -262,41 +623,63 @@ static tsr_status tsr_reserve_streams(tsr_sched *s) {
     return TSR_OK;
 }
 
-tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode, size_t *sizes) {
+/* Graph, devices, splits, copies and the memory plan (peak per device). */
+static tsr_status tsr_plan(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode) {
     tsr_backend *b = s->b;
     b->visit_mark++;
     if (b->visit_mark == 0)
         b->visit_mark = 1;
     tsr_status st = tsr__graph_build(&s->graph, outs, n_outs, b->visit_mark);
     if (st == TSR_OK)
-        st = tsr_assign(s);
+        st = tsr_assign(s, mode != 2);
     if (st == TSR_OK)
-        st = tsr_check_access(s);
-    if (st == TSR_OK)
-        st = tsr__galloc_plan(s->ga, &s->graph, outs, n_outs, s->peak);
+        st = tsr_plan_copies(s);
+    if (st == TSR_OK && mode != 2)
+        st = tsr_verify(s);
     if (st != TSR_OK)
         return st;
+    tsr_swap_apply(s, 0, s->n_swaps, true);
+    st = tsr__galloc_plan(s->ga, &s->graph, outs, n_outs, s->extras, s->n_copies, s->peak);
+    tsr_swap_apply(s, 0, s->n_swaps, false);
     b->n_splits = s->n_splits;
-    b->n_copies = 0;
+    return st;
+}
+
+static void tsr_mark_results(tsr_sched *s) {
+    uint64_t gen = s->b->generation;
+    for (size_t i = 0; i < s->graph.n_nodes; i++)
+        s->graph.nodes[i]->generation = gen;
+    for (size_t i = 0; i < s->graph.n_views; i++)
+        s->graph.views[i]->generation = gen;
+    for (size_t i = 0; i < s->graph.n_leafs; i++)
+        if (!tsr__has_static_data(s->graph.leafs[i]))
+            s->graph.leafs[i]->generation = gen;
+}
+
+tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode, size_t *sizes) {
+    tsr_backend *b = s->b;
+    tsr_status st = tsr_plan(s, outs, n_outs, mode);
+    if (st != TSR_OK)
+        return st;
     if (mode == 2) {
         memcpy(sizes, s->peak, b->n_devices * sizeof *sizes);
+        for (size_t d = 0; d < b->n_devices; d++) /* the plan: the largest graph measured */
+            if (s->peak[d] > b->plan_compute[d])
+                b->plan_compute[d] = s->peak[d];
         return TSR_OK;
     }
     b->generation++; /* earlier results are gone from here on */
     if ((st = tsr_ensure_buffers(s)) != TSR_OK)
         return st;
     tsr_bind(s);
+    if ((st = tsr_sync_weight_copies(s)) != TSR_OK)
+        return st;
     if (mode == 1)
         return tsr_reserve_streams(s);
-    if ((st = tsr_run_splits(s)) != TSR_OK)
-        return st;
-    for (size_t i = 0; i < s->graph.n_nodes; i++)
-        s->graph.nodes[i]->generation = b->generation;
-    for (size_t i = 0; i < s->graph.n_views; i++)
-        s->graph.views[i]->generation = b->generation;
-    for (size_t i = 0; i < s->graph.n_leafs; i++)
-        if (!tsr__has_static_data(s->graph.leafs[i]))
-            s->graph.leafs[i]->generation = b->generation;
+    for (size_t i = 0; i < s->n_splits; i++)
+        if ((st = tsr_run_split(s, &s->splits[i])) != TSR_OK)
+            return st;
+    tsr_mark_results(s);
     return TSR_OK;
 }
 

@@ -230,5 +230,7 @@ tsr_status tsr_tensor_write(tsr_tensor *t, const void *src, size_t offset, size_
     tsr_status s = tsr_check_xfer(t, src, offset, size, "tsr_tensor_write");
     if (s != TSR_OK || size == 0)
         return s;
+    if (tsr__view_root(t)->flags & TSR_FLAG_WEIGHT)
+        tsr__weights_touch(); /* per-device copies of shared weights follow (sched.c) */
     return tsr_tensor_xfer(t, (void *)src, offset, size, true);
 }

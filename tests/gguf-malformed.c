@@ -312,7 +312,7 @@ static void run_cases(void) {
         cases[i].build(&b);
         if (write_dir) {
             char path[512];
-            snprintf(path, sizeof path, "%s/malformed-%02zu.gguf", write_dir, i);
+            snprintf(path, sizeof path, "%s/malformed-%02zu", write_dir, i);
             write_file(path, b.p, b.n);
         }
         open_both(cases[i].name, b.p, b.n, cases[i].status, cases[i].expect, 0);
@@ -341,7 +341,7 @@ static void run_truncations(void) {
     small_valid(&b);
     if (write_dir) {
         char path[512];
-        snprintf(path, sizeof path, "%s/valid-small.gguf", write_dir);
+        snprintf(path, sizeof path, "%s/valid-small", write_dir);
         write_file(path, b.p, b.n);
     }
     open_both("small valid file", b.p, b.n, TSR_OK, NULL, 0);

@@ -436,6 +436,9 @@ static void test_leak_loop(tsr_backend *b) {
         one_cycle(b, data);
     long grown = rss_kib() - before;
     printf("leak loop: %d cycles, resident set grew by %ld KiB\n", n, grown);
+    const char *pre = getenv("LD_PRELOAD");
+    if (pre && strstr(pre, "valgrind"))
+        return; /* valgrind's own memory grows; it checks leaks itself */
     CHECK(grown < 1024);
 }
 

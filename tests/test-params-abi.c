@@ -21,6 +21,36 @@
 
 #define GARBAGE 0xA5
 
+/* Weak references for the parts of the API that land separately (KV cache,
+ * GGUF): the test links and runs what exists, and says what it skipped.
+ * tests/check-symbols.sh is what fails when a declared function is missing. */
+#if defined(__GNUC__)
+#pragma weak tsr_kv_cache_params_init
+#pragma weak tsr_kv_cache_new
+#pragma weak tsr_kv_cache_free
+#pragma weak tsr_kv_cache_begin
+#pragma weak tsr_kv_cache_clear
+#pragma weak tsr_kv_cache_n_ctx
+#pragma weak tsr_gguf_writer_new
+#pragma weak tsr_gguf_writer_free
+#pragma weak tsr_gguf_writer_set_str
+#pragma weak tsr_gguf_writer_add_tensor
+#pragma weak tsr_gguf_writer_write_file
+#pragma weak tsr_backend_load_gguf
+#define HAVE(fn) ((fn) != NULL)
+#else
+#define HAVE(fn) 1
+#endif
+static int skipped;
+#define NEED(fn)                                                                \
+    do {                                                                        \
+        if (!HAVE(fn)) {                                                        \
+            printf("skip: %s is not exported yet\n", #fn);                      \
+            skipped++;                                                          \
+            return;                                                             \
+        }                                                                       \
+    } while (0)
+
 static int failures;
 
 #define CHECK(cond, ...)                                                        \
@@ -64,6 +94,7 @@ static tsr_backend *backend_old_params(void)
 
 static void kv_cache_old_params(tsr_backend *be)
 {
+    NEED(tsr_kv_cache_new);
     union { tsr_kv_cache_params p; unsigned char raw[sizeof(tsr_kv_cache_params) + 32]; } u;
     const size_t old = offsetof(tsr_kv_cache_params, n_seq); /* without n_seq, n_batch_max */
     memset(&u, GARBAGE, sizeof u);
@@ -124,6 +155,8 @@ static void place_weights_old_params(tsr_backend *be)
 
 static void load_gguf_old_params(void)
 {
+    NEED(tsr_gguf_writer_new);
+    NEED(tsr_backend_load_gguf);
     char path[] = "/tmp/tsr-params-abi-XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) { perror("mkstemp"); failures++; return; }
@@ -169,6 +202,7 @@ int main(void)
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
     }
-    printf("ok: old-size parameter structs get defaults for the missing fields\n");
+    printf("ok: old-size parameter structs get defaults for the missing fields%s\n",
+           skipped ? " (some consumers skipped)" : "");
     return 0;
 }

@@ -100,7 +100,7 @@ struct tok_vocab {
     int32_t bos, eos, unk;
     int32_t eog[MAX_EOG];
     int n_eog;
-    int add_bos, add_eos, add_space_prefix, ignore_merges;
+    int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
 };
 
 static const char *token_key(const void *owner, int32_t i, size_t *len)
@@ -310,6 +310,8 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g)
         if (strcmp(pre, pre_names[i].name) == 0) {
             v->pre = pre_names[i].pre;
             v->ignore_merges = v->add_bos = v->pre == TKU_PRE_LLAMA3;
+            /* llama.cpp tidies spaces when detokenizing BPE, except for these */
+            v->clean_spaces = strcmp(pre, "smollm") != 0 && strcmp(pre, "command-r") != 0;
             return TSR_OK;
         }
     }
@@ -888,6 +890,46 @@ tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int ad
 
 /* ---- detokenize ---------------------------------------------------------- */
 
+/* llama.cpp's clean-up of detokenized BPE text, ported pass by pass (in
+ * place, with its exact quirks) so the bytes stay identical: " ?" " !" " ."
+ * " ," lose the space, a lone quote between spaces loses both, and " 's"
+ * " 'm" " 're" " 've" lose the space. Returns the new length. */
+static size_t clean_spaces(char *text, size_t total)
+{
+    size_t t1 = total, t2, t3;
+    total = total ? 1 : 0;
+    for (size_t i = 1; i < t1; i++) {
+        char x = text[i];
+        if (text[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ','))
+            total--;
+        text[total++] = x;
+    }
+    t2 = total;
+    total = total ? 1 : 0;
+    for (size_t i = 1; i < t2; i++) {
+        char x = text[i];
+        if (x == '\'' && i + 1 < t2 && text[i - 1] == ' ' && text[i + 1] == ' ') {
+            total--;
+            text[++i] = '\0';
+        }
+        text[total++] = x;
+    }
+    t3 = total;
+    total = total ? 1 : 0;
+    for (size_t i = 1; i < t3; i++) {
+        char x = text[i];
+        if (text[i - 1] == ' ' && x == '\'' && i + 1 < t3) {
+            char x1 = text[i + 1];
+            if (x1 == 's' || x1 == 'm')
+                total--;
+            else if (x1 != 't' && x1 != 'd' && i + 2 < t3 && ((x1 == 'r' && text[i + 2] == 'e') || (x1 == 'v' && text[i + 2] == 'e')))
+                total--;
+        }
+        text[total++] = x;
+    }
+    return total;
+}
+
 const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len)
 {
     unsigned a;
@@ -929,6 +971,8 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
         memcpy(s + k, p, l);
         k += l;
     }
+    if (v->clean_spaces)
+        k = clean_spaces(s, k);
     s[k] = '\0';
     *out = s, *len = k;
     return TSR_OK;

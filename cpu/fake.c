@@ -1,0 +1,241 @@
+/*
+ * fake.c - test-only devices that behave like GPUs to the core, backed by
+ * host memory and the CPU kernels. TSR_FAKE_DEVICES (read once, at the first
+ * device enumeration) lists them: "FAKE0:256MiB,FAKE1:1GiB" (sizes in B,
+ * KiB/MiB/GiB or K/M/G). Each fake device:
+ *  - is a TSR_DEVICE_GPU named as given (description "libtensr fake device"),
+ *    registered before the CPU (as GPUs are);
+ *  - has its own buffer type, named like the device, with is_host = false,
+ *    so the scheduler must copy inputs and tensors of other devices into its
+ *    compute buffer exactly as for a real GPU, and a pinned-host staging
+ *    buffer type "<NAME>_Host";
+ *  - enforces its memory size: an allocation past it fails with
+ *    TSR_E_DEVICE_NOMEM naming the device, the size asked and the free memory;
+ *  - checks, before running nodes, that every node and every source lives in
+ *    its own memory: a scheduler bug that lets a device read another
+ *    device's memory is an error here instead of a silent success;
+ *  - runs every op the CPU runs except ARGMAX, so that the CPU fallback of an
+ *    unsupported op is exercised too.
+ */
+#include "cpu.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#define FAKE_MAX 8
+#define FAKE_HEADER 64 /* bytes before each allocation: its size (for the accounting) */
+
+typedef struct fake_dev {
+    tsr_device dev;
+    tsr_buffer_type buft, host_buft;
+    size_t total, used;
+    pthread_mutex_t lock;
+} fake_dev;
+
+static fake_dev fakes[FAKE_MAX];
+static size_t n_fakes;
+
+static fake_dev *fake_of(const tsr_device *d) { return (fake_dev *)d->impl; }
+
+/* ---- buffer type: host memory with a device limit ----------------------- */
+
+static tsr_status fake_alloc(tsr_buffer_type *bt, size_t size, void **base, void **handle) {
+    fake_dev *f = bt->impl;
+    size_t padded = tsr__pad(size, bt->alignment), all, hdr = bt->alignment > FAKE_HEADER ? bt->alignment : FAKE_HEADER;
+    if (padded < size || tsr__add_overflow(padded, hdr, &all))
+        return tsr__error(TSR_E_DEVICE_NOMEM, "%s: cannot allocate %zu bytes: size overflows", f->dev.name, size);
+    pthread_mutex_lock(&f->lock);
+    size_t free_b = f->total - f->used;
+    bool fits = padded <= free_b;
+    if (fits)
+        f->used += padded;
+    pthread_mutex_unlock(&f->lock);
+    if (!fits)
+        return tsr__error(TSR_E_DEVICE_NOMEM, "%s: cannot allocate %.2f MiB (%zu bytes): %.2f MiB free of %.2f MiB",
+                          f->dev.name, size / 1048576.0, size, free_b / 1048576.0, f->total / 1048576.0);
+    char *p = tsr__aligned_alloc(hdr, all);
+    if (!p) {
+        pthread_mutex_lock(&f->lock);
+        f->used -= padded;
+        pthread_mutex_unlock(&f->lock);
+        return tsr__error(TSR_E_DEVICE_NOMEM, "%s: cannot allocate %.2f MiB (%zu bytes): the host allocation failed",
+                          f->dev.name, size / 1048576.0, size);
+    }
+    memcpy(p, &padded, sizeof padded);
+    *handle = p;
+    *base = p + hdr;
+    return TSR_OK;
+}
+
+static void fake_free(tsr_buffer_type *bt, void *base, void *handle) {
+    (void)base;
+    fake_dev *f = bt->impl;
+    size_t padded;
+    memcpy(&padded, handle, sizeof padded);
+    pthread_mutex_lock(&f->lock);
+    f->used -= padded;
+    pthread_mutex_unlock(&f->lock);
+    tsr__aligned_free(handle);
+}
+
+static tsr_status fake_set(tsr_buffer *buf, void *dst, const void *host, size_t size) {
+    (void)buf;
+    if (size)
+        memcpy(dst, host, size);
+    return TSR_OK;
+}
+
+static tsr_status fake_get(tsr_buffer *buf, const void *src, void *host, size_t size) {
+    (void)buf;
+    if (size)
+        memcpy(host, src, size);
+    return TSR_OK;
+}
+
+static tsr_status fake_memset(tsr_buffer *buf, void *dst, int value, size_t size) {
+    (void)buf;
+    if (size)
+        memset(dst, value, size);
+    return TSR_OK;
+}
+
+static tsr_status fake_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const void *src, size_t size) {
+    (void)db, (void)sb;
+    if (size)
+        memmove(dst, src, size);
+    return TSR_OK;
+}
+
+static const tsr_buft_iface fake_buft_iface = {fake_alloc, fake_free, fake_set, fake_get, fake_memset, fake_copy};
+
+/* ---- device ---------------------------------------------------------------- */
+
+static tsr_status fake_memory(const tsr_device *d, size_t *free_b, size_t *total) {
+    fake_dev *f = fake_of(d);
+    pthread_mutex_lock(&f->lock);
+    *free_b = f->total - f->used;
+    *total = f->total;
+    pthread_mutex_unlock(&f->lock);
+    return TSR_OK;
+}
+
+static bool fake_supports(const tsr_device *d, const tsr_tensor *op) {
+    (void)d;
+    return op->op != TSR_OP_ARGMAX && tsr__cpu_supports_op(op);
+}
+
+/* Memory of t (following views) must be one of this device's buffers. */
+static bool fake_owns(const tsr_device *d, const tsr_tensor *t) {
+    if (tsr__nbytes(t) == 0)
+        return true;
+    const tsr_tensor *r = tsr__view_root((tsr_tensor *)t);
+    return r->buffer && r->buffer->buft == d->buft && r->data;
+}
+
+static tsr_status fake_compute(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
+    const tsr_device *d = s->device;
+    for (size_t i = 0; i < n; i++) {
+        const tsr_tensor *node = nodes[i];
+        if (!fake_owns(d, node))
+            return tsr__error(TSR_E_DEVICE, "%s: node '%s' (%s) writes memory that is not on this device", d->name,
+                              node->name, tsr__op_name(node->op));
+        for (int j = 0; j < TSR_MAX_SRC; j++)
+            if (node->src[j] && !fake_owns(d, node->src[j])) {
+                const tsr_buffer *b = tsr__view_root(node->src[j])->buffer;
+                return tsr__error(TSR_E_DEVICE, "%s: node '%s' (%s) reads '%s' from %s memory", d->name, node->name,
+                                  tsr__op_name(node->op), node->src[j]->name, b ? b->buft->name : "system");
+            }
+    }
+    return tsr__cpu_run_nodes(s, nodes, n);
+}
+
+static tsr_status fake_sync(tsr_stream *s) {
+    (void)s;
+    return TSR_OK;
+}
+
+static const tsr_device_iface fake_dev_iface = {fake_memory,          fake_supports,    tsr__cpu_stream_new,
+                                                tsr__cpu_stream_free, tsr__cpu_reserve, fake_compute,
+                                                fake_sync};
+
+/* ---- enumeration from TSR_FAKE_DEVICES ------------------------------------- */
+
+/* "256MiB" -> bytes; false when malformed. */
+static bool parse_size(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0)
+        return false;
+    static const struct {
+        const char *suffix;
+        double mul;
+    } units[] = {{"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1024.0},
+                 {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1048576.0}, {"G", 1073741824.0},
+                 {"GiB", 1073741824.0}, {"GB", 1073741824.0}};
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (strcasecmp(end, units[i].suffix) == 0) {
+            double bytes = v * units[i].mul;
+            if (bytes >= 1.8e19)
+                return false;
+            *out = (size_t)bytes;
+            return true;
+        }
+    return false;
+}
+
+static bool add_fake(const char *item) {
+    const char *colon = strchr(item, ':');
+    size_t name_len = colon ? (size_t)(colon - item) : 0;
+    size_t total;
+    if (!colon || name_len == 0 || name_len > 20 || !parse_size(colon + 1, &total)) {
+        char buf[64];
+        tsr__log(TSR_LOG_WARN, "TSR_FAKE_DEVICES: ignoring an entry (expected NAME:SIZE, e.g. FAKE0:256MiB)", 1,
+                 "entry", tsr__fmt(buf, sizeof buf, "%s", item));
+        return false;
+    }
+    for (size_t i = 0; i < n_fakes; i++)
+        if (strncasecmp(fakes[i].dev.name, item, name_len) == 0 && fakes[i].dev.name[name_len] == '\0')
+            name_len = 0;
+    if (name_len == 0 || (name_len == 3 && strncasecmp(item, "CPU", 3) == 0)) {
+        tsr__log(TSR_LOG_WARN, "TSR_FAKE_DEVICES: ignoring a duplicate device name", 0);
+        return false;
+    }
+    fake_dev *f = &fakes[n_fakes];
+    memset(f, 0, sizeof *f);
+    pthread_mutex_init(&f->lock, NULL);
+    f->total = total;
+    snprintf(f->dev.name, sizeof f->dev.name, "%.*s", (int)name_len, item);
+    snprintf(f->dev.description, sizeof f->dev.description, "libtensr fake device");
+    f->dev.kind = TSR_DEVICE_GPU;
+    f->dev.iface = &fake_dev_iface;
+    f->dev.impl = f;
+    f->dev.buft = &f->buft;
+    f->dev.host_buft = &f->host_buft;
+    f->buft = (tsr_buffer_type){&fake_buft_iface, "", &f->dev, TSR_ALIGN, false, false, f};
+    snprintf(f->buft.name, sizeof f->buft.name, "%.*s", (int)name_len, item);
+    f->host_buft = (tsr_buffer_type){&tsr__cpu_buft_iface, "", &f->dev, TSR_ALIGN, true, true, NULL};
+    snprintf(f->host_buft.name, sizeof f->host_buft.name, "%.*s_Host", (int)name_len, item);
+    n_fakes++;
+    return true;
+}
+
+static size_t fake_enumerate(tsr_device **devs, size_t max) {
+    const char *env = getenv("TSR_FAKE_DEVICES");
+    if (!env || !*env)
+        return 0;
+    char spec[512];
+    snprintf(spec, sizeof spec, "%s", env);
+    char *save = NULL;
+    for (char *item = strtok_r(spec, ",", &save); item && n_fakes < FAKE_MAX && n_fakes < max;
+         item = strtok_r(NULL, ",", &save))
+        add_fake(item);
+    for (size_t i = 0; i < n_fakes; i++)
+        devs[i] = &fakes[i].dev;
+    return n_fakes;
+}
+
+static const tsr_backend_reg fake_reg = {"fake", fake_enumerate, NULL};
+
+const tsr_backend_reg *tsr__fake_backend_reg(void) { return &fake_reg; }

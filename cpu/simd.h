@@ -1,0 +1,47 @@
+/*
+ * simd.h - small x86 helpers shared by the SIMD kernel files; included only
+ * by files compiled with at least -mavx2 -mfma -mf16c.
+ */
+#ifndef TSR_CPU_SIMD_H
+#define TSR_CPU_SIMD_H
+
+#include <immintrin.h>
+
+static inline float hsum_ps256(__m256 x) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* 32 nibbles of a 16-byte block: low nibbles -> bytes 0..15, high -> 16..31. */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+/* Byte k = 0xFF where bit k of the 32-bit word is set. */
+static inline __m256i bits_to_bytes32(const uint8_t *p) {
+    uint32_t x;
+    memcpy(&x, p, 4);
+    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
+                                            0x0303030303030303);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+}
+
+/* Sum of products of unsigned bytes u (0..127) and signed bytes s as 8 i32. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Sum of products of two signed byte vectors as 8 i32. */
+static inline __m256i dot_s8s8(__m256i x, __m256i y) {
+    return dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+}
+
+static inline __m256 load_fp16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+#endif /* TSR_CPU_SIMD_H */

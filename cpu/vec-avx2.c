@@ -1,0 +1,484 @@
+/*
+ * vec-avx2.c - AVX2+FMA+F16C variants of the dot products and activation
+ * quantizers (built with -mavx2 -mfma -mf16c, used only when the CPU has
+ * them). Each must agree with its scalar reference in vec.c / quants.c.
+ */
+#include "cpu.h"
+#include "simd.h"
+
+#include <math.h>
+
+static void dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
+    const float *x = vx, *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    float sum = hsum_ps256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) sum += x[i] * y[i];
+    *s = sum;
+}
+
+static inline __m256 load_bf16x8(const uint16_t *p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+static void dot_bf16(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx;
+    const float *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(load_bf16x8(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(load_bf16x8(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+    }
+    float sum = hsum_ps256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) sum += tsr__bf16_to_fp32(x[i]) * y[i];
+    *s = sum;
+}
+
+static void dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q4_0 *x = vx;
+    const tsr_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i off = _mm256_set1_epi8(8);
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d));
+        const __m256i qx = _mm256_sub_epi8(nibbles32(x[i].qs), off);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps256(acc);
+}
+
+static void dot_q4_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q4_1 *x = vx;
+    const tsr_block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        summs += TSR_FP16_TO_FP32(x[i].m) * TSR_FP16_TO_FP32(y[i].s);
+        const __m256 d = _mm256_set1_ps(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d));
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(nibbles32(x[i].qs), qy)), acc);
+    }
+    *s = hsum_ps256(acc) + summs;
+}
+
+static void dot_q5_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q5_0 *x = vx;
+    const tsr_block_q8_0 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d));
+        /* q - 16 == q | 0xF0 as a signed byte when the 5th bit is clear */
+        const __m256i hi = _mm256_andnot_si256(bits_to_bytes32(x[i].qh), _mm256_set1_epi8((char)0xF0));
+        const __m256i qx = _mm256_or_si256(nibbles32(x[i].qs), hi);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps256(acc);
+}
+
+static void dot_q5_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q5_1 *x = vx;
+    const tsr_block_q8_1 *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < n / 32; i++) {
+        summs += TSR_FP16_TO_FP32(x[i].m) * TSR_FP16_TO_FP32(y[i].s);
+        const __m256 d = _mm256_set1_ps(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d));
+        const __m256i hi = _mm256_and_si256(bits_to_bytes32(x[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i qx = _mm256_or_si256(nibbles32(x[i].qs), hi);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps256(acc) + summs;
+}
+
+static void dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q8_0 *x = vx, *y = vy;
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256 d = _mm256_set1_ps(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d));
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_s8s8(qx, qy)), acc);
+    }
+    *s = hsum_ps256(acc);
+}
+
+/* Unpacks the 12 scale bytes of Q4_K/Q5_K into 8 scales then 8 mins. */
+static inline void unpack_k4_scales(const uint8_t *q, uint8_t out[16]) {
+    for (int j = 0; j < 8; j++) tsr__get_scale_min_k4(j, q, &out[j], &out[8 + j]);
+}
+
+/* Broadcast 16-bit lane k of a 128-bit vector to a 256-bit one. */
+static inline __m256i bcast16(__m128i v, int k) {
+    const __m128i m = _mm_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k)));
+    const __m128i b = _mm_shuffle_epi8(v, m);
+    return _mm256_set_m128i(b, b);
+}
+
+/* Min term of Q4_K/Q5_K: sum_j m_j * (bsums[2j] + bsums[2j+1]). */
+static inline int k4_min_term(const uint8_t *mins, const int16_t *bsums) {
+    const __m128i b = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bsums),
+                                     _mm_loadu_si128((const __m128i *)(bsums + 8)));
+    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mins));
+    __m128i p = _mm_madd_epi16(m, b);
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0x4E));
+    p = _mm_add_epi32(p, _mm_shuffle_epi32(p, 0xB1));
+    return _mm_cvtsi128_si32(p);
+}
+
+static void dot_q4_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q4_K *x = vx;
+    const tsr_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / TSR_QK_K; i++) {
+        uint8_t sm[16];
+        unpack_k4_scales(x[i].scales, sm);
+        const float d = y[i].d * TSR_FP16_TO_FP32(x[i].d), dmin = y[i].d * TSR_FP16_TO_FP32(x[i].dmin);
+        accm += dmin * (float)k4_min_term(sm + 8, y[i].bsums);
+        const __m128i sc = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm));
+        __m256i sumi = _mm256_setzero_si256();
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        for (int j = 0; j < 4; j++, q4 += 32, q8 += 64) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q4);
+            const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j), pl));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j + 1), ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps256(acc) - accm;
+}
+
+static void dot_q5_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q5_K *x = vx;
+    const tsr_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / TSR_QK_K; i++) {
+        uint8_t sm[16];
+        unpack_k4_scales(x[i].scales, sm);
+        const float d = y[i].d * TSR_FP16_TO_FP32(x[i].d), dmin = y[i].d * TSR_FP16_TO_FP32(x[i].dmin);
+        accm += dmin * (float)k4_min_term(sm + 8, y[i].bsums);
+        const __m128i sc = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm));
+        const __m256i hbits = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        const uint8_t *q5 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        for (int j = 0; j < 4; j++, q5 += 32, q8 += 64) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)q5);
+            const __m128i sh0 = _mm_cvtsi32_si128(2 * j), sh1 = _mm_cvtsi32_si128(2 * j + 1);
+            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh0), one), 4);
+            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh1), one), 4);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), h0);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), h1);
+            const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q8));
+            const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 32)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j), pl));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j + 1), ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps256(acc) - accm;
+}
+
+/* Scale vector for 32 Q6_K elements: 16-element halves use sc[0] / sc[1]. */
+static inline __m256i q6_scales(const int8_t *sc) {
+    return _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]));
+}
+
+static void dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
+    const tsr_block_q6_K *x = vx;
+    const tsr_block_q8_K *y = vy;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / TSR_QK_K; i++) {
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *q8 = y[i].qs, *sc = x[i].scales;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++, ql += 64, qh += 32, q8 += 128, sc += 8) {
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(b2, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
+            for (int g = 0; g < 4; g++) {
+                const __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
+                const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[g], y8), _mm256_maddubs_epi16(m32, y8));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(q6_scales(sc + 2 * g), p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * TSR_FP16_TO_FP32(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    *s = hsum_ps256(acc);
+}
+
+/* ---- one weight row x four activation rows (batched matmul) ----------------- */
+
+#define YROW(T, c) ((const T *)((const char *)vy + (c) * ystride))
+
+static inline void store4(float s[4], __m256 acc[4]) {
+    for (int c = 0; c < 4; c++) s[c] = hsum_ps256(acc[c]);
+}
+
+/* F16 weights against F32 activations: each weight element is converted
+ * once and used for four columns (the activations are not converted at all). */
+static void dot_f16_f32(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx;
+    const float *y = vy;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 = _mm256_fmadd_ps(load_fp16x8(x + i), _mm256_loadu_ps(y + i), a0);
+        a1 = _mm256_fmadd_ps(load_fp16x8(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+        a2 = _mm256_fmadd_ps(load_fp16x8(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
+        a3 = _mm256_fmadd_ps(load_fp16x8(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_fp16x8(x + i), _mm256_loadu_ps(y + i), a0);
+    float sum = hsum_ps256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; i < n; i++) sum += TSR_FP16_TO_FP32(x[i]) * y[i];
+    *s = sum;
+}
+
+static void dot4_f16_f32(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const uint16_t *x = vx;
+    __m256 acc[8];
+    for (int c = 0; c < 8; c++) acc[c] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 x0 = load_fp16x8(x + i), x1 = load_fp16x8(x + i + 8);
+        for (int c = 0; c < 4; c++) {
+            acc[c] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(YROW(float, c) + i), acc[c]);
+            acc[4 + c] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(YROW(float, c) + i + 8), acc[4 + c]);
+        }
+    }
+    for (int c = 0; c < 4; c++) {
+        s[c] = hsum_ps256(_mm256_add_ps(acc[c], acc[4 + c]));
+        for (int64_t l = i; l < n; l++) s[c] += TSR_FP16_TO_FP32(x[l]) * YROW(float, c)[l];
+    }
+}
+
+/* Shared by Q4_0 and Q8_0 weights: signed 8-bit values qx per block. */
+static inline void dot4_s8_block(__m256i qx, float dx, const tsr_block_q8_0 *const yb[4], int64_t i,
+                                 __m256 acc[4]) {
+    const __m256i ax = _mm256_sign_epi8(qx, qx);
+    for (int c = 0; c < 4; c++) {
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)yb[c][i].qs);
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx)), _mm256_set1_epi16(1));
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * TSR_FP16_TO_FP32(yb[c][i].d)), _mm256_cvtepi32_ps(p), acc[c]);
+    }
+}
+
+static void dot4_q8_0(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const tsr_block_q8_0 *x = vx;
+    const tsr_block_q8_0 *const yb[4] = {YROW(tsr_block_q8_0, 0), YROW(tsr_block_q8_0, 1), YROW(tsr_block_q8_0, 2),
+                                         YROW(tsr_block_q8_0, 3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / 32; i++)
+        dot4_s8_block(_mm256_loadu_si256((const __m256i *)x[i].qs), TSR_FP16_TO_FP32(x[i].d), yb, i, acc);
+    store4(s, acc);
+}
+
+static void dot4_q4_0(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const tsr_block_q4_0 *x = vx;
+    const tsr_block_q8_0 *const yb[4] = {YROW(tsr_block_q8_0, 0), YROW(tsr_block_q8_0, 1), YROW(tsr_block_q8_0, 2),
+                                         YROW(tsr_block_q8_0, 3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / 32; i++)
+        dot4_s8_block(_mm256_sub_epi8(nibbles32(x[i].qs), _mm256_set1_epi8(8)), TSR_FP16_TO_FP32(x[i].d), yb, i, acc);
+    store4(s, acc);
+}
+
+static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const tsr_block_q4_1 *x = vx;
+    const tsr_block_q8_1 *const yb[4] = {YROW(tsr_block_q8_1, 0), YROW(tsr_block_q8_1, 1), YROW(tsr_block_q8_1, 2),
+                                         YROW(tsr_block_q8_1, 3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float summs[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i qx = nibbles32(x[i].qs);
+        const float dx = TSR_FP16_TO_FP32(x[i].d), mx = TSR_FP16_TO_FP32(x[i].m);
+        for (int c = 0; c < 4; c++) {
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)yb[c][i].qs);
+            summs[c] += mx * TSR_FP16_TO_FP32(yb[c][i].s);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * TSR_FP16_TO_FP32(yb[c][i].d)),
+                                     _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc[c]);
+        }
+    }
+    store4(s, acc);
+    for (int c = 0; c < 4; c++) s[c] += summs[c];
+}
+
+/* ---- activation quantizers --------------------------------------------------- */
+
+static inline float absmax32(const float *x, __m256 v[4]) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+    }
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* 32 floats * id rounded to int8 (round half away from zero, as roundf). */
+static inline __m256i quant32(__m256 v[4], float id) {
+    const __m256 mul = _mm256_set1_ps(id), half = _mm256_set1_ps(0.5f), sign = _mm256_set1_ps(-0.0f);
+    __m256i i32[4];
+    for (int k = 0; k < 4; k++) {
+        const __m256 x = _mm256_mul_ps(v[k], mul);
+        const __m256 r = _mm256_or_ps(_mm256_add_ps(_mm256_andnot_ps(sign, x), half), _mm256_and_ps(sign, x));
+        i32[k] = _mm256_cvttps_epi32(r);
+    }
+    const __m256i p01 = _mm256_packs_epi32(i32[0], i32[1]), p23 = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i p = _mm256_packs_epi16(p01, p23);
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void quantize_q8_0(const float *x, void *vy, int64_t n) {
+    tsr_block_q8_0 *y = vy;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        __m256 v[4];
+        const float d = absmax32(x, v) / 127.0f;
+        y[i].d = tsr__fp32_to_fp16(d);
+        _mm256_storeu_si256((__m256i *)y[i].qs, quant32(v, d ? 1.0f / d : 0.0f));
+    }
+}
+
+static void quantize_q8_1(const float *x, void *vy, int64_t n) {
+    tsr_block_q8_1 *y = vy;
+    for (int64_t i = 0; i < n / 32; i++, x += 32) {
+        __m256 v[4];
+        const float d = absmax32(x, v) / 127.0f;
+        const __m256i q = quant32(v, d ? 1.0f / d : 0.0f);
+        _mm256_storeu_si256((__m256i *)y[i].qs, q);
+        const __m256i s = dot_s8s8(_mm256_set1_epi8(1), q);
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+        y[i].d = tsr__fp32_to_fp16(d);
+        y[i].s = tsr__fp32_to_fp16((float)_mm_cvtsi128_si32(t) * d);
+    }
+}
+
+static void f16_from_float(const float *x, void *vy, int64_t n) {
+    uint16_t *y = vy;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = tsr__fp32_to_fp16(x[i]);
+}
+
+static void f16_to_float(const void *vx, float *y, int64_t n) {
+    const uint16_t *x = vx;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_fp16x8(x + i));
+    for (; i < n; i++) y[i] = TSR_FP16_TO_FP32(x[i]);
+}
+
+/* e^x for 8 floats: 2^n * e^r with n = round(x / ln 2), |r| <= ln2 / 2, e^r
+ * by its Taylor polynomial to degree 7 (relative error < 1e-7); inputs below
+ * -87.3 give 0 (so -inf gives exactly 0), above 88.7 give inf. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.7f);
+    const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), overflow = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n in two halves so n = 128 (x near 88.7) does not overflow the exponent */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i h = _mm256_srai_epi32(ni, 1);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    y = _mm256_andnot_ps(underflow, y);
+    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), overflow);
+}
+
+static double exp_sum(int64_t n, float *y, float max) {
+    const __m256 m = _mm256_set1_ps(max);
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(y + i), m));
+        _mm256_storeu_ps(y + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    double sum = hsum_ps256(acc);
+    for (; i < n; i++) sum += (y[i] = expf(y[i] - max));
+    return sum;
+}
+
+static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_xor_ps(v, sign))));
+        if (g) r = _mm256_mul_ps(r, _mm256_loadu_ps(g + i));
+        _mm256_storeu_ps(y + i, r);
+    }
+    for (; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * (g ? g[i] : 1.0f);
+}
+
+void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
+    k->exp_sum = exp_sum;
+    k->silu_mul = silu_mul;
+    k->name = "avx2";
+    k->vec_dot[TSR_TYPE_F32] = dot_f32;
+    k->vec_dot[TSR_TYPE_BF16] = dot_bf16;
+    k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
+    k->vec_dot[TSR_TYPE_Q4_1] = dot_q4_1_q8_1;
+    k->vec_dot[TSR_TYPE_Q5_0] = dot_q5_0_q8_0;
+    k->vec_dot[TSR_TYPE_Q5_1] = dot_q5_1_q8_1;
+    k->vec_dot[TSR_TYPE_Q8_0] = dot_q8_0_q8_0;
+    k->vec_dot[TSR_TYPE_Q4_K] = dot_q4_K_q8_K;
+    k->vec_dot[TSR_TYPE_Q5_K] = dot_q5_K_q8_K;
+    k->vec_dot[TSR_TYPE_Q6_K] = dot_q6_K_q8_K;
+    k->vec_dot4[TSR_TYPE_F16] = dot4_f16_f32;
+    k->vec_dot[TSR_TYPE_F16] = dot_f16_f32;
+    k->dot_type[TSR_TYPE_F16] = TSR_TYPE_F32;
+    k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
+    k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
+    k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
+    k->from_float[TSR_TYPE_Q8_0] = quantize_q8_0;
+    k->from_float[TSR_TYPE_Q8_1] = quantize_q8_1;
+    k->from_float[TSR_TYPE_F16] = f16_from_float;
+    k->to_float[TSR_TYPE_F16] = f16_to_float;
+}

@@ -1,0 +1,740 @@
+/* llama.c - llama/mistral-architecture forward pass on libtensr's public API
+ * (examples/model). See llama.h for the contract.
+ *
+ * Per micro-batch one context holds the graph: token embedding, per layer
+ * RMS norm -> Q/K/V (optional biases) -> rope -> tsr_attention over the KV
+ * cache -> output projection -> residual -> RMS norm -> SwiGLU FFN ->
+ * residual, then the final norm and the output head. Only the rows whose
+ * logits are wanted go through the last layer's FFN and the head (the head
+ * is the largest matrix of a small model). */
+#include "llama.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- errors -------------------------------------------------------------- */
+
+static _Thread_local char llm_err[1024];
+
+const char *llm_last_error(void) { return llm_err; }
+
+static tsr_status fail(tsr_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(llm_err, sizeof llm_err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+/* A libtensr call failed: keep its detail behind our prefix. */
+static tsr_status fail_tsr(tsr_status st, const char *what)
+{
+    return fail(st, "%s: %s", what, tsr_last_error()[0] ? tsr_last_error() : tsr_status_string(st));
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+typedef struct llm_layer {
+    tsr_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
+    tsr_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    tsr_tensor *rope_freqs; /* the copy on this layer's device, or NULL */
+} llm_layer;
+
+struct llm {
+    tsr_backend *be;
+    tsr_gguf *gguf;
+    llm_hparams hp;
+    llm_params p;
+    tsr_tensor *tok_embd, *out_norm, *output;
+    llm_layer *layers;
+    tsr_kv_cache *cache;
+#ifdef LLM_OWN_ATTN
+    tsr_context *kv_ctx;
+    tsr_tensor **k_cache, **v_cache;
+#endif
+    int64_t n_ctx;
+    int64_t n_past;
+};
+
+static void llm_forget(llm *m);
+
+void llm_params_default(llm_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_ubatch = 512;
+    p->n_outputs_max = 1;
+    p->type_k = TSR_TYPE_F16;
+    p->type_v = TSR_TYPE_F16;
+}
+
+const llm_hparams *llm_get_hparams(const llm *m) { return &m->hp; }
+const tsr_gguf *llm_get_gguf(const llm *m) { return m->gguf; }
+int64_t llm_n_ctx(const llm *m) { return m->n_ctx; }
+int64_t llm_n_past(const llm *m) { return m->n_past; }
+
+/* ---- hyper-parameters ---------------------------------------------------- */
+
+/* Integer key ARCH.suffix: required (def < 0) or defaulted. */
+static tsr_status key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", hp->arch, suffix);
+    tsr_status st = tsr_gguf_get_i64(g, key, out);
+    if (st == TSR_E_NOT_FOUND && def >= 0) {
+        *out = def;
+        return TSR_OK;
+    }
+    if (st == TSR_E_NOT_FOUND)
+        return fail(TSR_E_MALFORMED, "%s: required key '%s' is missing", tsr_gguf_path(g), key);
+    if (st == TSR_E_TYPE)
+        return fail(TSR_E_UNSUPPORTED, "%s: key '%s' is not a single integer (per-layer values are not supported)",
+                    tsr_gguf_path(g), key);
+    if (st != TSR_OK)
+        return fail_tsr(st, key);
+    if (*out < 0 || *out > (int64_t)1 << 40)
+        return fail(TSR_E_MALFORMED, "%s: key '%s' = %lld is out of range", tsr_gguf_path(g), key, (long long)*out);
+    return TSR_OK;
+}
+
+static tsr_status key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out)
+{
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", hp->arch, suffix);
+    tsr_status st = tsr_gguf_get_f32(g, key, out);
+    if (st == TSR_E_NOT_FOUND) {
+        *out = def;
+        return TSR_OK;
+    }
+    if (st != TSR_OK)
+        return fail_tsr(st, key);
+    if (!isfinite(*out))
+        return fail(TSR_E_MALFORMED, "%s: key '%s' is not a finite number", tsr_gguf_path(g), key);
+    return TSR_OK;
+}
+
+/* Rope scaling: none and linear are supported; YaRN and others are not. */
+static tsr_status read_rope_scaling(const tsr_gguf *g, llm_hparams *hp)
+{
+    char key[160];
+    const char *type = "none";
+    float factor = 0.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+    if (tsr_gguf_find_key(g, key) >= 0 && tsr_gguf_get_str(g, key, &type, NULL) != TSR_OK)
+        return fail(TSR_E_MALFORMED, "%s: key '%s' is not a string", tsr_gguf_path(g), key);
+    tsr_status st = key_f32(g, hp, "rope.scaling.factor", 0.0f, &factor);
+    if (st == TSR_OK && factor == 0.0f)
+        st = key_f32(g, hp, "rope.scale_linear", 0.0f, &factor);
+    if (st != TSR_OK)
+        return st;
+    if (strcmp(type, "none") != 0 && strcmp(type, "linear") != 0)
+        return fail(TSR_E_UNSUPPORTED, "%s: rope scaling '%s' is not supported (only none and linear)",
+                    tsr_gguf_path(g), type);
+    if (strcmp(type, "none") == 0 && tsr_gguf_find_key(g, key) >= 0)
+        factor = 0.0f;
+    if (factor < 0.0f)
+        return fail(TSR_E_MALFORMED, "%s: rope scaling factor %g is negative", tsr_gguf_path(g), factor);
+    hp->rope_freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f;
+    int64_t orig;
+    st = key_i64(g, hp, "rope.scaling.original_context_length", hp->n_ctx_train, &orig);
+    hp->n_ctx_orig = orig;
+    return st;
+}
+
+/* Sizes that must agree with each other; one message per inconsistency. */
+static tsr_status check_hparams(const tsr_gguf *g, const llm_hparams *hp)
+{
+    const char *path = tsr_gguf_path(g);
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0)
+        return fail(TSR_E_MALFORMED, "%s: embedding %lld, layers %d, heads %d/%d, ffn %lld: all must be > 0", path,
+                    (long long)hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, (long long)hp->n_ff);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return fail(TSR_E_MALFORMED, "%s: head_count %d is not a multiple of head_count_kv %d", path, hp->n_head,
+                    hp->n_head_kv);
+    if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0)
+        return fail(TSR_E_MALFORMED, "%s: head dimension k %d v %d (embedding %lld over %d heads)", path,
+                    hp->head_dim_k, hp->head_dim_v, (long long)hp->n_embd, hp->n_head);
+    if (hp->n_rot <= 0 || hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim_k)
+        return fail(TSR_E_MALFORMED, "%s: rope.dimension_count %d must be even and in 1..%d", path, hp->n_rot,
+                    hp->head_dim_k);
+    if (!(hp->norm_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
+        return fail(TSR_E_MALFORMED, "%s: rms epsilon %g and rope freq_base %g must be > 0", path, hp->norm_eps,
+                    hp->rope_freq_base);
+    return TSR_OK;
+}
+
+/* Head dimensions: key_length/value_length when given (Mistral-style),
+ * else n_embd / n_head, which must then divide evenly. */
+static tsr_status read_head_dims(const tsr_gguf *g, llm_hparams *hp)
+{
+    int64_t def = hp->n_head > 0 && hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0, v;
+    tsr_status st = key_i64(g, hp, "attention.key_length", def, &v);
+    if (st != TSR_OK)
+        return st;
+    hp->head_dim_k = (int)v;
+    if ((st = key_i64(g, hp, "attention.value_length", def, &v)) != TSR_OK)
+        return st;
+    hp->head_dim_v = (int)v;
+    if ((st = key_i64(g, hp, "rope.dimension_count", hp->head_dim_k, &v)) != TSR_OK)
+        return st;
+    hp->n_rot = (int)v;
+    return TSR_OK;
+}
+
+static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp)
+{
+    const char *arch;
+    size_t len;
+    if (tsr_gguf_get_str(g, "general.architecture", &arch, &len) != TSR_OK)
+        return fail(TSR_E_MALFORMED, "%s: no general.architecture string", tsr_gguf_path(g));
+    if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0)
+        return fail(TSR_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama and mistral are)",
+                    tsr_gguf_path(g), arch);
+    snprintf(hp->arch, sizeof hp->arch, "%s", arch);
+    return TSR_OK;
+}
+
+/* Fills the sizes that come from tensor shapes: vocabulary, tied head. */
+static tsr_status read_tensor_facts(const tsr_gguf *g, llm_hparams *hp)
+{
+    int64_t i = tsr_gguf_find_tensor(g, "token_embd.weight");
+    if (i < 0)
+        return fail(TSR_E_MALFORMED, "%s: tensor 'token_embd.weight' is missing", tsr_gguf_path(g));
+    hp->n_vocab = tsr_gguf_tensor_ne(g, i, 1);
+    hp->tied_output = tsr_gguf_find_tensor(g, "output.weight") < 0;
+    hp->has_rope_freqs = tsr_gguf_find_tensor(g, "rope_freqs.weight") >= 0;
+    if (tsr_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight") >= 0)
+        return fail(TSR_E_UNSUPPORTED, "%s: mixture-of-experts layers (ffn_gate_inp) are not supported",
+                    tsr_gguf_path(g));
+    return TSR_OK;
+}
+
+tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp)
+{
+    int64_t v;
+    tsr_status st;
+    memset(hp, 0, sizeof *hp);
+    if ((st = read_arch(g, hp)) != TSR_OK)
+        return st;
+    if ((st = key_i64(g, hp, "context_length", 4096, &hp->n_ctx_train)) != TSR_OK ||
+        (st = key_i64(g, hp, "embedding_length", -1, &hp->n_embd)) != TSR_OK ||
+        (st = key_i64(g, hp, "feed_forward_length", -1, &hp->n_ff)) != TSR_OK ||
+        (st = key_i64(g, hp, "block_count", -1, &v)) != TSR_OK)
+        return st;
+    hp->n_layer = (int)v;
+    if ((st = key_i64(g, hp, "attention.head_count", -1, &v)) != TSR_OK)
+        return st;
+    hp->n_head = (int)v;
+    if ((st = key_i64(g, hp, "attention.head_count_kv", hp->n_head, &v)) != TSR_OK)
+        return st;
+    hp->n_head_kv = (int)v;
+    if ((st = read_head_dims(g, hp)) != TSR_OK ||
+        (st = key_f32(g, hp, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->norm_eps)) != TSR_OK ||
+        (st = key_f32(g, hp, "rope.freq_base", 10000.0f, &hp->rope_freq_base)) != TSR_OK ||
+        (st = read_rope_scaling(g, hp)) != TSR_OK ||
+        (st = key_i64(g, hp, "attention.sliding_window", 0, &hp->sliding_window)) != TSR_OK ||
+        (st = read_tensor_facts(g, hp)) != TSR_OK)
+        return st;
+    return check_hparams(g, hp);
+}
+
+/* ---- weights ------------------------------------------------------------- */
+
+/* Looks up a weight and checks its shape ({ne0, ne1}; ne1 = 0 for 1-D).
+ * Optional weights may be absent (*out = NULL). */
+static tsr_status bind(llm *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out)
+{
+    tsr_tensor *t = tsr_backend_weight(m->be, name);
+    *out = t;
+    if (!t) {
+        tsr_clear_error();
+        return optional ? TSR_OK : fail(TSR_E_MALFORMED, "%s: tensor '%s' is missing", tsr_gguf_path(m->gguf), name);
+    }
+    int64_t want1 = ne1 ? ne1 : 1;
+    if (tsr_tensor_ne(t, 0) != ne0 || tsr_tensor_ne(t, 1) != want1 || tsr_tensor_ne(t, 2) != 1 ||
+        tsr_tensor_ne(t, 3) != 1)
+        return fail(TSR_E_MALFORMED, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                    tsr_gguf_path(m->gguf), name, (long long)tsr_tensor_ne(t, 0), (long long)tsr_tensor_ne(t, 1),
+                    (long long)tsr_tensor_ne(t, 2), (long long)tsr_tensor_ne(t, 3), (long long)ne0,
+                    (long long)want1);
+    return TSR_OK;
+}
+
+static tsr_status bind_layer(llm *m, int il)
+{
+    const llm_hparams *hp = &m->hp;
+    llm_layer *l = &m->layers[il];
+    int64_t nq = (int64_t)hp->n_head * hp->head_dim_k, nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
+    int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v, no = (int64_t)hp->n_head * hp->head_dim_v;
+    struct { const char *s; int64_t ne0, ne1; int opt; tsr_tensor **dst; } w[] = {
+        {"attn_norm.weight", hp->n_embd, 0, 0, &l->attn_norm}, {"attn_q.weight", hp->n_embd, nq, 0, &l->wq},
+        {"attn_k.weight", hp->n_embd, nk, 0, &l->wk},           {"attn_v.weight", hp->n_embd, nv, 0, &l->wv},
+        {"attn_output.weight", no, hp->n_embd, 0, &l->wo},      {"attn_q.bias", nq, 0, 1, &l->bq},
+        {"attn_k.bias", nk, 0, 1, &l->bk},                      {"attn_v.bias", nv, 0, 1, &l->bv},
+        {"attn_output.bias", hp->n_embd, 0, 1, &l->bo},         {"ffn_norm.weight", hp->n_embd, 0, 0, &l->ffn_norm},
+        {"ffn_gate.weight", hp->n_embd, hp->n_ff, 0, &l->ffn_gate},
+        {"ffn_up.weight", hp->n_embd, hp->n_ff, 0, &l->ffn_up},
+        {"ffn_down.weight", hp->n_ff, hp->n_embd, 0, &l->ffn_down},
+    };
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", il, w[i].s);
+        tsr_status st = bind(m, name, w[i].ne0, w[i].ne1, w[i].opt, w[i].dst);
+        if (st != TSR_OK)
+            return st;
+    }
+    if (hp->has_rope_freqs) {
+        tsr_buffer_type *bt = tsr_backend_layer_buffer_type(m->be, il);
+        l->rope_freqs = tsr_backend_weight_on(m->be, "rope_freqs.weight", bt ? tsr_buffer_type_device(bt) : NULL);
+        if (!l->rope_freqs || tsr_tensor_nelements(l->rope_freqs) < hp->n_rot / 2)
+            return fail(TSR_E_MALFORMED, "%s: rope_freqs.weight must have %d elements", tsr_gguf_path(m->gguf),
+                        hp->n_rot / 2);
+    }
+    return TSR_OK;
+}
+
+static tsr_status bind_weights(llm *m)
+{
+    const llm_hparams *hp = &m->hp;
+    tsr_status st;
+    if ((st = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, &m->tok_embd)) != TSR_OK ||
+        (st = bind(m, "output_norm.weight", hp->n_embd, 0, 0, &m->out_norm)) != TSR_OK ||
+        (st = bind(m, "output.weight", hp->n_embd, hp->n_vocab, 1, &m->output)) != TSR_OK)
+        return st;
+    if (!m->output)
+        m->output = m->tok_embd; /* tied embedding */
+    if (tsr_backend_n_layers(m->be) != hp->n_layer)
+        return fail(TSR_E_MALFORMED, "%s: block_count is %d but the file has %d layers of tensors",
+                    tsr_gguf_path(m->gguf), hp->n_layer, tsr_backend_n_layers(m->be));
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers)
+        return fail(TSR_E_NOMEM, "out of memory for %d layers", hp->n_layer);
+    for (int il = 0; il < hp->n_layer; il++)
+        if ((st = bind_layer(m, il)) != TSR_OK)
+            return st;
+    return TSR_OK;
+}
+
+#ifdef LLM_OWN_LOADER
+/* Temporary, until tsr_backend_load_gguf is on main: declare every tensor,
+ * let the backend place them, then read them one by one. */
+static tsr_status load_weights(llm *m, const char *path, const tsr_load_params *lp)
+{
+    const tsr_gguf *g = m->gguf;
+    (void)path;
+    for (int64_t i = 0; i < tsr_gguf_n_tensors(g); i++) {
+        int64_t ne[4];
+        int nd = tsr_gguf_tensor_n_dims(g, i);
+        for (int d = 0; d < nd; d++)
+            ne[d] = tsr_gguf_tensor_ne(g, i, d);
+        tsr_status st = tsr_backend_declare_weight(m->be, tsr_gguf_tensor_name(g, i), tsr_gguf_tensor_type(g, i), nd, ne);
+        if (st != TSR_OK)
+            return fail_tsr(st, "declaring weights");
+    }
+    tsr_status st = tsr_backend_place_weights(m->be, lp);
+    if (st != TSR_OK)
+        return fail_tsr(st, "placing weights");
+    for (int64_t i = 0; i < tsr_gguf_n_tensors(g); i++) {
+        size_t size = tsr_gguf_tensor_size(g, i);
+        void *buf = malloc(size ? size : 1);
+        if (!buf)
+            return fail(TSR_E_NOMEM, "out of memory reading a tensor");
+        st = tsr_gguf_read_tensor(g, i, buf, size);
+        if (st == TSR_OK)
+            st = tsr_tensor_write(tsr_backend_weight(m->be, tsr_gguf_tensor_name(g, i)), buf, 0, size);
+        free(buf);
+        if (st != TSR_OK)
+            return fail_tsr(st, "reading weights");
+        if (lp && lp->progress && lp->progress((uint64_t)i + 1, (uint64_t)tsr_gguf_n_tensors(g), lp->progress_user))
+            return fail(TSR_E_CANCELLED, "loading cancelled");
+    }
+    return TSR_OK;
+}
+#else
+static tsr_status load_weights(llm *m, const char *path, const tsr_load_params *lp)
+{
+    tsr_status st = tsr_backend_load_gguf(m->be, path, lp);
+    return st == TSR_OK ? TSR_OK : fail_tsr(st, "loading weights");
+}
+#endif
+
+/* ---- the forward pass ---------------------------------------------------- */
+
+/* One micro-batch being built: n tokens; logits for rows [out0, out0+n_out). */
+typedef struct fwd {
+    llm *m;
+    tsr_context *ctx;
+    tsr_tensor *pos;
+    int64_t n, out0, n_out;
+#ifdef LLM_OWN_ATTN
+    tsr_tensor *cells, *mask;
+    int64_t n_kv;
+#endif
+} fwd;
+
+static tsr_tensor *rms_norm(fwd *f, tsr_tensor *x, tsr_tensor *w)
+{
+    return tsr_mul(f->ctx, tsr_rms_norm(f->ctx, x, f->m->hp.norm_eps), w);
+}
+
+static tsr_tensor *linear(fwd *f, tsr_tensor *w, tsr_tensor *b, tsr_tensor *x)
+{
+    tsr_tensor *y = tsr_mul_mat(f->ctx, w, x);
+    return b ? tsr_add(f->ctx, y, b) : y;
+}
+
+static tsr_tensor *rope(fwd *f, tsr_tensor *x, tsr_tensor *factors)
+{
+    const llm_hparams *hp = &f->m->hp;
+    return tsr_rope_ext(f->ctx, x, f->pos, factors, hp->n_rot, TSR_ROPE_NORMAL, (int)hp->n_ctx_orig,
+                        hp->rope_freq_base, hp->rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
+}
+
+#ifdef LLM_OWN_ATTN
+/* Temporary, until tsr_attention is on main: a single-sequence cache (cell
+ * = position) and attention from plain ops. */
+static tsr_status own_begin(fwd *f, const int32_t *pos)
+{
+    int64_t n = f->n, ne[2];
+    f->n_kv = n ? pos[n - 1] + 1 : 0;
+    ne[0] = n;
+    f->cells = tsr_input(f->ctx, TSR_TYPE_I32, 1, ne, pos);
+    ne[0] = f->n_kv;
+    ne[1] = n;
+    f->mask = tsr_input(f->ctx, TSR_TYPE_F32, 2, ne, NULL);
+    float *mask = malloc((size_t)(f->n_kv * n + 1) * sizeof *mask);
+    if (!f->mask || !mask) {
+        free(mask);
+        return fail(TSR_E_NOMEM, "mask");
+    }
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < f->n_kv; i++)
+            mask[j * f->n_kv + i] = i <= pos[j] ? 0.0f : -INFINITY;
+    tsr_status st = tsr_tensor_write(f->mask, mask, 0, (size_t)(f->n_kv * n) * sizeof *mask);
+    free(mask);
+    return st;
+}
+
+static tsr_tensor *own_attention(fwd *f, int il, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v, float scale)
+{
+    const llm_hparams *hp = &f->m->hp;
+    tsr_context *ctx = f->ctx;
+    int64_t dk = hp->head_dim_k, dv = hp->head_dim_v, hkv = hp->n_head_kv, n = f->n;
+    tsr_tensor *kc = tsr_set_rows(ctx, f->m->k_cache[il], tsr_reshape_2d(ctx, k, dk * hkv, n), f->cells);
+    tsr_tensor *vc = tsr_set_rows(ctx, f->m->v_cache[il], tsr_reshape_2d(ctx, v, dv * hkv, n), f->cells);
+    size_t es = sizeof(float);
+    tsr_tensor *K = tsr_view_3d(ctx, kc, dk, f->n_kv, hkv, dk * hkv * es, dk * es, 0);
+    tsr_tensor *V = tsr_view_3d(ctx, vc, dv, f->n_kv, hkv, dv * hkv * es, dv * es, 0);
+    tsr_tensor *Q = tsr_permute(ctx, q, 0, 2, 1, 3);                    /* [dk, n, n_head] */
+    tsr_tensor *kq = tsr_softmax_ext(ctx, tsr_mul_mat(ctx, K, Q), f->mask, scale); /* [n_kv, n, n_head] */
+    tsr_tensor *Vt = tsr_cont(ctx, tsr_transpose(ctx, V));             /* [n_kv, dv, hkv] */
+    tsr_tensor *o = tsr_mul_mat(ctx, Vt, kq);                           /* [dv, n, n_head] */
+    o = tsr_cont(ctx, tsr_permute(ctx, o, 0, 2, 1, 3));                 /* [dv, n_head, n] */
+    return tsr_reshape_2d(ctx, o, dv * hp->n_head, n);
+}
+#endif
+
+/* Self-attention of layer il on the normed input: [head_dim_v*n_head, n]. */
+static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur)
+{
+    const llm_hparams *hp = &f->m->hp;
+    const llm_layer *l = &f->m->layers[il];
+    tsr_context *ctx = f->ctx;
+    tsr_tensor *q = linear(f, l->wq, l->bq, cur);
+    tsr_tensor *k = linear(f, l->wk, l->bk, cur);
+    tsr_tensor *v = linear(f, l->wv, l->bv, cur);
+    q = rope(f, tsr_reshape_3d(ctx, q, hp->head_dim_k, hp->n_head, f->n), l->rope_freqs);
+    k = rope(f, tsr_reshape_3d(ctx, k, hp->head_dim_k, hp->n_head_kv, f->n), l->rope_freqs);
+    v = tsr_reshape_3d(ctx, v, hp->head_dim_v, hp->n_head_kv, f->n);
+    float scale = 1.0f / sqrtf((float)hp->head_dim_k);
+#ifdef LLM_OWN_ATTN
+    return own_attention(f, il, q, k, v, scale);
+#else
+    return tsr_attention(ctx, f->m->cache, il, q, k, v, scale);
+#endif
+}
+
+/* Rows [out0, out0+n_out) of a [ne0, n] tensor (a view; no copy). */
+static tsr_tensor *out_rows(fwd *f, tsr_tensor *t)
+{
+    if (!t || (f->out0 == 0 && f->n_out == f->n))
+        return t;
+    size_t nb1 = tsr_tensor_nb(t, 1);
+    return tsr_view_2d(f->ctx, t, tsr_tensor_ne(t, 0), f->n_out, nb1, (size_t)f->out0 * nb1);
+}
+
+static tsr_tensor *feed_forward(fwd *f, const llm_layer *l, tsr_tensor *x)
+{
+    tsr_tensor *cur = rms_norm(f, x, l->ffn_norm);
+    tsr_tensor *gate = tsr_mul_mat(f->ctx, l->ffn_gate, cur);
+    tsr_tensor *up = tsr_mul_mat(f->ctx, l->ffn_up, cur);
+    return tsr_mul_mat(f->ctx, l->ffn_down, tsr_swiglu(f->ctx, gate, up));
+}
+
+/* The graph of one micro-batch; returns the logits [n_vocab, n_out], or,
+ * when no row is wanted, the last layer's attention (which writes the
+ * cache). NULL on an op error (recorded in the context). */
+static tsr_tensor *build(fwd *f, tsr_tensor *tokens)
+{
+    llm *m = f->m;
+    tsr_context *ctx = f->ctx;
+    tsr_tensor *x = tsr_get_rows(ctx, m->tok_embd, tokens);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const llm_layer *l = &m->layers[il];
+        tsr_tensor *cur = attention(f, il, rms_norm(f, x, l->attn_norm));
+        if (il == m->hp.n_layer - 1) {
+            if (f->n_out == 0)
+                return cur;
+            cur = out_rows(f, cur);
+            x = out_rows(f, x);
+        }
+        x = tsr_add(ctx, linear(f, l->wo, l->bo, cur), x);
+        x = tsr_add(ctx, feed_forward(f, l, x), x);
+    }
+    return tsr_mul_mat(ctx, m->output, rms_norm(f, x, m->out_norm));
+}
+
+/* Builds the graph of tokens[0..n) at positions pos[]; *out is its result. */
+static tsr_status prepare(llm *m, fwd *f, const int32_t *tokens, const int32_t *pos, int64_t n, int64_t out0,
+                          int64_t n_out, tsr_tensor **out)
+{
+    int64_t ne = n;
+    memset(f, 0, sizeof *f);
+    f->m = m;
+    f->n = n;
+    f->out0 = out0;
+    f->n_out = n_out;
+    f->ctx = tsr_context_new(m->be);
+    if (!f->ctx)
+        return fail_tsr(TSR_E_NOMEM, "creating a context");
+    tsr_tensor *tok = tsr_input(f->ctx, TSR_TYPE_I32, 1, &ne, tokens);
+    f->pos = tsr_input(f->ctx, TSR_TYPE_I32, 1, &ne, pos);
+#ifdef LLM_OWN_ATTN
+    tsr_status st = own_begin(f, pos);
+#else
+    tsr_status st = tsr_kv_cache_begin(m->cache, f->ctx, n, pos, NULL);
+#endif
+    if (st != TSR_OK)
+        return fail_tsr(st, "kv cache");
+    *out = build(f, tok);
+    if (!*out) {
+        st = tsr_context_status(f->ctx);
+        return fail(st ? st : TSR_E_INVALID, "building the graph: %s",
+                    tsr_context_error(f->ctx) ? tsr_context_error(f->ctx) : tsr_last_error());
+    }
+    return TSR_OK;
+}
+
+/* One micro-batch: n tokens at n_past.., logits rows [out0, out0+n_out). */
+static tsr_status ubatch(llm *m, const int32_t *tokens, int64_t n, int64_t out0, int64_t n_out, float *logits)
+{
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    if (!pos)
+        return fail(TSR_E_NOMEM, "out of memory for %lld positions", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        pos[i] = (int32_t)(m->n_past + i);
+    fwd f;
+    tsr_tensor *out = NULL;
+    tsr_status st = prepare(m, &f, tokens, pos, n, out0, n_out, &out);
+    free(pos);
+    if (st == TSR_OK && (st = tsr_compute(f.ctx, &out, 1)) != TSR_OK)
+        fail_tsr(st, "compute");
+    if (st == TSR_OK && n_out > 0 && logits) {
+        size_t bytes = (size_t)n_out * (size_t)m->hp.n_vocab * sizeof(float);
+        if ((st = tsr_tensor_read(out, logits, 0, bytes)) != TSR_OK)
+            fail_tsr(st, "reading logits");
+    }
+    tsr_context_close(f.ctx);
+    if (st == TSR_OK)
+        m->n_past += n;
+    else /* forget the cells this batch took, so the cache stays consistent */
+        llm_forget(m);
+    return st;
+}
+
+tsr_status llm_decode(llm *m, const int32_t *tokens, int64_t n, int64_t logits_from, float *logits)
+{
+    if (!m || n < 0 || (n > 0 && !tokens))
+        return fail(TSR_E_INVALID, "llm_decode: invalid arguments");
+    if (m->n_past + n > m->n_ctx)
+        return fail(TSR_E_FULL, "context is full: %lld tokens in the cache + %lld new > n_ctx %lld",
+                    (long long)m->n_past, (long long)n, (long long)m->n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return fail(TSR_E_RANGE, "token id %d at %lld is outside the vocabulary (0..%lld)", tokens[i],
+                        (long long)i, (long long)m->hp.n_vocab - 1);
+    if (!logits || logits_from < 0)
+        logits_from = logits ? 0 : n;
+    float *dst = logits;
+    for (int64_t i0 = 0; i0 < n; i0 += m->p.n_ubatch) {
+        int64_t nb = n - i0 < m->p.n_ubatch ? n - i0 : m->p.n_ubatch;
+        int64_t out0 = logits_from > i0 ? logits_from - i0 : 0;
+        int64_t n_out = out0 < nb ? nb - out0 : 0;
+        if (n_out > m->p.n_outputs_max)
+            return fail(TSR_E_RANGE, "%lld logits rows asked in one micro-batch, at most %lld were reserved",
+                        (long long)n_out, (long long)m->p.n_outputs_max);
+        tsr_status st = ubatch(m, tokens + i0, nb, out0 < nb ? out0 : 0, n_out, dst);
+        if (st != TSR_OK)
+            return st;
+        if (dst)
+            dst += n_out * m->hp.n_vocab;
+    }
+    return TSR_OK;
+}
+
+/* Forgets cache cells at positions >= n_past (after a failed batch). */
+static void llm_forget(llm *m)
+{
+#ifndef LLM_OWN_ATTN
+    if (tsr_kv_cache_remove(m->cache, -1, (int32_t)m->n_past, -1) != TSR_OK)
+        tsr_kv_cache_clear(m->cache), m->n_past = 0;
+#else
+    (void)m;
+#endif
+}
+
+void llm_reset(llm *m)
+{
+#ifndef LLM_OWN_ATTN
+    tsr_kv_cache_clear(m->cache);
+#endif
+    m->n_past = 0;
+}
+
+/* ---- opening ------------------------------------------------------------- */
+
+/* Sizes the compute buffers for the worst micro-batch: n_ubatch tokens at
+ * the end of a full context, n_outputs_max logits rows. */
+static tsr_status reserve(llm *m)
+{
+    int64_t n = m->p.n_ubatch, n_out = m->p.n_outputs_max;
+    int32_t *tokens = calloc((size_t)n, sizeof *tokens), *pos = malloc((size_t)n * sizeof *pos);
+    if (!tokens || !pos) {
+        free(tokens);
+        free(pos);
+        return fail(TSR_E_NOMEM, "out of memory for the reserve batch");
+    }
+    for (int64_t i = 0; i < n; i++)
+        pos[i] = (int32_t)(m->n_ctx - n + i);
+    fwd f;
+    tsr_tensor *out = NULL;
+    tsr_status st = prepare(m, &f, tokens, pos, n, n - n_out, n_out, &out);
+    free(tokens);
+    free(pos);
+    if (st == TSR_OK && (st = tsr_reserve(f.ctx, &out, 1)) != TSR_OK)
+        fail_tsr(st, "reserving compute memory");
+    tsr_context_close(f.ctx);
+    llm_reset(m);
+    return st;
+}
+
+static tsr_status make_cache(llm *m)
+{
+    const llm_hparams *hp = &m->hp;
+#ifdef LLM_OWN_ATTN
+    m->kv_ctx = tsr_context_new(m->be);
+    m->k_cache = calloc((size_t)hp->n_layer, sizeof *m->k_cache);
+    m->v_cache = calloc((size_t)hp->n_layer, sizeof *m->v_cache);
+    if (!m->kv_ctx || !m->k_cache || !m->v_cache)
+        return fail(TSR_E_NOMEM, "kv cache");
+    for (int il = 0; il < hp->n_layer; il++) {
+        int64_t nek[2] = {(int64_t)hp->head_dim_k * hp->n_head_kv, m->n_ctx};
+        int64_t nev[2] = {(int64_t)hp->head_dim_v * hp->n_head_kv, m->n_ctx};
+        tsr_buffer_type *bt = tsr_backend_layer_buffer_type(m->be, il);
+        m->k_cache[il] = tsr_new_tensor(m->kv_ctx, bt, TSR_TYPE_F32, 2, nek);
+        m->v_cache[il] = tsr_new_tensor(m->kv_ctx, bt, TSR_TYPE_F32, 2, nev);
+        if (!m->k_cache[il] || !m->v_cache[il])
+            return fail(TSR_E_NOMEM, "kv cache: %s", tsr_context_error(m->kv_ctx));
+    }
+    return TSR_OK;
+#else
+    tsr_kv_cache_params kp;
+    tsr_kv_cache_params_init(&kp, sizeof kp);
+    kp.n_layers = hp->n_layer;
+    kp.n_ctx = m->n_ctx;
+    kp.n_head_kv = hp->n_head_kv;
+    kp.head_dim_k = hp->head_dim_k;
+    kp.head_dim_v = hp->head_dim_v;
+    kp.type_k = m->p.type_k;
+    kp.type_v = m->p.type_v;
+    kp.n_seq = 1;
+    kp.n_batch_max = m->p.n_ubatch;
+    tsr_status st = tsr_kv_cache_new(m->be, &kp, &m->cache);
+    return st == TSR_OK ? TSR_OK : fail_tsr(st, "creating the KV cache");
+#endif
+}
+
+/* Context size and batch sizes from the caller's wishes and the model. */
+static tsr_status settle_params(llm *m, const llm_params *p)
+{
+    const llm_hparams *hp = &m->hp;
+    if (p)
+        m->p = *p;
+    else
+        llm_params_default(&m->p);
+    m->n_ctx = m->p.n_ctx > 0 ? m->p.n_ctx : hp->n_ctx_train;
+    if (m->n_ctx > INT32_MAX / 2)
+        return fail(TSR_E_INVALID, "context size %lld is too large", (long long)m->n_ctx);
+    if (hp->sliding_window > 0 && hp->sliding_window < m->n_ctx)
+        return fail(TSR_E_UNSUPPORTED,
+                    "%s: sliding-window attention (window %lld) is not supported yet; use a context of at most "
+                    "%lld tokens (-c %lld), where it makes no difference",
+                    tsr_gguf_path(m->gguf), (long long)hp->sliding_window, (long long)hp->sliding_window,
+                    (long long)hp->sliding_window);
+    if (m->p.n_ubatch <= 0 || m->p.n_ubatch > m->n_ctx)
+        m->p.n_ubatch = m->n_ctx < 512 ? m->n_ctx : 512;
+    if (m->p.n_outputs_max < 0 || m->p.n_outputs_max > m->p.n_ubatch)
+        m->p.n_outputs_max = m->p.n_ubatch;
+    return TSR_OK;
+}
+
+tsr_status llm_open(tsr_backend *be, const char *path, const tsr_load_params *lp, const llm_params *p, llm **out)
+{
+    if (!be || !path || !out)
+        return fail(TSR_E_INVALID, "llm_open: NULL argument");
+    *out = NULL;
+    llm *m = calloc(1, sizeof *m);
+    if (!m)
+        return fail(TSR_E_NOMEM, "out of memory");
+    m->be = be;
+    tsr_status st = tsr_gguf_open(path, &m->gguf);
+    if (st != TSR_OK)
+        st = fail(st, "%s", tsr_last_error());
+    if (st == TSR_OK)
+        st = llm_hparams_read(m->gguf, &m->hp);
+    if (st == TSR_OK)
+        st = settle_params(m, p);
+    if (st == TSR_OK)
+        st = load_weights(m, path, lp);
+    if (st == TSR_OK)
+        st = bind_weights(m);
+    if (st == TSR_OK)
+        st = make_cache(m);
+    if (st == TSR_OK)
+        st = reserve(m);
+    if (st != TSR_OK) {
+        llm_free(m);
+        return st;
+    }
+    *out = m;
+    return TSR_OK;
+}
+
+void llm_free(llm *m)
+{
+    if (!m)
+        return;
+#ifdef LLM_OWN_ATTN
+    tsr_context_close(m->kv_ctx);
+    free(m->k_cache);
+    free(m->v_cache);
+#else
+    tsr_kv_cache_free(m->cache);
+#endif
+    free(m->layers);
+    tsr_gguf_close(m->gguf);
+    free(m);
+}

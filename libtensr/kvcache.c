@@ -1,0 +1,437 @@
+/*
+ * kvcache.c - the KV cache: per-layer K and V tensors allocated whole at
+ * creation on each layer's device (one buffer per buffer type), the cell
+ * bookkeeping (position and sequence of each cell), and tsr_kv_cache_begin,
+ * which finds cells for a batch and builds the cell indices and the causal
+ * mask as inputs of the forward pass. The writes into the cache and the
+ * reads from it are built by tsr_attention (attention.c).
+ *
+ * Layout: K of layer il is [head_dim_k * n_head_kv, n_ctx] (a token's heads
+ * in one row). On the plain path V is stored transposed,
+ * [n_ctx, head_dim_v * n_head_kv], so V*softmax(K*Q) reads it without a
+ * copy; on the flash path V is stored like K. A cell belongs to one
+ * sequence.
+ */
+#include "kvcache.h"
+
+#include <stdio.h>
+
+void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size) {
+    if (!p || size < sizeof(size_t))
+        return;
+    tsr_kv_cache_params d = {0};
+    d.size = size < sizeof d ? size : sizeof d;
+    d.type_k = TSR_TYPE_F16;
+    d.type_v = TSR_TYPE_F16;
+    d.n_seq = 1;
+    d.n_batch_max = 512;
+    memcpy(p, &d, d.size);
+    p->size = size;
+}
+
+static const char *tsr_tn(tsr_type t) {
+    const char *n = tsr_type_name(t);
+    return n ? n : "?";
+}
+
+static tsr_status tsr_check_type(tsr_type t, int head_dim, bool flash, bool is_v) {
+    const char *what = is_v ? "type_v" : "type_k";
+    bool ok = t == TSR_TYPE_F32 || t == TSR_TYPE_F16 || t == TSR_TYPE_Q8_0;
+    if (!ok)
+        return tsr__error(TSR_E_UNSUPPORTED, "tsr_kv_cache_new: %s is %s; expected f16, f32 or q8_0", what, tsr_tn(t));
+    /* V is stored transposed on the plain path: a quantized block would span cells */
+    if (t == TSR_TYPE_Q8_0 && is_v && !flash)
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "tsr_kv_cache_new: type_v q8_0 needs flash attention (the backend has it off)");
+    if (head_dim % tsr_type_block_size(t) != 0)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: %s %s needs head dims that are multiples of %lld, got %d",
+                          what, tsr_tn(t), (long long)tsr_type_block_size(t), head_dim);
+    return TSR_OK;
+}
+
+static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
+    if (p->n_layers <= 0 || p->n_ctx <= 0 || p->n_head_kv <= 0 || p->head_dim_k <= 0 || p->head_dim_v <= 0 ||
+        p->n_seq <= 0 || p->n_batch_max < 0)
+        return tsr__error(TSR_E_INVALID,
+                          "tsr_kv_cache_new: n_layers %d, n_ctx %lld, n_head_kv %d, head_dim_k %d, head_dim_v %d, "
+                          "n_seq %d must be > 0 and n_batch_max %lld >= 0",
+                          p->n_layers, (long long)p->n_ctx, p->n_head_kv, p->head_dim_k, p->head_dim_v, p->n_seq,
+                          (long long)p->n_batch_max);
+    if (p->n_ctx > INT32_MAX)
+        return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx, INT32_MAX);
+    tsr_status s = tsr_check_type(p->type_k, p->head_dim_k, flash, false);
+    return s == TSR_OK ? tsr_check_type(p->type_v, p->head_dim_v, flash, true) : s;
+}
+
+/* Shapes one cache tensor struct (layer il, K or V). */
+static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
+    const tsr_kv_cache_params *p = &c->p;
+    int64_t width = (int64_t)(is_v ? p->head_dim_v : p->head_dim_k) * p->n_head_kv;
+    t->type = is_v ? p->type_v : p->type_k;
+    t->n_dims = 2;
+    t->op = TSR_OP_NONE;
+    t->flags = TSR_FLAG_PERSIST;
+    t->device_id = -1;
+    bool trans = is_v && !c->flash;
+    t->ne[0] = trans ? c->n_ctx_alloc : width;
+    t->ne[1] = trans ? width : c->n_ctx_alloc;
+    t->ne[2] = t->ne[3] = 1;
+    snprintf(t->name, sizeof t->name, "cache_%c_l%d", is_v ? 'v' : 'k', il);
+    return tsr__set_contiguous_strides(t);
+}
+
+static tsr_buffer_type *tsr_layer_buft(const tsr_backend *b, int il) {
+    tsr_buffer_type *bt = tsr_backend_layer_buffer_type(b, il);
+    return bt ? bt : tsr_device_buffer_type(tsr__cpu_device());
+}
+
+static size_t tsr_dev_of(const tsr_backend *b, tsr_buffer_type *bt) {
+    size_t d = tsr__backend_device_index(b, bt->device);
+    return d < b->n_devices ? d : tsr__backend_cpu_index(b);
+}
+
+/* Bytes the layers placed on bt need (aligned per tensor); false on overflow. */
+static bool tsr_bytes_on(const tsr_kv_cache *c, tsr_buffer_type *bt, size_t *out) {
+    size_t total = 0;
+    for (int il = 0; il < c->p.n_layers; il++) {
+        if (tsr_layer_buft(c->b, il) != bt)
+            continue;
+        size_t align = bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN;
+        size_t kb = tsr__pad(tsr_tensor_nbytes(&c->k[il]), align), vb = tsr__pad(tsr_tensor_nbytes(&c->v[il]), align);
+        if (tsr__add_overflow(total, kb, &total) || tsr__add_overflow(total, vb, &total))
+            return false;
+    }
+    *out = total;
+    return true;
+}
+
+/* Fails with TSR_E_DEVICE_NOMEM when the device reports less free memory. */
+static tsr_status tsr_check_fits(tsr_buffer_type *bt, size_t size) {
+    size_t free_b = 0, total_b = 0;
+    if (tsr_device_memory(bt->device, &free_b, &total_b) != TSR_OK || total_b == 0)
+        return TSR_OK;
+    if (size > free_b)
+        return tsr__error(TSR_E_DEVICE_NOMEM,
+                          "tsr_kv_cache_new: KV cache needs %.2f MiB on %s, which has %.2f MiB free (%.2f MiB missing)",
+                          size / 1048576.0, bt->device->name, free_b / 1048576.0, (size - free_b) / 1048576.0);
+    return TSR_OK;
+}
+
+/* Allocates one buffer for the layers on bt and points their tensors into it. */
+static tsr_status tsr_alloc_on(tsr_kv_cache *c, tsr_buffer_type *bt) {
+    size_t size;
+    if (!tsr_bytes_on(c, bt, &size))
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: the cache size overflows");
+    tsr_status s = tsr_check_fits(bt, size);
+    tsr_buffer *buf = NULL;
+    if (s == TSR_OK && (s = tsr_buffer_alloc(bt, size, &buf)) != TSR_OK)
+        tsr__error_prefix("tsr_kv_cache_new: KV cache of %.2f MiB on %s", size / 1048576.0, bt->device->name);
+    if (s != TSR_OK)
+        return s;
+    if (bt->iface->memset && (s = bt->iface->memset(buf, buf->base, 0, size)) != TSR_OK) {
+        tsr_buffer_free(buf);
+        return s;
+    }
+    c->bufs[c->n_bufs] = buf;
+    c->buf_dev[c->n_bufs++] = tsr_dev_of(c->b, bt);
+    size_t off = 0, align = bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN;
+    for (int il = 0; il < c->p.n_layers; il++) {
+        if (tsr_layer_buft(c->b, il) != bt)
+            continue;
+        tsr_tensor *ts[2] = {&c->k[il], &c->v[il]};
+        for (int j = 0; j < 2; j++) {
+            ts[j]->buffer = buf;
+            ts[j]->data = (char *)buf->base + off;
+            ts[j]->device_id = (int)tsr_dev_of(c->b, bt);
+            off += tsr__pad(tsr_tensor_nbytes(ts[j]), align);
+        }
+    }
+    return TSR_OK;
+}
+
+/* Allocates the tensors of every distinct buffer type, layer order. */
+static tsr_status tsr_alloc_all(tsr_kv_cache *c) {
+    for (int il = 0; il < c->p.n_layers; il++) {
+        if (c->k[il].buffer)
+            continue;
+        tsr_status s = tsr_alloc_on(c, tsr_layer_buft(c->b, il));
+        if (s != TSR_OK)
+            return s;
+    }
+    return TSR_OK;
+}
+
+static tsr_status tsr_cache_init(tsr_kv_cache *c) {
+    size_t nl = (size_t)c->p.n_layers, nc = (size_t)c->p.n_ctx;
+    c->k = tsr__calloc(nl, sizeof *c->k);
+    c->v = tsr__calloc(nl, sizeof *c->v);
+    c->bufs = tsr__calloc(nl, sizeof *c->bufs);
+    c->buf_dev = tsr__calloc(nl, sizeof *c->buf_dev);
+    if (!c->k || !c->v || !c->bufs || !c->buf_dev)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
+    for (int il = 0; il < c->p.n_layers; il++)
+        if (!tsr_shape_tensor(c, &c->k[il], il, false) || !tsr_shape_tensor(c, &c->v[il], il, true))
+            return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: layer %d: the cache size overflows", il);
+    tsr_status s = tsr_alloc_all(c); /* first: a cache that does not fit fails before any cell array */
+    if (s != TSR_OK)
+        return s;
+    c->cell_pos = tsr__malloc(nc * sizeof *c->cell_pos);
+    c->cell_seq = tsr__calloc(nc, sizeof *c->cell_seq);
+    if (!c->cell_pos || !c->cell_seq)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory for %zu cells", nc);
+    for (size_t i = 0; i < nc; i++)
+        c->cell_pos[i] = -1;
+    return TSR_OK;
+}
+
+tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv_cache **out) {
+    if (out)
+        *out = NULL;
+    if (!b || !p || !out)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: NULL %s", !b ? "backend" : !p ? "params" : "out");
+    if (p->size < sizeof(size_t))
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: params.size is %zu; call tsr_kv_cache_params_init", p->size);
+    tsr_kv_cache *c = tsr__calloc(1, sizeof *c);
+    if (!c)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
+    tsr_kv_cache_params_init(&c->p, sizeof c->p);
+    TSR_PARAMS_COPY(&c->p, p);
+    c->p.size = sizeof c->p;
+    c->b = b;
+    c->flash = tsr_backend_flash_attn(b) != 0;
+    c->n_ctx_alloc = c->flash ? (int64_t)tsr__pad((size_t)c->p.n_ctx, TSR_KV_PAD) : c->p.n_ctx;
+    tsr_status s = tsr_check_params(&c->p, c->flash);
+    if (s == TSR_OK)
+        s = tsr_cache_init(c);
+    if (s != TSR_OK) {
+        tsr_kv_cache_free(c);
+        return s;
+    }
+    for (size_t i = 0; i < c->n_bufs; i++)
+        b->plan_kv[c->buf_dev[i]] += c->bufs[i]->size;
+    b->n_open_caches++;
+    c->counted = true;
+    *out = c;
+    return TSR_OK;
+}
+
+void tsr_kv_cache_free(tsr_kv_cache *c) {
+    if (!c)
+        return;
+    bool counted = c->counted;
+    for (size_t i = 0; c->bufs && i < c->n_bufs; i++) {
+        if (counted && c->b->plan_kv[c->buf_dev[i]] >= c->bufs[i]->size)
+            c->b->plan_kv[c->buf_dev[i]] -= c->bufs[i]->size;
+        tsr_buffer_free(c->bufs[i]);
+    }
+    if (counted)
+        c->b->n_open_caches--;
+    tsr__free(c->k);
+    tsr__free(c->v);
+    tsr__free(c->bufs);
+    tsr__free(c->buf_dev);
+    tsr__free(c->cell_pos);
+    tsr__free(c->cell_seq);
+    tsr__free(c);
+}
+
+/* ---- cells ---------------------------------------------------------------------- */
+
+void tsr_kv_cache_clear(tsr_kv_cache *c) {
+    if (!c)
+        return;
+    for (int64_t i = 0; i < c->p.n_ctx; i++)
+        c->cell_pos[i] = -1;
+    c->n_used = 0;
+    /* zeros again: a value that overflowed to inf in an earlier batch would
+     * turn into NaN under a zero softmax weight on the plain path */
+    for (size_t i = 0; i < c->n_bufs; i++) {
+        tsr_buffer *buf = c->bufs[i];
+        if (buf->buft->iface->memset)
+            buf->buft->iface->memset(buf, buf->base, 0, buf->size);
+    }
+}
+
+tsr_status tsr_kv_cache_remove(tsr_kv_cache *c, int seq, int32_t p0, int32_t p1) {
+    if (!c)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_remove: NULL cache");
+    if (seq < -1 || seq >= c->p.n_seq)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_remove: sequence %d is not -1 or 0..%d", seq, c->p.n_seq - 1);
+    for (int64_t i = 0; i < c->p.n_ctx; i++) {
+        int32_t pos = c->cell_pos[i];
+        if (pos < 0 || (seq >= 0 && c->cell_seq[i] != seq) || pos < p0 || (p1 >= 0 && pos >= p1))
+            continue;
+        c->cell_pos[i] = -1;
+        c->n_used--;
+    }
+    return TSR_OK;
+}
+
+int64_t tsr_kv_cache_used(const tsr_kv_cache *c) { return c ? c->n_used : 0; }
+int64_t tsr_kv_cache_n_ctx(const tsr_kv_cache *c) { return c ? c->p.n_ctx : 0; }
+tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c) { return c ? c->mask : NULL; }
+
+/* ---- begin ---------------------------------------------------------------------- */
+
+static tsr_status tsr_check_batch(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq) {
+    if (n_tokens < 0 || n_tokens > c->p.n_batch_max)
+        return tsr__error(n_tokens < 0 ? TSR_E_INVALID : TSR_E_RANGE,
+                          "tsr_kv_cache_begin: batch of %lld tokens; expected 0..%lld (n_batch_max)",
+                          (long long)n_tokens, (long long)c->p.n_batch_max);
+    for (int64_t i = 0; i < n_tokens; i++) {
+        if (seq && (seq[i] < 0 || seq[i] >= c->p.n_seq))
+            return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: token %lld: sequence %d is not 0..%d", (long long)i,
+                              seq[i], c->p.n_seq - 1);
+        if (pos && pos[i] < 0)
+            return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: token %lld: position %d is negative", (long long)i,
+                              pos[i]);
+    }
+    return TSR_OK;
+}
+
+/* Positions when the caller gives none: each sequence continues after its
+ * largest position. */
+static tsr_status tsr_default_positions(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int32_t *out) {
+    int32_t *next = tsr__calloc((size_t)c->p.n_seq, sizeof *next);
+    if (!next)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_begin: out of host memory");
+    for (int64_t i = 0; i < c->p.n_ctx; i++)
+        if (c->cell_pos[i] >= 0 && c->cell_pos[i] >= next[c->cell_seq[i]])
+            next[c->cell_seq[i]] = c->cell_pos[i] == INT32_MAX ? INT32_MAX : c->cell_pos[i] + 1;
+    for (int64_t i = 0; i < n_tokens; i++) {
+        int s = seq ? seq[i] : 0;
+        out[i] = next[s];
+        if (next[s] < INT32_MAX)
+            next[s]++;
+    }
+    tsr__free(next);
+    return TSR_OK;
+}
+
+/* Causal mask: token i sees cell j when the cell is in use, of the same
+ * sequence, at a position <= its own. Padding rows are fully masked. */
+static void tsr_fill_mask(const tsr_kv_cache *c, uint16_t *m, int64_t n_kv, int64_t n_rows, int64_t n_tokens,
+                          const int32_t *pos, const int32_t *seq) {
+    const uint16_t zero = 0x0000, ninf = 0xFC00; /* F16 0 and -inf */
+    for (int64_t i = 0; i < n_rows; i++) {
+        uint16_t *row = m + i * n_kv;
+        if (i >= n_tokens) {
+            for (int64_t j = 0; j < n_kv; j++)
+                row[j] = ninf;
+            continue;
+        }
+        int32_t p = pos[i], s = seq ? seq[i] : 0;
+        for (int64_t j = 0; j < n_kv; j++) {
+            int32_t cp = j < c->p.n_ctx ? c->cell_pos[j] : -1;
+            row[j] = cp >= 0 && cp <= p && c->cell_seq[j] == s ? zero : ninf;
+        }
+    }
+}
+
+/* The graph's bound of cells: the last cell in use, rounded up. */
+static int64_t tsr_n_kv(const tsr_kv_cache *c) {
+    int64_t last = -1;
+    for (int64_t i = c->p.n_ctx; i-- > 0;)
+        if (c->cell_pos[i] >= 0) {
+            last = i;
+            break;
+        }
+    int64_t n = (int64_t)tsr__pad((size_t)(last + 1), TSR_KV_PAD);
+    return n < c->n_ctx_alloc ? n : c->n_ctx_alloc;
+}
+
+/* Builds the inputs of a batch whose cells are in cells[]; on failure the
+ * context holds the error. */
+static tsr_status tsr_build_inputs(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, int64_t n_kv,
+                                   const int32_t *pos, const int32_t *seq, const int64_t *cells, bool reserve) {
+    int64_t n_rows = c->flash ? (int64_t)tsr__pad((size_t)n_tokens, TSR_KV_MASK_ROWS_PAD) : n_tokens;
+    int64_t ne_idx[1] = {n_tokens}, ne_mask[2] = {n_kv, n_rows};
+    tsr_tensor *idx = tsr_input(ctx, TSR_TYPE_I64, 1, ne_idx, cells);
+    tsr_tensor *mask = idx ? tsr_input(ctx, TSR_TYPE_F16, 2, ne_mask, NULL) : NULL;
+    if (!mask)
+        return tsr_context_status(ctx);
+    tsr_set_name(idx, "kv_idx");
+    tsr_set_name(mask, "kq_mask");
+    if (!reserve && mask->data)
+        tsr_fill_mask(c, mask->data, n_kv, n_rows, n_tokens, pos, seq);
+    c->ctx = ctx;
+    c->n_tokens = n_tokens;
+    c->n_kv = n_kv;
+    c->idx = idx;
+    c->mask = mask;
+    return TSR_OK;
+}
+
+/* Lowest free cells first, so n_kv stays small. */
+static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, int64_t *cells) {
+    int64_t found = 0;
+    for (int64_t i = 0; i < c->p.n_ctx && found < n_tokens; i++)
+        if (c->cell_pos[i] < 0)
+            cells[found++] = i;
+    return found;
+}
+
+static tsr_status tsr_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
+                            const int32_t *seq, int64_t *cells, int32_t *pos_buf) {
+    if (!pos) {
+        tsr_status s = tsr_default_positions(c, n_tokens, seq, pos_buf);
+        if (s != TSR_OK)
+            return s;
+        pos = pos_buf;
+    }
+    if (tsr_find_cells(c, n_tokens, cells) < n_tokens)
+        return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
+                          (long long)n_tokens, (long long)(c->p.n_ctx - c->n_used), (long long)c->p.n_ctx);
+    for (int64_t i = 0; i < n_tokens; i++) {
+        c->cell_pos[cells[i]] = pos[i];
+        c->cell_seq[cells[i]] = seq ? seq[i] : 0;
+    }
+    tsr_status s = tsr_build_inputs(c, ctx, n_tokens, tsr_n_kv(c), pos, seq, cells, false);
+    if (s != TSR_OK) { /* nothing changes on failure */
+        for (int64_t i = 0; i < n_tokens; i++)
+            c->cell_pos[cells[i]] = -1;
+        return s;
+    }
+    c->n_used += n_tokens;
+    return TSR_OK;
+}
+
+tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
+                              const int32_t *seq) {
+    if (!c || !ctx)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: NULL %s", !c ? "cache" : "context");
+    if (ctx->backend != c->b)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: the context belongs to another backend than the cache");
+    tsr_status s = tsr_check_batch(c, n_tokens, pos, seq);
+    if (s != TSR_OK)
+        return s;
+    size_t n = (size_t)(n_tokens > 0 ? n_tokens : 1);
+    int64_t *cells = tsr__malloc(n * sizeof *cells);
+    int32_t *pos_buf = pos ? NULL : tsr__malloc(n * sizeof *pos_buf);
+    if (!cells || (!pos && !pos_buf))
+        s = tsr__error(TSR_E_NOMEM, "tsr_kv_cache_begin: out of host memory");
+    else
+        s = tsr_begin(c, ctx, n_tokens, pos, seq, cells, pos_buf);
+    tsr__free(cells);
+    tsr__free(pos_buf);
+    return s;
+}
+
+tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens) {
+    if (!c || !ctx)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin_reserve: NULL %s", !c ? "cache" : "context");
+    if (ctx->backend != c->b)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin_reserve: the context belongs to another backend");
+    if (n_tokens < 0 || n_tokens > c->p.n_batch_max || n_tokens > c->p.n_ctx)
+        return tsr__error(TSR_E_RANGE, "tsr_kv_cache_begin_reserve: batch of %lld tokens; expected 0..%lld",
+                          (long long)n_tokens, (long long)(c->p.n_batch_max < c->p.n_ctx ? c->p.n_batch_max : c->p.n_ctx));
+    /* indices 0..n-1 (valid, never written: the graph is only sized) */
+    int64_t *cells = tsr__malloc((size_t)(n_tokens > 0 ? n_tokens : 1) * sizeof *cells);
+    if (!cells)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_begin_reserve: out of host memory");
+    for (int64_t i = 0; i < n_tokens; i++)
+        cells[i] = i;
+    tsr_status s = tsr_build_inputs(c, ctx, n_tokens, c->n_ctx_alloc, NULL, NULL, cells, true);
+    tsr__free(cells);
+    return s;
+}

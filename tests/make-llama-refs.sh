@@ -1,0 +1,33 @@
+#!/bin/sh
+# make-llama-refs.sh - regenerates tests/data/refs/ from llama.cpp.
+#
+# llama.cpp comes from the llama-cpp-python package on PyPI (it vendors
+# llama.cpp's source and builds it), installed once into a cached virtual
+# environment; on two cores the build takes several minutes. Then
+# tests/make_llama_refs.py records token ids, greedy continuations, top-5
+# logits, perplexity and the tiny models' logits. Commit the result.
+#
+# Environment: LLAMA_CPP_PYTHON_VERSION (default 0.3.36, the version the
+# committed refs were made with), LLAMA_VENV (default
+# ${XDG_CACHE_HOME:-$HOME/.cache}/libtensr/llama-venv), TSR_MODEL (default:
+# what examples/get-model.sh prints).
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$here")
+version=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
+venv=${LLAMA_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/libtensr/llama-venv}
+
+if ! "$venv/bin/python" -c "import llama_cpp, gguf, numpy, jinja2, sys; sys.exit(llama_cpp.__version__ != '$version')" 2>/dev/null; then
+    echo "make-llama-refs.sh: building llama-cpp-python $version in $venv (takes a while)" >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DLLAMA_CURL=OFF}" \
+        CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+        "$venv/bin/pip" install "llama-cpp-python==$version" numpy gguf jinja2
+fi
+
+model=${TSR_MODEL:-$(sh "$top/examples/get-model.sh")}
+tiny=$(mktemp -d)
+trap 'rm -rf "$tiny"' EXIT INT TERM
+"$venv/bin/python" "$here/make_llama_refs.py" "$model" "$tiny" "$here/data/refs" "$@"

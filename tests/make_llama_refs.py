@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Records llama.cpp's answers (through llama-cpp-python) that libtensr's
+tokenizer and model tests are judged against. Run by tests/make-llama-refs.sh;
+the output in tests/data/refs/ is committed.
+
+Usage: make_llama_refs.py MODEL.gguf TINY_DIR OUT_DIR [--skip-ppl]
+
+Every JSON file has a header (llama-cpp-python version, the model's SHA-256)
+and its records one per line, so that a C test can read them line by line.
+"""
+import ctypes
+import hashlib
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import llama_cpp
+
+N_THREADS = 2
+GPL3 = "/usr/share/common-licenses/GPL-3"
+PPL_CTX = 512
+PPL_CHUNKS = 4
+N_GREEDY = 64
+
+TOKENIZER_STRINGS = [
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\t",
+    "Hello world",
+    " Hello world",
+    "Hello, world! How are you today?",
+    "It's a dog's life; we'll see, they'd've known. I'M 'S 'T",
+    "'s 't 're 've 'm 'll 'd",
+    "1234567890 3.14159 -42 1e10 2024-05-01 $1,000.50",
+    "héllo wörld café naïve façade",
+    "Привет, мир! Как дела?",
+    "你好，世界。今天天气很好。",
+    "こんにちは世界、カタカナ",
+    "한국어 텍스트",
+    "العربية نص",
+    "🦙🔥👍🏽 👨‍👩‍👧 ❤️",
+    "def f(x):\n    return x**2  # square\n",
+    "int main(void) {\n\treturn 0;\n}\n",
+    "a  b   c\t\td\n\n\ne \n \n",
+    "end   ",
+    "   start",
+    "\n\n\n\n",
+    "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
+    "<|endoftext|>",
+    "text<|im_end|>more text",
+    "<|im_start|><|im_start|>",
+    "<|im_start|",
+    "a\u00a0b\u3000c\u2028d\u2003e",
+    "e\u0301 n\u0303",
+    "\u01c4 \u01c5 \u01c6",
+    "\u00bd \u00b2 \u216b \u0663\u0664 \uff11\uff12",
+    "https://example.com/path?q=1&r=2#frag",
+    '{"a": [1, 2, 3], "b": null}',
+    "supercalifragilisticexpialidocious",
+    "The quick brown fox jumps over the lazy dog.",
+    "    indented\n        more",
+    "Hello world, the quick brown fox café wörld  123 é<|eot_id|>x",
+    "<s> </s> <unk> [INST] hi [/INST]",
+]
+# byte strings that are not valid UTF-8
+TOKENIZER_BYTES = [b"a\xffb", b"\xc3", b"x\xe2\x82", b"\xed\xa0\x80z"]
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time, in a small village,",
+    "def fibonacci(n):",
+    "The three primary colors are",
+    "Water boils at a temperature of",
+    "1, 2, 3, 4, 5,",
+    "Translate to French: Good morning, my friend.",
+    "The quick brown fox",
+    "In machine learning, a neural network is",
+    "List of planets in the solar system:\n1.",
+]
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You are a concise assistant."},
+     {"role": "user", "content": "Write a haiku about the sea."}],
+]
+TOP5_PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n < 2:"]
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def header(model_path, **extra):
+    return {
+        "generator": "tests/make_llama_refs.py",
+        "llama_cpp_python": llama_cpp.__version__,
+        "model": os.path.basename(model_path),
+        "model_sha256": sha256(model_path),
+        "n_threads": N_THREADS,
+        **extra,
+    }
+
+
+def write_records(path, head, key, records):
+    """JSON object with the header fields, then key: [one record per line]."""
+    with open(path, "w", encoding="utf-8") as f:
+        h = json.dumps(head, ensure_ascii=False)
+        f.write(h[:-1] + ", " + json.dumps(key) + ": [\n")
+        for i, r in enumerate(records):
+            f.write(json.dumps(r, ensure_ascii=False, separators=(", ", ": ")))
+            f.write(",\n" if i + 1 < len(records) else "\n")
+        f.write("]}\n")
+    print("wrote", path, file=sys.stderr)
+
+
+def load(path, n_ctx, vocab_only=False):
+    return llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True,
+                           n_threads=N_THREADS, n_threads_batch=N_THREADS, vocab_only=vocab_only,
+                           seed=1234, verbose=False)
+
+
+def tokenizer_refs(model_path, out, name):
+    m = load(model_path, 64, vocab_only=True)
+    recs = []
+    inputs = [(s.encode("utf-8"), s) for s in TOKENIZER_STRINGS] + [(b, None) for b in TOKENIZER_BYTES]
+    for raw, text in inputs:
+        for add_special in (0, 1):
+            for parse_special in (0, 1):
+                ids = m.tokenize(raw, add_bos=bool(add_special), special=bool(parse_special))
+                detok = detokenize(m, ids)
+                r = {"hex": raw.hex(), "add_special": add_special, "parse_special": parse_special,
+                     "ids": ids, "detok_hex": detok.hex()}
+                if text is not None:
+                    r = {"text": text, **r}
+                recs.append(r)
+    n_vocab = m.n_vocab()
+    for i in sorted(set(range(min(n_vocab, 300))) | set(range(0, n_vocab, 61)) | {n_vocab - 1}):
+        recs.append({"piece_id": i, "piece_hex": piece(m, i).hex()})
+    head = header(model_path, what="cases: token ids of llama_tokenize(bytes, add_special, "
+                  "parse_special) and llama_detokenize(ids, remove_special=false, unparse_special=true); "
+                  "pieces: llama_token_to_piece(id, lstrip=0, special=true) for a sample of ids",
+                  n_vocab=n_vocab)
+    write_records(os.path.join(out, f"tokenizer-{name}.json"), head, "cases", recs)
+
+
+def detokenize(m, ids):
+    vocab = m._model.vocab
+    arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
+    size = 64 + 64 * len(ids)
+    buf = ctypes.create_string_buffer(size)
+    n = llama_cpp.llama_detokenize(vocab, arr, len(ids), buf, size, False, True)
+    assert 0 <= n <= size
+    return buf.raw[:n]
+
+
+def piece(m, i):
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_token_to_piece(m._model.vocab, i, buf, 256, 0, True)
+    assert 0 <= n <= 256
+    return buf.raw[:n]
+
+
+def argmax_top2(logits):
+    order = np.argsort(-logits, kind="stable")[:2]
+    return [int(order[0]), float(logits[order[0]]), int(order[1]), float(logits[order[1]])]
+
+
+def greedy(m, prompt_ids, n):
+    m.reset()
+    m.eval(prompt_ids)
+    out, top2 = [], []
+    for _ in range(n):
+        logits = np.array(m.scores[m.n_tokens - 1], dtype=np.float32)
+        t2 = argmax_top2(logits)
+        tok = t2[0]
+        out.append(tok)
+        top2.append(t2)
+        if tok == m.token_eos():
+            break
+        m.eval([tok])
+    return out, top2
+
+
+def render_chat(m, messages):
+    import jinja2
+    tmpl = m.metadata["tokenizer.chat_template"]
+    env = jinja2.Environment(loader=jinja2.BaseLoader())
+    return env.from_string(tmpl).render(messages=messages, add_generation_prompt=True)
+
+
+def greedy_refs(model_path, out):
+    m = load(model_path, 512)
+    recs = []
+    for p in PROMPTS:
+        ids = m.tokenize(p.encode(), add_bos=True, special=False)
+        gen, top2 = greedy(m, ids, N_GREEDY)
+        recs.append({"prompt": p, "chat": 0, "prompt_ids": ids, "ids": gen,
+                     "text": m.detokenize(gen).decode("utf-8", "replace"), "top2": top2})
+    for msgs in CHATS:
+        p = render_chat(m, msgs)
+        ids = m.tokenize(p.encode(), add_bos=True, special=True)
+        gen, top2 = greedy(m, ids, N_GREEDY)
+        recs.append({"prompt": p, "chat": 1, "messages": msgs, "prompt_ids": ids, "ids": gen,
+                     "text": m.detokenize(gen).decode("utf-8", "replace"), "top2": top2})
+    head = header(model_path, what="greedy continuations (argmax of llama.cpp's logits, temperature 0), "
+                  f"up to {N_GREEDY} tokens, stopping after EOS; raw prompts tokenized with add_special, "
+                  "no special parsing; chat prompts rendered from tokenizer.chat_template with jinja2 "
+                  "(add_generation_prompt) and tokenized with special parsing; top2 = [id1, logit1, id2, "
+                  "logit2] per step, for judging near-ties",
+                  system_info=llama_cpp.llama_print_system_info().decode())
+    write_records(os.path.join(out, "greedy-smollm2.json"), head, "cases", recs)
+
+    recs = []
+    for p in TOP5_PROMPTS:
+        ids = m.tokenize(p.encode(), add_bos=True, special=False)
+        m.reset()
+        m.eval(ids)
+        for pos in sorted({0, len(ids) // 2, len(ids) - 1}):
+            logits = np.array(m.scores[pos], dtype=np.float32)
+            top = np.argsort(-logits, kind="stable")[:5]
+            recs.append({"prompt": p, "prompt_ids": ids, "pos": pos, "top_ids": [int(i) for i in top],
+                         "top_logits": [float(logits[i]) for i in top]})
+    head = header(model_path, what="top-5 logits (ids, values) after evaluating prompt_ids in one batch, "
+                  "at position pos (the logits predicting token pos+1)")
+    write_records(os.path.join(out, "logits-smollm2.json"), head, "cases", recs)
+
+
+def ppl_refs(model_path, out):
+    text = open(GPL3, "rb").read().decode("utf-8")
+    m = load(model_path, PPL_CTX)
+    tokens = m.tokenize(text.encode(), add_bos=True, special=False)
+    add_bos = m.metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
+    first = PPL_CTX // 2
+    recs, nll, count = [], 0.0, 0
+    n_chunks = min(PPL_CHUNKS, len(tokens) // PPL_CTX)
+    for c in range(n_chunks):
+        chunk = list(tokens[c * PPL_CTX:(c + 1) * PPL_CTX])
+        if add_bos:
+            chunk[0] = m.token_bos()
+        m.reset()
+        m.eval(chunk)
+        logits = np.array(m.scores[:PPL_CTX], dtype=np.float64)
+        c_nll = 0.0
+        for j in range(first, PPL_CTX - 1):
+            row = logits[j]
+            mx = row.max()
+            lse = mx + math.log(np.exp(row - mx).sum())
+            c_nll += lse - row[chunk[j + 1]]
+        nll += c_nll
+        count += PPL_CTX - 1 - first
+        recs.append({"chunk": c, "nll_sum": c_nll, "n_scored": PPL_CTX - 1 - first,
+                     "ppl_so_far": math.exp(nll / count)})
+    head = header(model_path, what="perplexity the llama-perplexity way: the text tokenized whole "
+                  "(add_special), cut in chunks of n_ctx tokens, each chunk evaluated from an empty "
+                  "cache (first token replaced by BOS when the model adds BOS), the second half scored: "
+                  "logits at positions first..n_ctx-2 predict tokens first+1..n_ctx-1, first = n_ctx/2",
+                  text=GPL3, text_sha256=sha256(GPL3), n_text_tokens=len(tokens), n_ctx=PPL_CTX,
+                  n_chunks=n_chunks, ppl=math.exp(nll / count))
+    write_records(os.path.join(out, "perplexity-smollm2.json"), head, "chunks", recs)
+
+
+TINY_IDS = {
+    # BOS, then a fixed mix of ids covering the vocabulary
+    "spm": [1, 325, 260, 304, 263, 309, 310, 270, 269, 287, 297, 259, 100, 45, 340, 3],
+    "bpe": [318, 39, 72, 256, 300, 12, 87, 4, 299, 310, 250, 100, 101, 32, 315, 77],
+}
+
+
+def tiny_refs(tiny_dir, out):
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_tiny_models as mtm
+    for name in mtm.MODELS:
+        path = os.path.join(tiny_dir, f"{name}.gguf")
+        cfg = mtm.write_model(name, path)
+        ids = TINY_IDS[cfg["vocab"]]
+        m = load(path, 64)
+        m.reset()
+        m.eval(ids)
+        recs = []
+        for pos in range(len(ids)):
+            logits = np.array(m.scores[pos], dtype=np.float32)
+            recs.append({"pos": pos, "logits": [float(f"{x:.7g}") for x in logits]})
+        gen, top2 = greedy(m, ids, 16)
+        tokenizer_refs(path, out, name)
+        head = header(path, what="a tiny random-weight model written by tests/make_tiny_models.py "
+                      "(regenerate it, it is deterministic); logits of every position after "
+                      "evaluating ids in one batch; greedy: 16 argmax tokens continuing ids",
+                      gguf_py=getattr(__import__("gguf"), "__version__", "?"), config=cfg, ids=ids,
+                      greedy_ids=gen, greedy_top2=top2)
+        write_records(os.path.join(out, f"model-{name}.json"), head, "positions", recs)
+
+
+def main(argv):
+    if len(argv) < 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    model, tiny_dir, out = argv[1], argv[2], argv[3]
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(tiny_dir, exist_ok=True)
+    tokenizer_refs(model, out, "smollm2")
+    tiny_refs(tiny_dir, out)
+    greedy_refs(model, out)
+    if "--skip-ppl" not in argv:
+        ppl_refs(model, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,136 @@
+/* model-eval.c - a small driver of the model runner (examples/model/llama.c)
+ * for tests/test-model.py: evaluates token ids given on the command line and
+ * prints logits or greedy continuations as plain text, so the test can
+ * compare them with llama.cpp's recorded answers.
+ *
+ *   model-eval [-t N] [-c N] [-ub N] MODEL logits ID...      every position: "pos v0 v1 ..."
+ *   model-eval [-t N] [-c N] [-ub N] MODEL top K ID...       every position: "pos id:v id:v ..." (K best)
+ *   model-eval [-t N] [-c N] [-ub N] MODEL greedy N EOS ID...  per step: "id1 logit1 id2 logit2"
+ *
+ * Exit status: 0 on success, 1 with one line on stderr on failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "examples/model/llama.h"
+
+static int die(const char *what, const char *detail)
+{
+    fprintf(stderr, "model-eval: %s: %s\n", what, detail);
+    return 1;
+}
+
+/* Indices of the k largest values of row (ties: lower index first). */
+static void top_k(const float *row, int64_t n, int k, int64_t *idx)
+{
+    for (int j = 0; j < k; j++)
+        idx[j] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        for (int j = 0; j < k; j++) {
+            if (idx[j] < 0 || row[i] > row[idx[j]]) {
+                memmove(idx + j + 1, idx + j, (size_t)(k - j - 1) * sizeof *idx);
+                idx[j] = i;
+                break;
+            }
+        }
+    }
+}
+
+static int print_logits(llm *m, const int32_t *ids, int64_t n, int k)
+{
+    int64_t nv = llm_get_hparams(m)->n_vocab, idx[64];
+    float *logits = malloc((size_t)(n * nv) * sizeof *logits);
+    if (!logits)
+        return die("logits", "out of memory");
+    if (llm_decode(m, ids, n, 0, logits) != TSR_OK) {
+        free(logits);
+        return die("decode", llm_last_error());
+    }
+    for (int64_t p = 0; p < n; p++) {
+        const float *row = logits + p * nv;
+        printf("%lld", (long long)p);
+        if (k <= 0) {
+            for (int64_t i = 0; i < nv; i++)
+                printf(" %.7g", row[i]);
+        } else {
+            top_k(row, nv, k, idx);
+            for (int j = 0; j < k; j++)
+                printf(" %lld:%.7g", (long long)idx[j], row[idx[j]]);
+        }
+        printf("\n");
+    }
+    free(logits);
+    return 0;
+}
+
+static int greedy(llm *m, const int32_t *ids, int64_t n, int n_gen, int32_t eos)
+{
+    int64_t nv = llm_get_hparams(m)->n_vocab, idx[2];
+    float *logits = malloc((size_t)nv * sizeof *logits);
+    if (!logits)
+        return die("greedy", "out of memory");
+    tsr_status st = llm_decode(m, ids, n, n - 1, logits);
+    for (int i = 0; st == TSR_OK && i < n_gen; i++) {
+        top_k(logits, nv, 2, idx);
+        printf("%lld %.7g %lld %.7g\n", (long long)idx[0], logits[idx[0]], (long long)idx[1], logits[idx[1]]);
+        fflush(stdout);
+        int32_t tok = (int32_t)idx[0];
+        if (tok == eos || i + 1 == n_gen)
+            break;
+        st = llm_decode(m, &tok, 1, 0, logits);
+    }
+    free(logits);
+    return st == TSR_OK ? 0 : die("decode", llm_last_error());
+}
+
+int main(int argc, char **argv)
+{
+    tsr_backend_params bp;
+    llm_params lp;
+    tsr_backend_params_init(&bp, sizeof bp);
+    llm_params_default(&lp);
+    bp.n_threads = 2;
+    int a = 1;
+    for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
+        if (!strcmp(argv[a], "-t"))
+            bp.n_threads = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "-c"))
+            lp.n_ctx = atoll(argv[a + 1]);
+        else if (!strcmp(argv[a], "-ub"))
+            lp.n_ubatch = atoll(argv[a + 1]);
+        else
+            return die("usage", argv[a]);
+    }
+    if (argc - a < 3)
+        return die("usage", "model-eval [-t N] [-c N] [-ub N] MODEL logits|top K|greedy N EOS ID...");
+    const char *path = argv[a], *mode = argv[a + 1];
+    int n_fixed = !strcmp(mode, "logits") ? 2 : !strcmp(mode, "top") ? 3 : 4;
+    if (argc - a <= n_fixed)
+        return die("usage", "no token ids");
+    int64_t n = argc - a - n_fixed;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = atoi(argv[a + n_fixed + i]);
+    lp.n_outputs_max = strcmp(mode, "greedy") ? n : 1;
+    if (lp.n_ctx == 0)
+        lp.n_ctx = 512;
+    tsr_backend *be = NULL;
+    llm *m = NULL;
+    int rc = 1;
+    if (tsr_backend_new(&bp, &be) != TSR_OK)
+        rc = die("backend", tsr_last_error());
+    else if (llm_open(be, path, NULL, &lp, &m) != TSR_OK)
+        rc = die(path, llm_last_error());
+    else if (!strcmp(mode, "logits"))
+        rc = print_logits(m, ids, n, 0);
+    else if (!strcmp(mode, "top"))
+        rc = print_logits(m, ids, n, atoi(argv[a + 2]) > 64 ? 64 : atoi(argv[a + 2]));
+    else if (!strcmp(mode, "greedy"))
+        rc = greedy(m, ids, n, atoi(argv[a + 2]), atoi(argv[a + 3]));
+    else
+        rc = die("usage", mode);
+    llm_free(m);
+    tsr_backend_free(be);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,663 @@
+/*
+ * test-attention.c - the KV cache and the attention helper against a naive
+ * double-precision attention: MHA and GQA shapes, several batches growing
+ * the cache past the n_kv padding, two sequences in one batch, removal of a
+ * range (holes in the mask), F32/F16/Q8_0 caches; the plain path, the
+ * chunked plain path (attention max batch: steps over heads, parts of a KV
+ * group, and token blocks) and the flash path all agree with the reference
+ * and chunked results equal unchunked ones; the compute buffer stays under
+ * the limit (tsr_measure); a batch that does not fit returns TSR_E_FULL and
+ * changes nothing; argument errors; allocation failures leak nothing.
+ */
+#include "tsrtest.h"
+
+#include "libtensr/kvcache.h"
+
+/* ---- configuration -------------------------------------------------------------- */
+
+typedef struct cfg {
+    const char *name;
+    int flash;
+    size_t amb;
+} cfg;
+
+static const cfg CFGS[] = {
+    {"plain", 0, 0},
+    {"plain+amb64K", 0, 64 * 1024},     /* token blocks of one head */
+    {"plain+amb600K", 0, 600 * 1024},   /* parts of a KV group or whole groups */
+    {"plain+amb2M", 0, 2 * 1024 * 1024},
+    {"flash", 1, 0},
+};
+#define N_CFGS (int)(sizeof CFGS / sizeof CFGS[0])
+
+static tsr_backend *new_backend(int flash, size_t amb) {
+    tsr_backend_params p;
+    tsr_backend_params_init(&p, sizeof p);
+    p.n_threads = 2;
+    p.flash_attn = flash ? TSR_FLASH_ATTN_ON : TSR_FLASH_ATTN_OFF;
+    p.attn_max_batch = amb;
+    tsr_backend *b = NULL;
+    CHECK_OK(tsr_backend_new(&p, &b));
+    return b;
+}
+
+typedef struct shape {
+    const char *name;
+    int n_head, n_head_kv, hdk, hdv;
+} shape;
+
+/* ---- reference ------------------------------------------------------------------ */
+
+/* The tokens the cache should hold, with their K/V for every layer. */
+typedef struct ref_tok {
+    int32_t pos, seq;
+    int alive;
+    float *k, *v; /* [n_layers][hdk * n_head_kv], [n_layers][hdv * n_head_kv] */
+} ref_tok;
+
+typedef struct ref_state {
+    ref_tok *t;
+    int n, cap;
+} ref_state;
+
+static void ref_free(ref_state *r) {
+    for (int i = 0; i < r->n; i++) {
+        free(r->t[i].k);
+        free(r->t[i].v);
+    }
+    free(r->t);
+    memset(r, 0, sizeof *r);
+}
+
+/* out[t][h * hdv + d] for query token t of (pos, seq), layer il. */
+static void ref_attention(const ref_state *r, const shape *sh, int il, int n_layers, const float *q, int nt,
+                          const int32_t *pos, const int32_t *seq, float scale, double *out) {
+    (void)n_layers;
+    int g = sh->n_head / sh->n_head_kv, kw = sh->hdk * sh->n_head_kv, vw = sh->hdv * sh->n_head_kv;
+    double *w = malloc((size_t)(r->n > 0 ? r->n : 1) * sizeof *w);
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < sh->n_head; h++) {
+            const float *qr = q + ((size_t)t * sh->n_head + h) * sh->hdk;
+            int hk = h / g;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < r->n; j++) {
+                const ref_tok *c = &r->t[j];
+                w[j] = -INFINITY;
+                if (!c->alive || c->seq != seq[t] || c->pos > pos[t])
+                    continue;
+                double s = 0;
+                for (int d = 0; d < sh->hdk; d++)
+                    s += (double)qr[d] * c->k[(size_t)il * kw + hk * sh->hdk + d];
+                w[j] = s * scale;
+                if (w[j] > mx)
+                    mx = w[j];
+            }
+            double *o = out + (size_t)t * sh->n_head * sh->hdv + (size_t)h * sh->hdv;
+            for (int d = 0; d < sh->hdv; d++)
+                o[d] = 0;
+            for (int j = 0; j < r->n; j++) {
+                if (w[j] == -INFINITY)
+                    continue;
+                double e = exp(w[j] - mx);
+                sum += e;
+                for (int d = 0; d < sh->hdv; d++)
+                    o[d] += e * r->t[j].v[(size_t)il * vw + hk * sh->hdv + d];
+            }
+            for (int d = 0; d < sh->hdv && sum > 0; d++)
+                o[d] /= sum;
+        }
+    free(w);
+}
+
+/* ---- one run of a batch schedule over every configuration -------------------------- */
+
+typedef struct batch {
+    int n;         /* tokens */
+    int two_seqs;  /* alternate sequences 0 and 1 inside the batch */
+    int remove_seq, remove_p0, remove_p1; /* removal before the batch (remove_seq -2 = none) */
+} batch;
+
+#define N_LAYERS 2
+
+typedef struct run_state {
+    tsr_backend *b;
+    tsr_kv_cache *c;
+} run_state;
+
+/* Runs batch bi on one configuration; returns the outputs of both layers
+ * (malloc'ed, [N_LAYERS][nt][n_head*hdv]). */
+static float *run_batch(run_state *rs, const shape *sh, int nt, const float *q, const float *k, const float *v,
+                        const int32_t *pos, const int32_t *seq, float scale) {
+    tsr_context *ctx = tsr_context_new(rs->b);
+    CHECK_OK(tsr_kv_cache_begin(rs->c, ctx, nt, pos, seq));
+    int64_t neq[3] = {sh->hdk, sh->n_head, nt}, nek[3] = {sh->hdk, sh->n_head_kv, nt}, nev[3] = {sh->hdv, sh->n_head_kv, nt};
+    size_t qn = (size_t)sh->hdk * sh->n_head * nt, kn = (size_t)sh->hdk * sh->n_head_kv * nt,
+           vn = (size_t)sh->hdv * sh->n_head_kv * nt;
+    tsr_tensor *outs[N_LAYERS];
+    for (int il = 0; il < N_LAYERS; il++) {
+        tsr_tensor *tq = tsr_input(ctx, TSR_TYPE_F32, 3, neq, q + il * qn);
+        tsr_tensor *tk = tsr_input(ctx, TSR_TYPE_F32, 3, nek, k + il * kn);
+        tsr_tensor *tv = tsr_input(ctx, TSR_TYPE_F32, 3, nev, v + il * vn);
+        outs[il] = tsr_attention(ctx, rs->c, il, tq, tk, tv, scale);
+        CHECK(outs[il] != NULL);
+    }
+    size_t on = (size_t)sh->n_head * sh->hdv * nt;
+    float *res = calloc(N_LAYERS * on + 1, sizeof *res);
+    if (outs[0] && outs[1] && tsr_compute(ctx, outs, N_LAYERS) == TSR_OK) {
+        for (int il = 0; il < N_LAYERS; il++) {
+            CHECK(tsr_tensor_ne(outs[il], 0) == sh->n_head * sh->hdv && tsr_tensor_ne(outs[il], 1) == nt);
+            CHECK_OK(tsr_tensor_read(outs[il], res + il * on, 0, on * sizeof(float)));
+        }
+    } else {
+        CHECK(!"compute failed");
+        fprintf(stderr, "  error: %s / %s\n", tsr_last_error(), tsr_context_error(ctx) ? tsr_context_error(ctx) : "");
+    }
+    tsr_context_close(ctx);
+    return res;
+}
+
+static void fill_batch(const batch *bt, int32_t *next_pos, int32_t *pos, int32_t *seq) {
+    for (int i = 0; i < bt->n; i++) {
+        seq[i] = bt->two_seqs ? i % 2 : 0;
+        pos[i] = next_pos[seq[i]]++;
+    }
+}
+
+static void ref_add(ref_state *r, const shape *sh, int nt, const float *k, const float *v, const int32_t *pos,
+                    const int32_t *seq) {
+    size_t kw = (size_t)sh->hdk * sh->n_head_kv, vw = (size_t)sh->hdv * sh->n_head_kv;
+    for (int i = 0; i < nt; i++) {
+        if (r->n == r->cap) {
+            r->cap = r->cap ? r->cap * 2 : 64;
+            r->t = realloc(r->t, (size_t)r->cap * sizeof *r->t);
+        }
+        ref_tok *t = &r->t[r->n++];
+        t->pos = pos[i];
+        t->seq = seq[i];
+        t->alive = 1;
+        t->k = malloc(N_LAYERS * kw * sizeof(float));
+        t->v = malloc(N_LAYERS * vw * sizeof(float));
+        for (int il = 0; il < N_LAYERS; il++) {
+            memcpy(t->k + il * kw, k + (size_t)il * kw * nt + i * kw, kw * sizeof(float));
+            memcpy(t->v + il * vw, v + (size_t)il * vw * nt + i * vw, vw * sizeof(float));
+        }
+    }
+}
+
+static void ref_remove(ref_state *r, int seq, int p0, int p1) {
+    for (int i = 0; i < r->n; i++)
+        if (r->t[i].alive && (seq < 0 || r->t[i].seq == seq) && r->t[i].pos >= p0 && (p1 < 0 || r->t[i].pos < p1))
+            r->t[i].alive = 0;
+}
+
+static double tol_of(tsr_type tk, tsr_type tv) {
+    if (tk == TSR_TYPE_Q8_0 || tv == TSR_TYPE_Q8_0)
+        return 2e-4;
+    if (tk == TSR_TYPE_F16 || tv == TSR_TYPE_F16)
+        return 5e-6;
+    return 1e-9;
+}
+
+/* Runs the schedule on every configuration that accepts the cache types,
+ * comparing each batch with the reference and with the unchunked plain run. */
+static void run_schedule(const shape *sh, tsr_type tk, tsr_type tv, int64_t n_ctx, const batch *bs, int n_batches) {
+    run_state rs[N_CFGS];
+    int on[N_CFGS];
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        rs[ci].b = new_backend(CFGS[ci].flash, CFGS[ci].amb);
+        tsr_kv_cache_params p;
+        tsr_kv_cache_params_init(&p, sizeof p);
+        p.n_layers = N_LAYERS;
+        p.n_ctx = n_ctx;
+        p.n_head_kv = sh->n_head_kv;
+        p.head_dim_k = sh->hdk;
+        p.head_dim_v = sh->hdv;
+        p.type_k = tk;
+        p.type_v = tv;
+        p.n_seq = 2;
+        rs[ci].c = NULL;
+        tsr_status s = tsr_kv_cache_new(rs[ci].b, &p, &rs[ci].c);
+        on[ci] = s == TSR_OK;
+        if (tv == TSR_TYPE_Q8_0 && !CFGS[ci].flash)
+            CHECK_STATUS(s, TSR_E_UNSUPPORTED);
+        else
+            CHECK_OK(s);
+    }
+    ref_state ref = {0};
+    int32_t next_pos[2] = {0, 0};
+    const float scale = 1.0f / sqrtf((float)sh->hdk);
+    for (int bi = 0; bi < n_batches; bi++) {
+        const batch *bt = &bs[bi];
+        if (bt->remove_seq != -2) {
+            ref_remove(&ref, bt->remove_seq, bt->remove_p0, bt->remove_p1);
+            for (int ci = 0; ci < N_CFGS; ci++)
+                if (on[ci])
+                    CHECK_OK(tsr_kv_cache_remove(rs[ci].c, bt->remove_seq, bt->remove_p0, bt->remove_p1));
+        }
+        int nt = bt->n;
+        size_t qn = (size_t)N_LAYERS * sh->hdk * sh->n_head * nt, kn = (size_t)N_LAYERS * sh->hdk * sh->n_head_kv * nt,
+               vn = (size_t)N_LAYERS * sh->hdv * sh->n_head_kv * nt, on_n = (size_t)sh->n_head * sh->hdv * nt;
+        float *q = malloc((qn + 1) * 4), *k = malloc((kn + 1) * 4), *v = malloc((vn + 1) * 4);
+        tsrtest_fill(q, qn, 100 + bi);
+        tsrtest_fill(k, kn, 200 + bi);
+        tsrtest_fill(v, vn, 300 + bi);
+        for (size_t i = 0; i < qn; i++)
+            q[i] *= 3.0f; /* peaky softmax: differences between paths would show */
+        int32_t *pos = malloc((nt + 1) * sizeof *pos), *seq = malloc((nt + 1) * sizeof *seq);
+        fill_batch(bt, next_pos, pos, seq);
+        ref_add(&ref, sh, nt, k, v, pos, seq);
+        double *want = malloc((N_LAYERS * on_n + 1) * sizeof *want);
+        for (int il = 0; il < N_LAYERS; il++)
+            ref_attention(&ref, sh, il, N_LAYERS, q + (size_t)il * sh->hdk * sh->n_head * nt, nt, pos, seq, scale,
+                          want + il * on_n);
+        float *base = NULL;
+        for (int ci = 0; ci < N_CFGS; ci++) {
+            if (!on[ci])
+                continue;
+            float *got = run_batch(&rs[ci], sh, nt, q, k, v, pos, seq, scale);
+            double e = tsrtest_nmse(got, want, N_LAYERS * on_n);
+            if (getenv("TSR_TEST_VERBOSE"))
+                printf("%s %s/%s %s batch %d: nmse %.3g\n", sh->name, tsr_type_name(tk), tsr_type_name(tv),
+                       CFGS[ci].name, bi, e);
+            if (!(e < tol_of(tk, tv)))
+                fprintf(stderr, "%s %s/%s %s batch %d (%d tokens): nmse %g\n", sh->name, tsr_type_name(tk),
+                        tsr_type_name(tv), CFGS[ci].name, bi, nt, e);
+            CHECK(e < tol_of(tk, tv));
+            if (!CFGS[ci].flash && !base) {
+                base = got;
+                continue;
+            }
+            if (!CFGS[ci].flash && base) { /* chunked equals unchunked */
+                double d = 0;
+                for (size_t i = 0; i < N_LAYERS * on_n; i++)
+                    d = fmax(d, fabs((double)got[i] - base[i]));
+                if (!(d < 1e-5))
+                    fprintf(stderr, "%s %s: chunked differs from unchunked by %g\n", sh->name, CFGS[ci].name, d);
+                CHECK(d < 1e-5);
+            }
+            free(got);
+        }
+        free(base);
+        free(want);
+        free(q);
+        free(k);
+        free(v);
+        free(pos);
+        free(seq);
+        for (int ci = 0; ci < N_CFGS; ci++)
+            if (on[ci]) {
+                int alive = 0;
+                for (int i = 0; i < ref.n; i++)
+                    alive += ref.t[i].alive;
+                CHECK(tsr_kv_cache_used(rs[ci].c) == alive);
+            }
+    }
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        tsr_kv_cache_free(rs[ci].c);
+        tsr_backend_free(rs[ci].b);
+    }
+    ref_free(&ref);
+}
+
+static const batch SCHEDULE[] = {
+    {37, 0, -2, 0, 0},
+    {1, 0, -2, 0, 0},
+    {150, 1, -2, 0, 0},  /* two sequences, n_kv past 256 on the plain path */
+    {3, 1, 1, 10, 40},   /* holes: seq 1 positions 10..39 removed */
+    {100, 1, -2, 0, 0},  /* reuses the freed cells */
+    {1, 0, -1, 0, 5},    /* positions 0..4 of both sequences removed */
+};
+
+static void test_paths(void) {
+    static const shape SHAPES[] = {
+        {"mha", 4, 4, 32, 32},
+        {"gqa", 9, 3, 64, 64},
+        {"gqa-odd", 6, 2, 32, 64},
+    };
+    int nb = (int)(sizeof SCHEDULE / sizeof SCHEDULE[0]);
+    for (int si = 0; si < 3; si++)
+        run_schedule(&SHAPES[si], TSR_TYPE_F16, TSR_TYPE_F16, 300, SCHEDULE, nb);
+    run_schedule(&SHAPES[1], TSR_TYPE_Q8_0, TSR_TYPE_Q8_0, 300, SCHEDULE, nb);
+    run_schedule(&SHAPES[2], TSR_TYPE_Q8_0, TSR_TYPE_F16, 300, SCHEDULE, 3);
+    run_schedule(&SHAPES[0], TSR_TYPE_F32, TSR_TYPE_F32, 200, SCHEDULE, 3);
+    static const shape ODD = {"odd", 3, 1, 5, 7};
+    run_schedule(&ODD, TSR_TYPE_F32, TSR_TYPE_F16, 77, SCHEDULE, 2);
+}
+
+/* ---- the cache-less variant -------------------------------------------------- */
+
+static void test_nocache(void) {
+    const shape sh = {"nocache", 6, 2, 32, 16};
+    const int nt = 13, n_kv = 29;
+    size_t qn = (size_t)sh.hdk * sh.n_head * nt, kn = (size_t)sh.hdk * sh.n_head_kv * n_kv,
+           vn = (size_t)sh.hdv * sh.n_head_kv * n_kv, on = (size_t)sh.hdv * sh.n_head * nt;
+    float *q = malloc(qn * 4), *k = malloc(kn * 4), *v = malloc(vn * 4), *mask = malloc((size_t)n_kv * nt * 4);
+    tsrtest_fill(q, qn, 1);
+    tsrtest_fill(k, kn, 2);
+    tsrtest_fill(v, vn, 3);
+    ref_state ref = {0};
+    int32_t *kpos = malloc(n_kv * sizeof *kpos), *kseq = calloc(n_kv, sizeof *kseq);
+    int32_t qpos[13], qseq[13] = {0};
+    for (int j = 0; j < n_kv; j++)
+        kpos[j] = j;
+    for (int t = 0; t < nt; t++)
+        qpos[t] = n_kv - nt + t;
+    /* reference through the same helper (it stores N_LAYERS layers: both the same) */
+    float *k2 = malloc(2 * kn * 4), *v2 = malloc(2 * vn * 4);
+    memcpy(k2, k, kn * 4);
+    memcpy(k2 + kn, k, kn * 4);
+    memcpy(v2, v, vn * 4);
+    memcpy(v2 + vn, v, vn * 4);
+    ref_add(&ref, &sh, n_kv, k2, v2, kpos, kseq);
+    double *want = malloc(on * sizeof *want);
+    const float scale = 0.3f;
+    ref_attention(&ref, &sh, 0, 2, q, nt, qpos, qseq, scale, want);
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < n_kv; j++)
+            mask[t * n_kv + j] = kpos[j] <= qpos[t] ? 0.0f : -INFINITY;
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        tsr_backend *b = new_backend(CFGS[ci].flash, CFGS[ci].amb ? CFGS[ci].amb / 64 : 0);
+        tsr_context *ctx = tsr_context_new(b);
+        int64_t neq[3] = {sh.hdk, sh.n_head, nt}, nek[3] = {sh.hdk, sh.n_head_kv, n_kv},
+                nev[3] = {sh.hdv, sh.n_head_kv, n_kv}, nem[2] = {n_kv, nt};
+        tsr_tensor *tq = tsr_input(ctx, TSR_TYPE_F32, 3, neq, q), *tk = tsr_input(ctx, TSR_TYPE_F32, 3, nek, k),
+                   *tv = tsr_input(ctx, TSR_TYPE_F32, 3, nev, v), *tm = tsr_input(ctx, TSR_TYPE_F32, 2, nem, mask);
+        tsr_tensor *o = tsr_attention_nocache(ctx, tq, tk, tv, tm, scale);
+        /* without a mask every key is visible: compare the last token only */
+        tsr_tensor *o2 = tsr_attention_nocache(ctx, tq, tk, tv, NULL, scale);
+        tsr_tensor *outs[2] = {o, o2};
+        CHECK(o && o2);
+        float *got = malloc(on * 4), *got2 = malloc(on * 4);
+        if (o && o2 && tsr_compute(ctx, outs, 2) == TSR_OK) {
+            CHECK_OK(tsr_tensor_read(o, got, 0, on * 4));
+            CHECK_OK(tsr_tensor_read(o2, got2, 0, on * 4));
+            double e = tsrtest_nmse(got, want, on);
+            if (!(e < 1e-9))
+                fprintf(stderr, "nocache %s: nmse %g\n", CFGS[ci].name, e);
+            CHECK(e < (CFGS[ci].flash ? 1e-6 : 1e-9));
+            size_t last = (size_t)(nt - 1) * sh.n_head * sh.hdv;
+            CHECK(tsrtest_nmse(got2 + last, want + last, (size_t)sh.n_head * sh.hdv) < 1e-6);
+        } else {
+            CHECK(!"nocache compute failed");
+        }
+        free(got);
+        free(got2);
+        tsr_context_close(ctx);
+        tsr_backend_free(b);
+    }
+    ref_free(&ref);
+    free(q), free(k), free(v), free(mask), free(kpos), free(kseq), free(want), free(k2), free(v2);
+}
+
+/* ---- step plans -------------------------------------------------------------- */
+
+static void check_plan(int64_t n_kv, int64_t nt, int64_t nh, int64_t nkvh, size_t amb) {
+    tsr_attn_steps pl;
+    tsr__attention_plan(n_kv, nt, nh, nkvh, amb, &pl);
+    size_t unit = 2 * (size_t)n_kv * 4;
+    /* the bound is hard whenever one score row fits */
+    if (amb >= unit)
+        CHECK(unit * (size_t)pl.heads * (size_t)pl.tokens <= amb || pl.n_steps == 1);
+    if (amb == 0 || unit * (size_t)nh * (size_t)nt <= amb)
+        CHECK(pl.n_steps == 1 && pl.heads == nh && pl.tokens == nt);
+    else
+        CHECK(pl.n_steps > 1);
+    int64_t g = nh / nkvh;
+    if (pl.heads >= g && pl.tokens == nt)
+        CHECK(pl.heads % g == 0);
+}
+
+static void test_plan(void) {
+    tsr_attn_steps pl;
+    /* SmolLM2 at 32k, 512 tokens, 64 MiB: 256 score pairs: 1 head, blocks of 256 tokens */
+    tsr__attention_plan(32768, 512, 9, 3, 64u << 20, &pl);
+    CHECK(pl.heads == 1 && pl.tokens == 256 && pl.n_steps == 18);
+    /* 256 MiB: 1024 pairs, 2 heads of 512 tokens < group of 3: steps {2, 1} per group */
+    tsr__attention_plan(32768, 512, 9, 3, 256u << 20, &pl);
+    CHECK(pl.heads == 2 && pl.tokens == 512 && pl.n_steps == 6);
+    /* 8k: 1024 pairs per 64 MiB: 2 heads; at 2k: 4096 pairs: 8 heads -> 2 groups of 3 */
+    tsr__attention_plan(8192, 512, 9, 3, 64u << 20, &pl);
+    CHECK(pl.heads == 2 && pl.n_steps == 6);
+    tsr__attention_plan(2048, 512, 9, 3, 64u << 20, &pl);
+    CHECK(pl.heads == 6 && pl.n_steps == 2);
+    /* fits: one step */
+    tsr__attention_plan(2048, 512, 9, 3, 256u << 20, &pl);
+    CHECK(pl.n_steps == 1);
+    /* not even one score row fits: one row per step */
+    tsr__attention_plan(1 << 20, 3, 2, 1, 1024, &pl);
+    CHECK(pl.heads == 1 && pl.tokens == 1 && pl.n_steps == 6);
+    for (int64_t n_kv = 1; n_kv <= 4096; n_kv *= 4)
+        for (int64_t nt = 1; nt <= 600; nt = nt * 3 + 1)
+            for (size_t amb = 4096; amb <= (64u << 20); amb *= 8) {
+                check_plan(n_kv, nt, 9, 3, amb);
+                check_plan(n_kv, nt, 32, 8, amb);
+                check_plan(n_kv, nt, 7, 7, amb);
+                check_plan(n_kv, nt, 8, 1, amb);
+            }
+}
+
+/* ---- compute-buffer bound ------------------------------------------------------ */
+
+static size_t measure_attention(int flash, size_t amb, int64_t n_ctx, int64_t nt) {
+    tsr_backend *b = new_backend(flash, amb);
+    tsr_kv_cache_params p;
+    tsr_kv_cache_params_init(&p, sizeof p);
+    p.n_layers = 1;
+    p.n_ctx = n_ctx;
+    p.n_head_kv = 3;
+    p.head_dim_k = p.head_dim_v = 64;
+    tsr_kv_cache *c = NULL;
+    CHECK_OK(tsr_kv_cache_new(b, &p, &c));
+    tsr_context *ctx = tsr_context_new(b);
+    CHECK_OK(tsr_kv_cache_begin_reserve(c, ctx, nt));
+    int64_t neq[3] = {64, 9, nt}, nek[3] = {64, 3, nt};
+    tsr_tensor *q = tsr_input(ctx, TSR_TYPE_F32, 3, neq, NULL), *k = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL),
+               *v = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+    tsr_tensor *o = tsr_attention(ctx, c, 0, q, k, v, 0.125f);
+    size_t sizes[8] = {0};
+    CHECK(o != NULL);
+    CHECK_OK(tsr_measure(ctx, &o, 1, sizes));
+    CHECK(tsr_kv_cache_used(c) == 0);
+    size_t cpu = tsr_backend_n_devices(b) - 1, r = sizes[cpu];
+    tsr_context_close(ctx);
+    tsr_kv_cache_free(c);
+    tsr_backend_free(b);
+    return r;
+}
+
+static void test_bound(void) {
+    const int64_t nt = 512;
+    const size_t out_bytes = 64 * 9 * nt * 4, amb = 4u << 20;
+    size_t plain = measure_attention(0, 0, 4096, nt), chunked = measure_attention(0, amb, 4096, nt),
+           flash = measure_attention(1, 0, 4096, nt);
+    size_t scores = 2 * (size_t)4096 * nt * 9 * 4;
+    printf("compute buffer at n_ctx 4096, 512 tokens: plain %.2f MiB, amb 4 MiB %.2f MiB, flash %.2f MiB\n",
+           plain / 1048576.0, chunked / 1048576.0, flash / 1048576.0);
+    CHECK(plain >= scores);
+    CHECK(chunked <= amb + 2 * out_bytes + 4096);
+    CHECK(flash <= 2 * out_bytes + 4096);
+    /* the bound does not grow with the context */
+    size_t chunked_big = measure_attention(0, amb, 32768, nt);
+    CHECK(chunked_big <= amb + 2 * out_bytes + 4096);
+}
+
+/* ---- cache bookkeeping and errors ---------------------------------------------- */
+
+static tsr_kv_cache *small_cache(tsr_backend *b, int64_t n_ctx, int n_seq) {
+    tsr_kv_cache_params p;
+    tsr_kv_cache_params_init(&p, sizeof p);
+    p.n_layers = 1;
+    p.n_ctx = n_ctx;
+    p.n_head_kv = 1;
+    p.head_dim_k = p.head_dim_v = 32;
+    p.n_seq = n_seq;
+    p.n_batch_max = 64;
+    tsr_kv_cache *c = NULL;
+    CHECK_OK(tsr_kv_cache_new(b, &p, &c));
+    return c;
+}
+
+static void test_full(void) {
+    tsr_backend *b = new_backend(0, 0);
+    tsr_kv_cache *c = small_cache(b, 16, 2);
+    size_t kv0 = 0;
+    CHECK_OK(tsr_backend_memory_plan(b, tsr_backend_n_devices(b) - 1, NULL, &kv0, NULL));
+    CHECK(kv0 >= 2 * 16 * 32 * 2);
+    tsr_context *ctx = tsr_context_new(b);
+    int32_t pos[20], seq[20] = {0};
+    for (int i = 0; i < 20; i++)
+        pos[i] = i;
+    CHECK_OK(tsr_kv_cache_begin(c, ctx, 10, pos, NULL));
+    CHECK(tsr_kv_cache_used(c) == 10);
+    tsr_tensor *m = tsr_kv_cache_mask(c);
+    CHECK(m && tsr_tensor_ne(m, 0) == 16 && tsr_tensor_ne(m, 1) == 10);
+    if (m) { /* causal: row i sees cells 0..i */
+        uint16_t row[16];
+        CHECK_OK(tsr_tensor_read(m, row, 3 * sizeof row, sizeof row));
+        CHECK(row[3] == 0 && row[4] == 0xFC00 && row[0] == 0);
+    }
+    CHECK_STATUS(tsr_kv_cache_begin(c, ctx, 7, pos + 10, NULL), TSR_E_FULL);
+    CHECK(tsr_kv_cache_used(c) == 10);
+    CHECK_OK(tsr_kv_cache_begin(c, ctx, 6, pos + 10, NULL));
+    CHECK(tsr_kv_cache_used(c) == 16);
+    CHECK_STATUS(tsr_kv_cache_begin(c, ctx, 1, pos, seq), TSR_E_FULL);
+    CHECK_OK(tsr_kv_cache_begin(c, ctx, 0, pos, NULL)); /* an empty batch always fits */
+    CHECK_OK(tsr_kv_cache_remove(c, 0, 12, -1));
+    CHECK(tsr_kv_cache_used(c) == 12);
+    CHECK_OK(tsr_kv_cache_remove(c, 1, 0, -1)); /* other sequence: nothing */
+    CHECK(tsr_kv_cache_used(c) == 12);
+    /* default positions continue the sequence: 12, 13 */
+    CHECK_OK(tsr_kv_cache_begin(c, ctx, 2, NULL, NULL));
+    CHECK(tsr_kv_cache_used(c) == 14);
+    /* sequence 1 sees only itself */
+    seq[0] = 1;
+    CHECK_OK(tsr_kv_cache_begin(c, ctx, 1, pos, seq));
+    m = tsr_kv_cache_mask(c);
+    if (m) {
+        uint16_t row[16];
+        CHECK_OK(tsr_tensor_read(m, row, 0, sizeof row));
+        int seen = 0;
+        for (int j = 0; j < 16; j++)
+            seen += row[j] == 0;
+        CHECK(seen == 1);
+    }
+    CHECK_STATUS(tsr_kv_cache_remove(c, 2, 0, -1), TSR_E_INVALID);
+    tsr_kv_cache_clear(c);
+    CHECK(tsr_kv_cache_used(c) == 0);
+    CHECK(tsr_kv_cache_n_ctx(c) == 16);
+    tsr_context_close(ctx);
+    tsr_kv_cache_free(c);
+    size_t kv1 = 1;
+    CHECK_OK(tsr_backend_memory_plan(b, tsr_backend_n_devices(b) - 1, NULL, &kv1, NULL));
+    CHECK(kv1 == 0);
+    tsr_backend_free(b);
+}
+
+static void test_errors(void) {
+    tsr_backend *b = new_backend(0, 0);
+    tsr_kv_cache_params p;
+    tsr_kv_cache_params_init(&p, sizeof p);
+    CHECK(p.type_k == TSR_TYPE_F16 && p.type_v == TSR_TYPE_F16 && p.n_seq == 1 && p.n_batch_max == 512);
+    tsr_kv_cache *c = NULL;
+    CHECK_STATUS(tsr_kv_cache_new(b, &p, &c), TSR_E_INVALID); /* no layers */
+    CHECK(c == NULL);
+    CHECK_STATUS(tsr_kv_cache_new(NULL, &p, &c), TSR_E_INVALID);
+    p.n_layers = 1, p.n_ctx = 8, p.n_head_kv = 1, p.head_dim_k = p.head_dim_v = 32;
+    p.type_v = TSR_TYPE_Q8_0;
+    CHECK_STATUS(tsr_kv_cache_new(b, &p, &c), TSR_E_UNSUPPORTED); /* transposed V cannot be q8_0 */
+    p.type_v = TSR_TYPE_Q4_K;
+    CHECK_STATUS(tsr_kv_cache_new(b, &p, &c), TSR_E_UNSUPPORTED);
+    p.type_v = TSR_TYPE_F16, p.type_k = TSR_TYPE_Q8_0, p.head_dim_k = 16;
+    CHECK_STATUS(tsr_kv_cache_new(b, &p, &c), TSR_E_INVALID); /* 16 is not a multiple of 32 */
+    /* far more than the machine has: fails cleanly, nothing counted */
+    p.type_k = TSR_TYPE_F32, p.head_dim_k = 128, p.head_dim_v = 128, p.n_head_kv = 64, p.n_layers = 64;
+    p.n_ctx = (int64_t)1 << 30;
+    tsr_status s = tsr_kv_cache_new(b, &p, &c);
+    CHECK(s == TSR_E_DEVICE_NOMEM || s == TSR_E_NOMEM || s == TSR_E_INVALID);
+    CHECK(c == NULL);
+    size_t kv = 1;
+    CHECK_OK(tsr_backend_memory_plan(b, tsr_backend_n_devices(b) - 1, NULL, &kv, NULL));
+    CHECK(kv == 0);
+
+    c = small_cache(b, 32, 1);
+    tsr_context *ctx = tsr_context_new(b);
+    int64_t ne[3] = {32, 2, 4}, nek[3] = {32, 1, 4};
+    tsr_tensor *q = tsr_input(ctx, TSR_TYPE_F32, 3, ne, NULL), *k = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+    CHECK(tsr_attention(ctx, c, 0, q, k, k, 1.0f) == NULL); /* no begin yet */
+    CHECK(tsr_context_status(ctx) == TSR_E_STATE);
+    tsr_context_close(ctx);
+    ctx = tsr_context_new(b);
+    q = tsr_input(ctx, TSR_TYPE_F32, 3, ne, NULL), k = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+    int32_t pos[65] = {0}, seq[1] = {3};
+    CHECK_STATUS(tsr_kv_cache_begin(c, ctx, 65, pos, NULL), TSR_E_RANGE);
+    CHECK_STATUS(tsr_kv_cache_begin(c, ctx, 1, pos, seq), TSR_E_INVALID);
+    pos[0] = -1;
+    CHECK_STATUS(tsr_kv_cache_begin(c, ctx, 1, pos, NULL), TSR_E_INVALID);
+    CHECK(tsr_kv_cache_used(c) == 0);
+    for (int i = 0; i < 4; i++)
+        pos[i] = i;
+    CHECK_OK(tsr_kv_cache_begin(c, ctx, 4, pos, NULL));
+    CHECK(tsr_attention(ctx, c, 1, q, k, k, 1.0f) == NULL); /* layer 1 of 1 */
+    CHECK(tsr_context_status(ctx) == TSR_E_RANGE);
+    tsr_context_close(ctx);
+    ctx = tsr_context_new(b);
+    CHECK_OK(tsr_kv_cache_begin(c, ctx, 3, NULL, NULL));
+    q = tsr_input(ctx, TSR_TYPE_F32, 3, ne, NULL), k = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+    CHECK(tsr_attention(ctx, c, 0, q, k, k, 1.0f) == NULL); /* 4 tokens, batch of 3 */
+    CHECK(tsr_context_status(ctx) == TSR_E_INVALID);
+    CHECK(tsr_attention(ctx, c, 0, NULL, k, k, 1.0f) == NULL);
+    CHECK(tsr_attention(NULL, c, 0, q, k, k, 1.0f) == NULL);
+    tsr_context_close(ctx);
+    ctx = tsr_context_new(b);
+    int64_t ne5[3] = {32, 3, 4};
+    q = tsr_input(ctx, TSR_TYPE_F32, 3, ne5, NULL);
+    k = tsr_input(ctx, TSR_TYPE_F32, 3, ne, NULL);
+    CHECK(tsr_attention_nocache(ctx, q, k, k, NULL, 1.0f) == NULL); /* 3 heads over 2 KV heads */
+    CHECK(tsr_context_status(ctx) == TSR_E_INVALID);
+    tsr_context_close(ctx);
+    tsr_kv_cache_free(c);
+    tsr_kv_cache_free(NULL);
+    tsr_kv_cache_clear(NULL);
+    CHECK(tsr_kv_cache_used(NULL) == 0 && tsr_kv_cache_mask(NULL) == NULL);
+    tsr_backend_free(b);
+}
+
+/* Every allocation failing in turn: a clean status and no crash; leaks
+ * show under valgrind/ASan. */
+static void test_alloc_failures(void) {
+    tsr_backend *b = new_backend(0, 256);
+    for (int64_t n = 0; n < 200; n++) {
+        tsr__fail_alloc_after(n);
+        tsr_kv_cache_params p;
+        tsr_kv_cache_params_init(&p, sizeof p);
+        p.n_layers = 2, p.n_ctx = 64, p.n_head_kv = 1, p.head_dim_k = p.head_dim_v = 32;
+        tsr_kv_cache *c = NULL;
+        tsr_context *ctx = NULL;
+        tsr_status s = tsr_kv_cache_new(b, &p, &c);
+        if (s == TSR_OK && (ctx = tsr_context_new(b)) != NULL && tsr_kv_cache_begin(c, ctx, 5, NULL, NULL) == TSR_OK) {
+            int64_t ne[3] = {32, 2, 5}, nek[3] = {32, 1, 5};
+            tsr_tensor *q = tsr_input(ctx, TSR_TYPE_F32, 3, ne, NULL), *k = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+            tsr_tensor *o = tsr_attention(ctx, c, 1, q, k, k, 1.0f);
+            if (o)
+                tsr_compute(ctx, &o, 1);
+        }
+        tsr__fail_alloc_after(-1);
+        tsr_context_close(ctx);
+        tsr_kv_cache_free(c);
+    }
+    size_t kv = 1;
+    CHECK_OK(tsr_backend_memory_plan(b, tsr_backend_n_devices(b) - 1, NULL, &kv, NULL));
+    CHECK(kv == 0);
+    tsr_backend_free(b);
+}
+
+int main(void) {
+    test_plan();
+    test_errors();
+    test_full();
+    test_nocache();
+    test_bound();
+    test_paths();
+    test_alloc_failures();
+    return tsrtest_done("test-attention");
+}

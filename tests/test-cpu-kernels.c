@@ -1,0 +1,198 @@
+/*
+ * test-cpu-kernels.c - the CPU backend's kernel variants against their
+ * references: every dot product of every variant this CPU can run
+ * (scalar, avx2, avx512) against a double-precision dot of the
+ * dequantized rows, the activation quantizers against the reference
+ * quantizers, and the threadpool's barrier under many short jobs.
+ * Links the static library (internal functions).
+ */
+#include "cpu/cpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int failures;
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (!(cond)) {                                           \
+            failures++;                                          \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                        \
+            fputc('\n', stderr);                                 \
+        }                                                        \
+    } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * 0x1p-53) * 2.0f - 1.0f;
+}
+
+static const tsr_type dot_types[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1,
+                                     TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q8_0, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K,
+                                     TSR_TYPE_Q6_K};
+
+/* One variant: each weight type's dot product of n elements, compared with
+ * a double dot of the dequantized weight row and dequantized activations. */
+static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *xd = malloc((size_t)n * 4),
+          *yd = malloc((size_t)n * 4);
+    void *qx = malloc((size_t)n * 4 + 64), *qy = malloc((size_t)n * 4 + 64);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = frand();
+        y[i] = frand() * 3.0f;
+    }
+    for (size_t t = 0; t < sizeof dot_types / sizeof dot_types[0]; t++) {
+        const tsr_type wt = dot_types[t], dt = k->dot_type[wt];
+        if (n % tsr_type_block_size(wt) || !k->vec_dot[wt]) continue;
+        tsr__type_traits(wt)->from_float(x, qx, n);
+        tsr__type_traits(wt)->to_float(qx, xd, n);
+        k->from_float[dt](y, qy, n);
+        tsr__type_traits(dt)->to_float(qy, yd, n);
+        double ref = 0, mag = 0;
+        for (int64_t i = 0; i < n; i++) {
+            ref += (double)xd[i] * yd[i];
+            mag += fabs((double)xd[i] * yd[i]);
+        }
+        float got = -1;
+        k->vec_dot[wt](n, &got, qx, qy);
+        /* Q8_1's stored sum is rounded to half: allow for it */
+        const double tol = 1e-5 * mag + (dt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)n + 1) : 0) + 1e-6;
+        CHECK(fabs(got - ref) <= tol, "%s %s n=%lld: dot %.7g, reference %.7g (tol %.3g)", k->name,
+              tsr_type_name(wt), (long long)n, got, ref, tol);
+    }
+    /* activation quantizers agree with the reference within one step */
+    for (int q = 0; q < 3; q++) {
+        const tsr_type at = q == 0 ? TSR_TYPE_Q8_0 : q == 1 ? TSR_TYPE_Q8_1 : TSR_TYPE_F16;
+        if (n % 32) continue;
+        k->from_float[at](y, qx, n);
+        tsr__type_traits(at)->from_float(y, qy, n);
+        tsr__type_traits(at)->to_float(qx, xd, n);
+        tsr__type_traits(at)->to_float(qy, yd, n);
+        double e = 0;
+        for (int64_t i = 0; i < n; i++) e = fmax(e, fabs((double)xd[i] - yd[i]));
+        CHECK(e <= 3.0 / 127 + 1e-6, "%s from_float %s: max diff %g", k->name, tsr_type_name(at), e);
+    }
+    free(x), free(y), free(xd), free(yd), free(qx), free(qy);
+}
+
+/* exp/silu helpers over their whole range, -inf and overflow included. */
+static void check_math(const tsr_cpu_kernels *k) {
+    enum { N = 2003 };
+    float y[N], x[N], z[N];
+    for (int i = 0; i < N; i++) x[i] = y[i] = -100.0f + 190.0f * i / (N - 1);
+    y[0] = x[0] = -INFINITY;
+    k->exp_sum(N, y, 0.0f);
+    for (int i = 0; i < N; i++) {
+        const double want = exp((double)x[i]);
+        const double rel = want > 1e-37 && isfinite((float)want) ? fabs(y[i] - want) / want : 0;
+        CHECK(rel < 4e-7 && (x[i] > -87.3f || y[i] == 0.0f || fabs(y[i] - want) < 1e-37),
+              "%s exp(%g) = %g, want %g", k->name, x[i], y[i], want);
+        if (rel >= 4e-7) break;
+    }
+    k->silu_mul(N, z, x, NULL);
+    for (int i = 1; i < N; i++) {
+        const double want = x[i] / (1 + exp(-(double)x[i]));
+        CHECK(fabs(z[i] - want) <= 1e-6 * fabs(want) + 1e-30, "%s silu(%g) = %g, want %g", k->name, x[i], z[i], want);
+        if (fabs(z[i] - want) > 1e-6 * fabs(want) + 1e-30) break;
+    }
+}
+
+
+/* A hand-built contiguous host tensor (the kernels' view of a tensor). */
+static void host_tensor(tsr_tensor *t, tsr_type type, int64_t n0, int64_t n1, void *data) {
+    memset(t, 0, sizeof *t);
+    t->type = type;
+    t->n_dims = 2;
+    t->ne[0] = n0, t->ne[1] = n1, t->ne[2] = t->ne[3] = 1;
+    t->nb[0] = tsr_type_block_bytes(type);
+    t->nb[1] = tsr_row_size(type, n0);
+    t->nb[2] = t->nb[3] = t->nb[1] * (size_t)n1;
+    t->data = data;
+}
+
+/* Out-of-range indices, which the core cannot always see at build time:
+ * get_rows writes zero rows, set_rows skips the row. */
+static void check_bad_indices(void) {
+    tsr_stream *s;
+    CHECK(tsr__cpu_stream_new(NULL, 2, &s) == TSR_OK, "stream");
+    float src[4 * 3], out[4 * 3], rows[4 * 2];
+    int32_t idx[3] = {1, -1, 3}, sidx[2] = {7, 0};
+    for (int i = 0; i < 12; i++) src[i] = (float)(i + 1), out[i] = NAN;
+    for (int i = 0; i < 8; i++) rows[i] = -(float)(i + 1);
+    tsr_tensor a, ix, g, r, si, sr;
+    host_tensor(&a, TSR_TYPE_F32, 4, 3, src);
+    host_tensor(&ix, TSR_TYPE_I32, 3, 1, idx);
+    host_tensor(&g, TSR_TYPE_F32, 4, 3, out);
+    g.op = TSR_OP_GET_ROWS, g.src[0] = &a, g.src[1] = &ix;
+    host_tensor(&r, TSR_TYPE_F32, 4, 2, rows);
+    host_tensor(&si, TSR_TYPE_I32, 2, 1, sidx);
+    host_tensor(&sr, TSR_TYPE_F32, 4, 3, src);
+    sr.op = TSR_OP_SET_ROWS, sr.src[0] = &a, sr.src[1] = &r, sr.src[2] = &si;
+    tsr_tensor *nodes[2] = {&g, &sr};
+    CHECK(tsr__cpu_run_nodes(s, nodes, 2) == TSR_OK, "run: %s", tsr_last_error());
+    for (int i = 0; i < 4; i++) {
+        CHECK(out[i] == (float)(4 + i + 1), "get_rows row 0 [%d] = %g", i, out[i]);
+        CHECK(out[4 + i] == 0.0f && out[8 + i] == 0.0f, "get_rows: out-of-range rows must be zero");
+        CHECK(src[i] == -(float)(4 + i + 1), "set_rows: row 0 from source row 1");
+        CHECK(src[4 + i] == (float)(4 + i + 1) && src[8 + i] == (float)(8 + i + 1), "set_rows: other rows kept");
+    }
+    tsr__cpu_stream_free(s);
+}
+
+typedef struct {
+    tsr_threadpool *tp;
+    atomic_int counter;
+    int rounds;
+    int bad;
+} tp_job;
+
+static void tp_fn(void *arg, int ith, int nth) {
+    tp_job *j = arg;
+    (void)ith;
+    for (int r = 0; r < j->rounds; r++) {
+        atomic_fetch_add(&j->counter, 1);
+        tsr__tp_barrier(j->tp);
+        if (atomic_load(&j->counter) != (r + 1) * nth) j->bad = 1;
+        tsr__tp_barrier(j->tp);
+    }
+}
+
+static void check_threadpool(int n) {
+    tsr_threadpool *tp;
+    CHECK(tsr__tp_new(n, &tp) == TSR_OK, "threadpool %d", n);
+    for (int job = 0; job < 200; job++) {
+        tp_job j = {.tp = tp, .rounds = 20};
+        atomic_init(&j.counter, 0);
+        tsr__tp_run(tp, tp_fn, &j);
+        CHECK(!j.bad && atomic_load(&j.counter) == 20 * n, "threadpool %d: barrier broken in job %d", n, job);
+        if (j.bad) break;
+    }
+    tsr__tp_free(tp);
+}
+
+int main(void) {
+    static const char *caps[] = {"scalar", "avx2", "avx512"};
+    static const int64_t sizes[] = {0, 32, 256, 512, 4096, 96, 7};
+    for (size_t c = 0; c < 3; c++) {
+        tsr_cpu_kernels k;
+        tsr__cpu_kernels_select(&k, caps[c]);
+        if (c > 0 && strncmp(k.name, caps[c], strlen(caps[c])) != 0) {
+            printf("variant %s: not available on this CPU/build (best is %s), skipped\n", caps[c], k.name);
+            continue;
+        }
+        printf("variant %s\n", k.name);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
+        check_math(&k);
+    }
+    check_bad_indices();
+    check_threadpool(1);
+    check_threadpool(2);
+    check_threadpool(5); /* more threads than cores: the futex path */
+    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
+    else printf("test-cpu-kernels: all passed\n");
+    return failures ? 1 : 0;
+}
