@@ -582,8 +582,12 @@ static void rollback(tsr_backend *b, bool keep_plan) {
     tsr__free(b->layer_buft);
     b->layer_buft = NULL;
     b->n_layers = 0;
-    if (!keep_plan)
-        memset(b->plan_weights, 0, b->n_devices * sizeof *b->plan_weights);
+    for (size_t d = 0; d < b->n_devices; d++) { /* the backend had no weights before the load */
+        b->live[d] -= b->live_weights[d];
+        b->live_weights[d] = 0;
+        if (!keep_plan)
+            b->plan_weights[d] = 0;
+    }
 }
 
 static tsr_status declare_all(tsr_backend *b, const tsr_gguf *g, const char *path) {
@@ -622,14 +626,16 @@ static tsr_status map_cpu_weights(tsr_backend *b, const tsr_gguf *g, const char 
     size_t cpu = tsr__backend_cpu_index(b);
     *mapped = 0;
     tsr_status s = tsr__place_weights(b, &plan);
-    memset(b->plan_weights, 0, b->n_devices * sizeof *b->plan_weights);
     if (s != TSR_OK)
         return s;
     tsr_buffer *map = NULL;
     for (size_t i = 0; i < b->weights.n; i++) {
         tsr_tensor *t = b->weights.tensors[i];
         uint64_t off = file_offset(g, t);
-        bool ok = !t->buffer && t->device_id == (int)cpu && off % LOAD_MAP_ALIGN == 0 && tsr_tensor_nbytes(t) > 0;
+        /* shared weights are not mapped: placement copies them to each
+         * device holding layers only when it places them */
+        bool ok = !t->buffer && t->device_id == (int)cpu && off % LOAD_MAP_ALIGN == 0 && tsr_tensor_nbytes(t) > 0 &&
+                  !tsr__weight_is_shared(b, t);
         t->device_id = t->buffer ? t->device_id : -1;
         if (!ok)
             continue;
@@ -648,11 +654,14 @@ static tsr_status collect_items(tsr_backend *b, const tsr_gguf *g, const char *p
                                 uint64_t *total) {
     *n = 0;
     *total = 0;
-    *out = tsr__malloc((b->weights.n ? b->weights.n : 1) * sizeof **out);
+    size_t n_all = b->weights.n + b->weights.n_copies;
+    *out = tsr__malloc((n_all ? n_all : 1) * sizeof **out);
     if (!*out)
         return tsr__error(TSR_E_NOMEM, "%s: out of host memory planning the reads", path);
-    for (size_t i = 0; i < b->weights.n; i++) {
-        tsr_tensor *t = b->weights.tensors[i];
+    /* the copies of shared weights are read from the file too, so that
+     * tsr_backend_weight_on has their data at once */
+    for (size_t i = 0; i < n_all; i++) {
+        tsr_tensor *t = i < b->weights.n ? b->weights.tensors[i] : b->weights.copies[i - b->weights.n].copy;
         size_t size = tsr_tensor_nbytes(t);
         if (size == 0 || (t->buffer && t->buffer->buft == &map_buft))
             continue;
@@ -732,7 +741,8 @@ static void log_loaded(const char *path, size_t n_weights, uint64_t read, size_t
              tsr__fmt(h, sizeof h, "%.1f", secs > 0 ? read / 1048576.0 / secs : 0.0));
 }
 
-/* Declare, place (mapping first with use_mmap), read, verify. */
+/* Declare, place (mapping first with use_mmap; placement logs the memory
+ * plan), read, verify. */
 static tsr_status load_weights(tsr_backend *b, const tsr_gguf *g, const char *path, int fd, const struct stat *sb,
                                const tsr_load_params *prm) {
     double t0 = now_s();
@@ -744,8 +754,12 @@ static tsr_status load_weights(tsr_backend *b, const tsr_gguf *g, const char *pa
         tsr__error_prefix("%s", path);
     if (s != TSR_OK)
         return s;
-    b->plan_weights[tsr__backend_cpu_index(b)] += mapped;
-    tsr_backend_log_plan(b);
+    /* mapped bytes count as CPU weights, allocated (live) as much as planned,
+     * so later plan checks stay neutral to them */
+    size_t cpu = tsr__backend_cpu_index(b);
+    b->plan_weights[cpu] += mapped;
+    b->live_weights[cpu] += mapped;
+    b->live[cpu] += mapped;
     if (prm->plan_only)
         return TSR_OK;
     load_item *items = NULL;
@@ -757,6 +771,8 @@ static tsr_status load_weights(tsr_backend *b, const tsr_gguf *g, const char *pa
     if (s == TSR_OK)
         s = read_items(path, sb, items, n_items, total, prm, &n_threads);
     tsr__free(items);
+    if (s == TSR_OK)
+        tsr__weights_touch(); /* the scheduler refreshes copies of shared weights from now on */
     if (s == TSR_OK && prm->verify)
         s = verify_weights(b, path);
     if (s == TSR_OK)

@@ -6,7 +6,9 @@
  * callback at every call, truncated files, a file that shrinks or is
  * replaced while loading, paths that are no files, NaN/Inf found by verify,
  * plan_only, invalid arguments, and every allocation failing in turn; after
- * each failure the backend must hold nothing and load again cleanly.
+ * each failure the backend must hold nothing and load again cleanly. Fake
+ * GPU devices (TSR_FAKE_DEVICES) take the staged path, copies of shared
+ * weights and a device that is too small.
  * (test-load-model.c loads the real SmolLM2 model.)
  */
 #include "libtensr.h"
@@ -18,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_T 16
+#define MAX_T 16 /* tensors of the test model */
 
 typedef struct model {
     int n;
@@ -81,6 +83,7 @@ static void make_model(model *m) {
     add(m, "blk.1.big.weight", TSR_TYPE_F32, 2, 1024, 5 * 1024 + 3, 1);
     add(m, "blk.1.ffn_x.weight", TSR_TYPE_Q4_0, 2, 32, 9, 1);
     add(m, "output.weight", TSR_TYPE_Q5_1, 2, 64, 11, 1);
+    add(m, "rope_freqs.weight", TSR_TYPE_F32, 1, 16, 1, 1); /* shared: last (check_copies) */
 }
 
 static void free_model(model *m) {
@@ -234,7 +237,7 @@ static int on_progress(uint64_t done, uint64_t total, void *user) {
     /* cancel at call cancel_at or, when this run reports less often, at
      * the last call (done == total), which always comes */
     int k = pr->calls++;
-    return pr->cancel_at >= 0 && k >= pr->cancel_at;
+    return pr->cancel_at >= 0 && (k >= pr->cancel_at || done == total);
 }
 
 static void test_progress_cancel(const model *m) {
@@ -472,7 +475,113 @@ static void test_alloc_failures(const model *m) {
     }
 }
 
+/* ---- fake GPU devices: staging, copies of shared weights, device OOM ------- */
+
+static tsr_backend *backend_on(const char *d0, const char *d1) {
+    tsr_device *list[3] = {tsr_device_by_name(d0), d1 ? tsr_device_by_name(d1) : NULL, NULL};
+    tsr_backend_params bp;
+    tsr_backend_params_init(&bp, sizeof bp);
+    bp.n_threads = 1;
+    bp.devices = list;
+    tsr_backend *b = NULL;
+    CHECK(list[0] != NULL);
+    CHECK_OK(tsr_backend_new(&bp, &b));
+    return b;
+}
+
+static size_t dev_used(const char *name) {
+    size_t fr = 0, tot = 0;
+    tsr_device_memory(tsr_device_by_name(name), &fr, &tot);
+    return tot - fr;
+}
+
+static const char *buft_of(tsr_backend *b, const char *name) {
+    tsr_tensor *t = tsr_backend_weight(b, name);
+    return t && tsr_tensor_buffer_type(t) ? tsr_buffer_type_name(tsr_tensor_buffer_type(t)) : "";
+}
+
+/* rope_freqs (shared) has a copy on each device holding layers, with the
+ * file's bytes right after the load */
+static int check_copies(tsr_backend *b, const model *m) {
+    int bad = 0, i = m->n - 1;
+    for (size_t d = 0; d < tsr_backend_n_devices(b); d++) {
+        tsr_tensor *c = tsr_backend_weight_on(b, m->name[i], tsr_backend_device(b, d));
+        float got[16];
+        bad += !c || tsr_tensor_read(c, got, 0, sizeof got) != TSR_OK || memcmp(got, m->data[i], sizeof got) != 0;
+    }
+    return bad;
+}
+
+static void test_devices(const model *m) {
+    char path[256];
+    path_in_dir(path, sizeof path, "m.gguf");
+    CHECK_OK(write_model(m, path, 0));
+    const float split[2] = {1, 1};
+    for (int mm = 0; mm < 2; mm++)
+        for (int ngl = -1; ngl <= 1; ngl += 2)
+            for (int nt = 1; nt <= 4; nt += 3) {
+                tsr_backend *b = backend_on("FAKE0", "FAKE1");
+                tsr_load_params p = params(nt, mm);
+                p.n_gpu_layers = ngl;
+                p.tensor_split = split;
+                CHECK_OK(tsr_backend_load_gguf(b, path, &p));
+                CHECK(compare_weights(b, m) == 0);
+                CHECK(check_copies(b, m) == 0);
+                /* ngl -1: layer 0 on FAKE0, layer 1 on FAKE1; ngl 1: layer 1 on FAKE0 */
+                CHECK(strcmp(buft_of(b, "blk.1.big.weight"), ngl < 0 ? "FAKE1" : "FAKE0") == 0);
+                CHECK(strcmp(buft_of(b, "blk.0.attn_q.weight"), ngl < 0 ? "FAKE0" : mm ? "CPU_Mapped" : "CPU") == 0);
+                CHECK(strcmp(buft_of(b, "token_embd.weight"), mm ? "CPU_Mapped" : "CPU") == 0);
+                tsr_backend_free(b);
+                CHECK(dev_used("FAKE0") == 0 && dev_used("FAKE1") == 0);
+            }
+    /* verify reads device memory back */
+    model bad;
+    make_model(&bad);
+    uint32_t inf = 0x7f800000u;
+    memcpy(bad.data[9] + 4 * 1000, &inf, 4);
+    char vpath[256];
+    path_in_dir(vpath, sizeof vpath, "vdev.gguf");
+    CHECK_OK(write_model(&bad, vpath, 0));
+    free_model(&bad);
+    tsr_backend *b = backend_on("FAKE0", NULL);
+    tsr_load_params p = params(2, 0);
+    p.n_gpu_layers = -1;
+    p.verify = 1;
+    CHECK_STATUS(tsr_backend_load_gguf(b, vpath, &p), TSR_E_MALFORMED);
+    CHECK(strstr(tsr_last_error(), "'blk.1.big.weight' (f32): element 1000 is infinite") != NULL);
+    CHECK(tsr_backend_n_weights(b) == 0 && dev_used("FAKE0") == 0);
+    /* cancel at every progress call with weights on two devices */
+    tsr_backend_free(b);
+    for (int k = 0; k < 6; k++) {
+        b = backend_on("FAKE0", "FAKE1");
+        prog pc = {.cancel_at = k, .monotonic = 1};
+        p = params(3, k & 1);
+        p.n_gpu_layers = 1;
+        p.progress = on_progress;
+        p.progress_user = &pc;
+        CHECK_STATUS(tsr_backend_load_gguf(b, path, &p), TSR_E_CANCELLED);
+        CHECK(tsr_backend_n_weights(b) == 0 && dev_used("FAKE0") == 0 && dev_used("FAKE1") == 0);
+        tsr_backend_free(b);
+    }
+    /* a device too small: TSR_E_DEVICE_NOMEM naming it, nothing allocated,
+     * and the same backend loads with the weights on the CPU afterwards */
+    b = backend_on("FAKE2", NULL);
+    p = params(2, 0);
+    p.n_gpu_layers = -1;
+    CHECK_STATUS(tsr_backend_load_gguf(b, path, &p), TSR_E_DEVICE_NOMEM);
+    CHECK(strstr(tsr_last_error(), "FAKE2") != NULL && strstr(tsr_last_error(), "missing") != NULL);
+    CHECK(strstr(tsr_last_error(), path) != NULL);
+    CHECK(tsr_backend_n_weights(b) == 0 && dev_used("FAKE2") == 0);
+    p.n_gpu_layers = 0;
+    CHECK_OK(tsr_backend_load_gguf(b, path, &p));
+    CHECK(compare_weights(b, m) == 0);
+    tsr_backend_free(b);
+}
+
 int main(void) {
+    /* fake GPUs (read at the first device enumeration); backends on all
+     * devices keep every weight on the CPU unless n_gpu_layers says else */
+    setenv("TSR_FAKE_DEVICES", "FAKE0:64MiB,FAKE1:64MiB,FAKE2:4MiB", 1);
     if (!mkdtemp(g_dir)) {
         perror("mkdtemp");
         return 1;
@@ -486,6 +595,7 @@ int main(void) {
     test_verify();
     test_plan_and_args(&m);
     test_alloc_failures(&m);
+    test_devices(&m);
     free_model(&m);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
