@@ -117,7 +117,18 @@ static void dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
 
 /* Unpacks the 12 scale bytes of Q4_K/Q5_K into 8 scales then 8 mins. */
 static inline void unpack_k4_scales(const uint8_t *q, uint8_t out[16]) {
-    for (int j = 0; j < 8; j++) tsr__get_scale_min_k4(j, q, &out[j], &out[8 + j]);
+    /* byte-parallel form of tsr__get_scale_min_k4 on 32-bit words: scales
+     * 0..3 and mins 0..3 are the low 6 bits of bytes 0..7; scales/mins 4..7
+     * take their low 4 bits from bytes 8..11 and their top 2 bits from the
+     * top of bytes 0..3 / 4..7 */
+    uint32_t u[3], w[4];
+    memcpy(u, q, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    w[0] = u[0] & m6;
+    w[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    w[2] = u[1] & m6;
+    w[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    memcpy(out, w, 16);
 }
 
 /* Broadcast 16-bit lane k of a 128-bit vector to a 256-bit one. */
