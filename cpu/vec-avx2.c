@@ -323,6 +323,39 @@ static void dot4_q4_0(int64_t n, float s[4], const void *vx, const void *vy, siz
     store4(s, acc);
 }
 
+static void dot4_q5_0(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const tsr_block_q5_0 *x = vx;
+    const tsr_block_q8_0 *const yb[4] = {YROW(tsr_block_q8_0, 0), YROW(tsr_block_q8_0, 1), YROW(tsr_block_q8_0, 2),
+                                         YROW(tsr_block_q8_0, 3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i hi = _mm256_andnot_si256(bits_to_bytes32(x[i].qh), _mm256_set1_epi8((char)0xF0));
+        dot4_s8_block(_mm256_or_si256(nibbles32(x[i].qs), hi), TSR_FP16_TO_FP32(x[i].d), yb, i, acc);
+    }
+    store4(s, acc);
+}
+
+static void dot4_q5_1(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const tsr_block_q5_1 *x = vx;
+    const tsr_block_q8_1 *const yb[4] = {YROW(tsr_block_q8_1, 0), YROW(tsr_block_q8_1, 1), YROW(tsr_block_q8_1, 2),
+                                         YROW(tsr_block_q8_1, 3)};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float summs[4] = {0, 0, 0, 0};
+    for (int64_t i = 0; i < n / 32; i++) {
+        const __m256i hi = _mm256_and_si256(bits_to_bytes32(x[i].qh), _mm256_set1_epi8(0x10));
+        const __m256i qx = _mm256_or_si256(nibbles32(x[i].qs), hi);
+        const float dx = TSR_FP16_TO_FP32(x[i].d), mx = TSR_FP16_TO_FP32(x[i].m);
+        for (int c = 0; c < 4; c++) {
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)yb[c][i].qs);
+            summs[c] += mx * TSR_FP16_TO_FP32(yb[c][i].s);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(dx * TSR_FP16_TO_FP32(yb[c][i].d)),
+                                     _mm256_cvtepi32_ps(dot_u8s8(qx, qy)), acc[c]);
+        }
+    }
+    store4(s, acc);
+    for (int c = 0; c < 4; c++) s[c] += summs[c];
+}
+
 static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
     const tsr_block_q4_1 *x = vx;
     const tsr_block_q8_1 *const yb[4] = {YROW(tsr_block_q8_1, 0), YROW(tsr_block_q8_1, 1), YROW(tsr_block_q8_1, 2),
@@ -585,6 +618,8 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
+    k->vec_dot4[TSR_TYPE_Q5_0] = dot4_q5_0;
+    k->vec_dot4[TSR_TYPE_Q5_1] = dot4_q5_1;
     k->vec_dot4[TSR_TYPE_Q4_K] = dot4_q4_K;
     k->vec_dot4[TSR_TYPE_Q5_K] = dot4_q5_K;
     k->vec_dot4[TSR_TYPE_Q6_K] = dot4_q6_K;
