@@ -754,6 +754,9 @@ static void cases_rows(void) {
                  KIND(S(TSR_TYPE_I32, 2, 1, 3, 1), K_INDEX, 6)); /* idx broadcast over dim 2 */
         add_case(OP_SET_ROWS, w, 1e-6, 3, S(w, 32, 4, 1, 1), PAD(S(TSR_TYPE_F32, 32, 2, 1, 1)),
                  KIND(S(TSR_TYPE_I32, 2, 1, 1, 1), K_INDEX, 4));
+        /* repeated indices: the last source row wins, as in a sequential loop */
+        add_case(OP_SET_ROWS, w, 1e-6, 3, S(w, 32, 3, 1, 1), S(TSR_TYPE_F32, 32, 9, 1, 1),
+                 KIND(S(TSR_TYPE_I32, 9, 1, 1, 1), K_INDEX, 3));
     }
 }
 
