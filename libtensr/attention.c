@@ -257,13 +257,13 @@ static bool tsr_attn_cache_ok(tsr_context *ctx, const tsr_kv_cache *c, int il, c
     if (k->type != TSR_TYPE_F32 || v->type != TSR_TYPE_F32)
         return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "%s: k and v must be f32 (they are %s and %s)", fn,
                              tsr_type_name(k->type), tsr_type_name(v->type)), false;
-    if (k->ne[0] != c->p.head_dim_k || v->ne[0] != c->p.head_dim_v || k->ne[1] != c->p.n_head_kv ||
+    if (k->ne[0] != c->l_hdk[il] || v->ne[0] != c->l_hdv[il] || k->ne[1] != c->l_nkvh[il] ||
         k->ne[2] != c->n_tokens || q->ne[2] != c->n_tokens)
         return tsr__op_error(ctx, TSR_E_INVALID,
-                             "%s: k [%lld, %lld, %lld], v [%lld, ...] and q tokens %lld do not match the cache "
-                             "(head_dim_k %d, head_dim_v %d, n_head_kv %d) and the batch of %lld tokens",
+                             "%s: k [%lld, %lld, %lld], v [%lld, ...] and q tokens %lld do not match layer %d of the "
+                             "cache (head_dim_k %d, head_dim_v %d, n_head_kv %d) and the batch of %lld tokens",
                              fn, (long long)k->ne[0], (long long)k->ne[1], (long long)k->ne[2], (long long)v->ne[0],
-                             (long long)q->ne[2], c->p.head_dim_k, c->p.head_dim_v, c->p.n_head_kv,
+                             (long long)q->ne[2], il, c->l_hdk[il], c->l_hdv[il], c->l_nkvh[il],
                              (long long)c->n_tokens), false;
     return true;
 }
@@ -275,7 +275,7 @@ tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_ten
         !tsr_attn_cache_ok(ctx, cache, il, q, k, v))
         return NULL;
     tsr_kv_cache *c = cache;
-    int64_t n_kv = c->n_kv, nkvh = c->p.n_head_kv;
+    int64_t n_kv = c->n_kv, nkvh = c->l_nkvh[il];
     tsr_tensor *kw = tsr_write_rows(ctx, &c->k[il], k, c->idx);
     tsr_tensor *kr = kw ? tsr_view_3d(ctx, kw, kw->ne[0], n_kv, nkvh, kw->nb[1], kw->nb[2], 0) : NULL;
     tsr_tensor *vr;

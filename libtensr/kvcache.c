@@ -49,8 +49,35 @@ static tsr_status tsr_check_type(tsr_type t, int head_dim, bool flash, bool is_v
     return TSR_OK;
 }
 
+/* Per-layer shapes: the caller's arrays (copied) or the single values. */
+static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
+    const tsr_kv_cache_params *p = &c->p;
+    size_t nl = (size_t)p->n_layers;
+    c->l_nkvh = tsr__malloc(nl * sizeof(int));
+    c->l_hdk = tsr__malloc(nl * sizeof(int));
+    c->l_hdv = tsr__malloc(nl * sizeof(int));
+    if (!c->l_nkvh || !c->l_hdk || !c->l_hdv)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
+    for (int il = 0; il < p->n_layers; il++) {
+        c->l_nkvh[il] = p->n_head_kv_layer ? p->n_head_kv_layer[il] : p->n_head_kv;
+        c->l_hdk[il] = p->head_dim_k_layer ? p->head_dim_k_layer[il] : p->head_dim_k;
+        c->l_hdv[il] = p->head_dim_v_layer ? p->head_dim_v_layer[il] : p->head_dim_v;
+        if (c->l_nkvh[il] <= 0 || c->l_hdk[il] <= 0 || c->l_hdv[il] <= 0)
+            return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: layer %d: n_head_kv %d, head_dim_k %d, head_dim_v %d must be > 0",
+                              il, c->l_nkvh[il], c->l_hdk[il], c->l_hdv[il]);
+        tsr_status s = tsr_check_type(p->type_k, c->l_hdk[il], c->flash, false);
+        if (s == TSR_OK)
+            s = tsr_check_type(p->type_v, c->l_hdv[il], c->flash, true);
+        if (s != TSR_OK)
+            return s;
+    }
+    c->p.n_head_kv_layer = c->p.head_dim_k_layer = c->p.head_dim_v_layer = NULL; /* not the caller's memory later */
+    return TSR_OK;
+}
+
 static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
-    if (p->n_layers <= 0 || p->n_ctx <= 0 || p->n_head_kv <= 0 || p->head_dim_k <= 0 || p->head_dim_v <= 0 ||
+    if (p->n_layers <= 0 || p->n_ctx <= 0 || (p->n_head_kv <= 0 && !p->n_head_kv_layer) ||
+        (p->head_dim_k <= 0 && !p->head_dim_k_layer) || (p->head_dim_v <= 0 && !p->head_dim_v_layer) ||
         p->n_seq <= 0 || p->n_batch_max < 0)
         return tsr__error(TSR_E_INVALID,
                           "tsr_kv_cache_new: n_layers %d, n_ctx %lld, n_head_kv %d, head_dim_k %d, head_dim_v %d, "
@@ -59,14 +86,14 @@ static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
                           (long long)p->n_batch_max);
     if (p->n_ctx > INT32_MAX)
         return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx, INT32_MAX);
-    tsr_status s = tsr_check_type(p->type_k, p->head_dim_k, flash, false);
-    return s == TSR_OK ? tsr_check_type(p->type_v, p->head_dim_v, flash, true) : s;
+    tsr_status s = tsr_check_type(p->type_k, p->head_dim_k_layer ? 0 : p->head_dim_k, flash, false);
+    return s == TSR_OK ? tsr_check_type(p->type_v, p->head_dim_v_layer ? 0 : p->head_dim_v, flash, true) : s;
 }
 
 /* Shapes one cache tensor struct (layer il, K or V). */
 static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
     const tsr_kv_cache_params *p = &c->p;
-    int64_t width = (int64_t)(is_v ? p->head_dim_v : p->head_dim_k) * p->n_head_kv;
+    int64_t width = (int64_t)(is_v ? c->l_hdv[il] : c->l_hdk[il]) * c->l_nkvh[il];
     t->type = is_v ? p->type_v : p->type_k;
     t->n_dims = 2;
     t->op = TSR_OP_NONE;
@@ -204,6 +231,8 @@ tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv
     c->n_ctx_alloc = c->flash ? (int64_t)tsr__pad((size_t)c->p.n_ctx, TSR_KV_PAD) : c->p.n_ctx;
     tsr_status s = tsr_check_params(&c->p, c->flash);
     if (s == TSR_OK)
+        s = tsr_layer_shapes(c);
+    if (s == TSR_OK)
         s = tsr_cache_init(c);
     if (s != TSR_OK) {
         tsr_kv_cache_free(c);
@@ -231,6 +260,9 @@ void tsr_kv_cache_free(tsr_kv_cache *c) {
         b->n_open_caches--;
     tsr__free(c->k);
     tsr__free(c->v);
+    tsr__free(c->l_nkvh);
+    tsr__free(c->l_hdk);
+    tsr__free(c->l_hdv);
     tsr__free(c->grp_bt);
     tsr__free(c->grp_size);
     tsr__free(c->grp_dev);

@@ -20,6 +20,7 @@
 struct tsr_kv_cache {
     tsr_backend *b;
     tsr_kv_cache_params p;  /* as given (read over defaults) */
+    int *l_nkvh, *l_hdk, *l_hdv; /* per layer: KV heads, K and V head dims */
     int64_t n_ctx_alloc;    /* rows of the cache tensors: n_ctx, padded on the flash path */
     bool flash;             /* backend path at creation: flash (V as rows) or plain (V transposed) */
     tsr_tensor *k, *v;      /* n_layers tensor structs each (ctx NULL, FLAG_PERSIST):
