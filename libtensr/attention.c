@@ -110,16 +110,16 @@ static tsr_step tsr_step_at(const tsr_attn_steps *pl, int64_t n_head, int64_t n_
 static tsr_tensor *tsr_step_rows(tsr_context *ctx, const tsr_attn_steps *pl, int64_t n_head, int64_t n_head_kv,
                                  int64_t n_tokens) {
     int64_t ne[1] = {n_head * n_tokens};
-    tsr_tensor *idx = tsr_input(ctx, TSR_TYPE_I32, 1, ne, NULL);
+    tsr_tensor *idx = tsr_input(ctx, TSR_TYPE_I64, 1, ne, NULL);
     if (!idx || !idx->data)
         return idx;
-    int32_t *rows = idx->data;
+    int64_t *rows = idx->data;
     int64_t n = 0;
     for (int64_t i = 0; i < pl->n_steps; i++) {
         tsr_step s = tsr_step_at(pl, n_head, n_head_kv, n_tokens, i);
         for (int64_t hh = 0; hh < s.nh; hh++)
             for (int64_t tt = 0; tt < s.nt; tt++)
-                rows[n++] = (int32_t)((s.t0 + tt) * n_head + s.h0 + hh);
+                rows[n++] = (s.t0 + tt) * n_head + s.h0 + hh;
     }
     return tsr_set_name(idx, "attn_step_rows");
 }
@@ -151,7 +151,7 @@ static tsr_tensor *tsr_attn_chunked(tsr_context *ctx, tsr_tensor *q, tsr_tensor 
         tsr_step s = tsr_step_at(pl, n_head, n_head_kv, n_tokens, i);
         tsr_tensor *o = tsr_attn_step(ctx, q, k, v, mask, scale, s, n_head / n_head_kv);
         tsr_tensor *ri = tsr_view_1d(ctx, rows, s.nt * s.nh, off);
-        off += (size_t)(s.nt * s.nh) * sizeof(int32_t);
+        off += (size_t)(s.nt * s.nh) * sizeof(int64_t);
         acc = tsr_set_rows(ctx, acc, o, ri); /* depends on every earlier step */
     }
     return acc ? tsr_reshape_2d(ctx, acc, hdv * n_head, n_tokens) : NULL;
