@@ -427,6 +427,83 @@ static void test_empty(void) {
     }
 }
 
+/* Layers of different shapes in one cache (per-layer params). */
+static void test_layer_shapes(void) {
+    static const shape LS[2] = {{"l0", 4, 2, 32, 32}, {"l1", 4, 1, 64, 16}};
+    static const int nkvh[2] = {2, 1}, hdk[2] = {32, 64}, hdv[2] = {32, 16};
+    static const int sizes[2] = {5, 3};
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        tsr_backend *b = new_backend(CFGS[ci].flash, CFGS[ci].amb ? 2048 : 0);
+        tsr_kv_cache_params p;
+        tsr_kv_cache_params_init(&p, sizeof p);
+        p.n_layers = 2, p.n_ctx = 40;
+        p.n_head_kv_layer = nkvh, p.head_dim_k_layer = hdk, p.head_dim_v_layer = hdv;
+        tsr_kv_cache *c = NULL;
+        CHECK_OK(tsr_kv_cache_new(b, &p, &c));
+        ref_state ref[2] = {{0}, {0}};
+        int32_t next = 0;
+        for (int bi = 0; bi < 2 && c; bi++) {
+            int nt = sizes[bi];
+            int32_t pos[8], seq[8] = {0};
+            for (int i = 0; i < nt; i++)
+                pos[i] = next++;
+            tsr_context *ctx = tsr_context_new(b);
+            CHECK_OK(tsr_kv_cache_begin(c, ctx, nt, pos, NULL));
+            float *q[2], *k[2], *v[2];
+            double *want[2];
+            tsr_tensor *outs[2];
+            for (int il = 0; il < 2; il++) {
+                const shape *sh = &LS[il];
+                size_t qn = (size_t)sh->hdk * sh->n_head * nt, kn = (size_t)sh->hdk * sh->n_head_kv * nt,
+                       vn = (size_t)sh->hdv * sh->n_head_kv * nt;
+                q[il] = malloc(qn * 4), k[il] = malloc(2 * kn * 4), v[il] = malloc(2 * vn * 4);
+                tsrtest_fill(q[il], qn, 10 * bi + il + 1);
+                tsrtest_fill(k[il], kn, 20 * bi + il + 1);
+                tsrtest_fill(v[il], vn, 30 * bi + il + 1);
+                memcpy(k[il] + kn, k[il], kn * 4); /* the reference keeps two identical layers */
+                memcpy(v[il] + vn, v[il], vn * 4);
+                ref_add(&ref[il], sh, nt, k[il], v[il], pos, seq);
+                want[il] = malloc((size_t)sh->n_head * sh->hdv * nt * sizeof(double));
+                ref_attention(&ref[il], sh, 0, 2, q[il], nt, pos, seq, 0.2f, want[il]);
+                int64_t neq[3] = {sh->hdk, sh->n_head, nt}, nek[3] = {sh->hdk, sh->n_head_kv, nt},
+                        nev[3] = {sh->hdv, sh->n_head_kv, nt};
+                outs[il] = tsr_attention(ctx, c, il, tsr_input(ctx, TSR_TYPE_F32, 3, neq, q[il]),
+                                         tsr_input(ctx, TSR_TYPE_F32, 3, nek, k[il]),
+                                         tsr_input(ctx, TSR_TYPE_F32, 3, nev, v[il]), 0.2f);
+            }
+            CHECK(outs[0] && outs[1]);
+            if (outs[0] && outs[1] && tsr_compute(ctx, outs, 2) == TSR_OK) {
+                for (int il = 0; il < 2; il++) {
+                    size_t on = (size_t)LS[il].n_head * LS[il].hdv * nt;
+                    float *got = malloc(on * 4);
+                    CHECK_OK(tsr_tensor_read(outs[il], got, 0, on * 4));
+                    double e = tsrtest_nmse(got, want[il], on);
+                    if (!(e < 5e-6))
+                        fprintf(stderr, "layer shapes %s layer %d batch %d: nmse %g\n", CFGS[ci].name, il, bi, e);
+                    CHECK(e < 5e-6);
+                    free(got);
+                }
+            } else {
+                CHECK(!"per-layer shapes: compute failed");
+            }
+            for (int il = 0; il < 2; il++)
+                free(q[il]), free(k[il]), free(v[il]), free(want[il]);
+            tsr_context_close(ctx);
+        }
+        /* a layer's own shape is checked */
+        tsr_context *ctx = tsr_context_new(b);
+        CHECK_OK(tsr_kv_cache_begin(c, ctx, 1, NULL, NULL));
+        int64_t neq[3] = {32, 4, 1}, nek[3] = {32, 2, 1};
+        tsr_tensor *tq = tsr_input(ctx, TSR_TYPE_F32, 3, neq, NULL), *tk = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+        CHECK(tsr_attention(ctx, c, 1, tq, tk, tk, 1.0f) == NULL);
+        tsr_context_close(ctx);
+        ref_free(&ref[0]);
+        ref_free(&ref[1]);
+        tsr_kv_cache_free(c);
+        tsr_backend_free(b);
+    }
+}
+
 /* ---- step plans -------------------------------------------------------------- */
 
 static void check_plan(int64_t n_kv, int64_t nt, int64_t nh, int64_t nkvh, size_t amb) {
@@ -694,6 +771,7 @@ int main(void) {
     test_errors();
     test_full();
     test_empty();
+    test_layer_shapes();
     test_nocache();
     test_bound();
     test_paths();
