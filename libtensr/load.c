@@ -9,6 +9,27 @@
  * CPU-resident weights from the file, and verifies float data and block
  * scales. On any failure everything the load created is freed and the first
  * real error is returned with its cause.
+ *
+ * Behaviour callers can rely on:
+ *  - the backend must hold no weights yet (TSR_E_STATE otherwise); after a
+ *    failure it holds none again and can load another file;
+ *  - progress is called on the calling thread only: (0, total) before any
+ *    read, then as chunks complete, then (total, total); total counts the
+ *    bytes read (mapped weights are not read). A non-zero return stops the
+ *    I/O threads after their current chunk: TSR_E_CANCELLED;
+ *  - use_mmap: CPU-resident weights whose file offset is 32-byte aligned
+ *    (except shared weights, which placement copies to other devices) point
+ *    into a private copy-on-write mapping of the whole file, buffer type
+ *    "CPU_Mapped", unmapped when the backend's weights are freed. A write
+ *    to such a weight changes memory, never the file. The file must not
+ *    shrink while mapped (the OS raises SIGBUS on access past its end).
+ *    Placement is run once with plan_only first to learn which weights stay
+ *    on the CPU, so its memory check counts them against free CPU memory;
+ *  - verify: F32/F16/BF16 elements and the f16 scales of Q4_0, Q4_1, Q5_0,
+ *    Q5_1, Q8_0 (d, m) and Q4_K, Q5_K (d, dmin), Q6_K (d) blocks must be
+ *    finite; the error names the tensor and the element or block index;
+ *  - plan_only: placement plans, checks and logs; no weight stays declared,
+ *    the plan stays readable through tsr_backend_memory_plan.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* preadv */
@@ -708,6 +729,8 @@ static tsr_status read_items(const char *path, const struct stat *sb, const load
     load_chunk *chunks = NULL;
     size_t n_chunks = 0;
     tsr_status s = build_chunks(items, n_items, &chunks, &n_chunks);
+    if (s != TSR_OK)
+        tsr__error_prefix("%s", path);
     *n_threads_used = pick_threads(prm->n_io_threads, n_chunks);
     if (s == TSR_OK && prm->progress && prm->progress(0, total, prm->progress_user) != 0)
         s = tsr__error(TSR_E_CANCELLED, "%s: loading cancelled by the progress callback", path);
