@@ -70,6 +70,7 @@ typedef struct load_chunk {
     uint64_t off;
     size_t size;
     size_t first;   /* first item overlapping the range */
+    size_t last;    /* end of its section's items: later items belong to another buffer */
     size_t payload; /* tensor bytes in the range (gaps excluded) */
     bool direct;    /* destination is host memory: read into place */
 } load_chunk;
@@ -195,10 +196,10 @@ static void record_error(load_state *st, tsr_status s) {
 
 /* The tensor whose bytes are at (or after) file offset off in chunk c. */
 static const load_item *item_at(const load_state *st, const load_chunk *c, uint64_t off) {
-    for (size_t k = c->first; k < st->n_items; k++)
+    for (size_t k = c->first; k < c->last; k++)
         if (st->items[k].off + st->items[k].size > off)
             return &st->items[k];
-    return &st->items[st->n_items - 1];
+    return &st->items[c->last - 1];
 }
 
 static tsr_status read_error(const load_state *st, const load_chunk *c, uint64_t off, int err) {
@@ -246,7 +247,7 @@ static tsr_status read_direct(load_worker *w, const load_chunk *c) {
     uint64_t pos = c->off, end = c->off + c->size;
     if (!w->junk && !(w->junk = tsr__malloc(LOAD_MAX_GAP)))
         return tsr__error(TSR_E_NOMEM, "%s: out of host memory for the reader", st->path);
-    for (size_t k = c->first; k < st->n_items && st->items[k].off < end; k++) {
+    for (size_t k = c->first; k < c->last && st->items[k].off < end; k++) {
         const load_item *it = &st->items[k];
         uint64_t a = it->off > pos ? it->off : pos, z = it->off + it->size < end ? it->off + it->size : end;
         if (a >= z)
@@ -282,7 +283,7 @@ static tsr_status read_staged(load_worker *w, const load_chunk *c) {
     if ((s = read_full(w, c, &iov, 1, c->off)) != TSR_OK)
         return s;
     uint64_t end = c->off + c->size;
-    for (size_t k = c->first; k < st->n_items && st->items[k].off < end; k++) {
+    for (size_t k = c->first; k < c->last && st->items[k].off < end; k++) {
         const load_item *it = &st->items[k];
         uint64_t a = it->off > c->off ? it->off : c->off, z = it->off + it->size < end ? it->off + it->size : end;
         if (a >= z)
@@ -388,7 +389,7 @@ static tsr_status build_chunks(const load_item *items, size_t n, load_chunk **ou
             uint64_t cend = end - pos > LOAD_CHUNK ? pos + LOAD_CHUNK : end;
             if (j + LOAD_MAX_ITEMS < m && items[j + LOAD_MAX_ITEMS].off < cend)
                 cend = items[j + LOAD_MAX_ITEMS].off;
-            load_chunk c = {pos, (size_t)(cend - pos), j, payload_of(items, m, j, pos, cend), direct};
+            load_chunk c = {pos, (size_t)(cend - pos), j, m, payload_of(items, m, j, pos, cend), direct};
             tsr_status s = push_chunk(out, n_out, &cap, c);
             if (s != TSR_OK)
                 return s;
