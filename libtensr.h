@@ -256,7 +256,7 @@ typedef struct tsr_backend_params {
     tsr_device *const *devices;    /* NULL-terminated devices to use; NULL = all */
     int n_threads;                 /* CPU threads; 0 = number of cores */
     int flash_attn;                /* tsr_flash_attn_t; default AUTO */
-    size_t attn_max_batch;         /* bytes of K*Q per attention step; 0 = no limit */
+    size_t attn_max_batch;         /* bytes of K*Q scores (with their softmax) per attention step; 0 = no limit */
 } tsr_backend_params;
 
 TSR_API void tsr_backend_params_init(tsr_backend_params *p, size_t size); /* size = sizeof *p */
@@ -504,8 +504,11 @@ TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);
 TSR_API tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv_cache **out);
 TSR_API void tsr_kv_cache_free(tsr_kv_cache *c);
 /* Starts a batch of n_tokens with positions pos and sequence ids seq (NULL =
- * all 0): finds cells (TSR_E_FULL when there is no room; nothing changes then)
- * and builds the mask and cell indices as inputs of ctx. */
+ * all 0; pos NULL = each sequence continues after its largest position):
+ * finds cells (TSR_E_FULL when there is no room; nothing changes then),
+ * marks them used, and builds the mask and cell indices as inputs of ctx.
+ * TSR_E_RANGE when n_tokens > n_batch_max. Call it for every context before
+ * tsr_attention; if the forward pass is abandoned, remove its positions. */
 TSR_API tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens,
                                       const int32_t *pos, const int32_t *seq);
 TSR_API void tsr_kv_cache_clear(tsr_kv_cache *c);

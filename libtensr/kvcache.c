@@ -207,8 +207,10 @@ tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv
         tsr_kv_cache_free(c);
         return s;
     }
-    for (size_t i = 0; i < c->n_bufs; i++)
+    for (size_t i = 0; i < c->n_bufs; i++) {
         b->plan_kv[c->buf_dev[i]] += c->bufs[i]->size;
+        b->live[c->buf_dev[i]] += c->bufs[i]->size; /* allocated: counts as available to this backend's plan */
+    }
     b->n_open_caches++;
     c->counted = true;
     *out = c;
@@ -222,6 +224,8 @@ void tsr_kv_cache_free(tsr_kv_cache *c) {
     for (size_t i = 0; c->bufs && i < c->n_bufs; i++) {
         if (counted && c->b->plan_kv[c->buf_dev[i]] >= c->bufs[i]->size)
             c->b->plan_kv[c->buf_dev[i]] -= c->bufs[i]->size;
+        if (counted && c->b->live[c->buf_dev[i]] >= c->bufs[i]->size)
+            c->b->live[c->buf_dev[i]] -= c->bufs[i]->size;
         tsr_buffer_free(c->bufs[i]);
     }
     if (counted)

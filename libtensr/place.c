@@ -303,11 +303,12 @@ static tsr_status tsr_add_copy(tsr_placement *pl, tsr_tensor *w, size_t dev) {
 /* Copies of shared weight w on every device holding layers but w's own. */
 static tsr_status tsr_share(tsr_placement *pl, tsr_tensor *w, const tsr_buffer_type *home) {
     tsr_backend *b = pl->b;
+    size_t home_dev = tsr_buft_dev(b, home);
     for (size_t d = 0; d < b->n_devices; d++) {
         bool holds = false;
         for (int il = 0; il < b->n_layers && !holds; il++)
             holds = b->layer_buft[il] == b->devices[d]->buft;
-        if (holds && b->devices[d]->buft != home) {
+        if (holds && d != home_dev) {
             tsr_status st = tsr_add_copy(pl, w, d);
             if (st != TSR_OK)
                 return st;
@@ -344,8 +345,16 @@ static tsr_status tsr_decide(tsr_placement *pl) {
     tsr_backend *b = pl->b;
     for (size_t i = 0; i < b->weights.n; i++) {
         tsr_tensor *w = b->weights.tensors[i];
-        if (w->buffer)
+        if (w->buffer) { /* placed before (or mapped by the loader): a shared one still needs its copies */
+            int il;
+            if (tsr_role(w->name, &il) == ROLE_SHARED && !tsr__weight_is_shared(b, w) &&
+                !tsr__overrides_match(&pl->ov, w->name)) {
+                tsr_status st = tsr_share(pl, w, w->buffer->buft);
+                if (st != TSR_OK)
+                    return st;
+            }
             continue;
+        }
         int il, role = tsr_role(w->name, &il);
         tsr_buffer_type *bt = tsr__overrides_match(&pl->ov, w->name);
         bool overridden = bt != NULL;
@@ -503,7 +512,8 @@ static tsr_status tsr_place_run(tsr_placement *pl) {
             return st;
         tsr_commit(pl);
     }
-    memcpy(b->weights.copies + b->weights.n_copies, pl->copies, pl->n_copies * sizeof *pl->copies);
+    if (pl->n_copies)
+        memcpy(b->weights.copies + b->weights.n_copies, pl->copies, pl->n_copies * sizeof *pl->copies);
     b->weights.n_copies += pl->n_copies;
     return TSR_OK;
 }

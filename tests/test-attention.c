@@ -324,6 +324,8 @@ static void test_paths(void) {
     run_schedule(&ODD, TSR_TYPE_F32, TSR_TYPE_F16, 77, SCHEDULE, 2);
 }
 
+static tsr_kv_cache *small_cache(tsr_backend *b, int64_t n_ctx, int n_seq);
+
 /* ---- the cache-less variant -------------------------------------------------- */
 
 static void test_nocache(void) {
@@ -387,6 +389,42 @@ static void test_nocache(void) {
     }
     ref_free(&ref);
     free(q), free(k), free(v), free(mask), free(kpos), free(kseq), free(want), free(k2), free(v2);
+}
+
+/* Empty batches and an empty key set: legal, zero-sized or zero results. */
+static void test_empty(void) {
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        tsr_backend *b = new_backend(CFGS[ci].flash, CFGS[ci].amb);
+        tsr_kv_cache *c = small_cache(b, 32, 1);
+        tsr_context *ctx = tsr_context_new(b);
+        CHECK_OK(tsr_kv_cache_begin(c, ctx, 0, NULL, NULL));
+        int64_t neq[3] = {32, 2, 0}, nek[3] = {32, 1, 0};
+        tsr_tensor *q = tsr_input(ctx, TSR_TYPE_F32, 3, neq, NULL), *k = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+        tsr_tensor *o = tsr_attention(ctx, c, 0, q, k, k, 1.0f);
+        CHECK(o && tsr_tensor_ne(o, 0) == 64 && tsr_tensor_ne(o, 1) == 0);
+        if (o)
+            CHECK_OK(tsr_compute(ctx, &o, 1));
+        /* no keys at all: every query gets zeros */
+        int64_t neq2[3] = {32, 2, 3};
+        float qd[32 * 2 * 3], od[64 * 3];
+        tsrtest_fill(qd, 32 * 2 * 3, 5);
+        tsr_tensor *q2 = tsr_input(ctx, TSR_TYPE_F32, 3, neq2, qd);
+        tsr_tensor *o2 = tsr_attention_nocache(ctx, q2, k, k, NULL, 1.0f);
+        CHECK(o2 && tsr_tensor_ne(o2, 0) == 64 && tsr_tensor_ne(o2, 1) == 3);
+        if (o2 && tsr_compute(ctx, &o2, 1) == TSR_OK) {
+            CHECK_OK(tsr_tensor_read(o2, od, 0, sizeof od));
+            int zeros = 0;
+            for (int i = 0; i < 64 * 3; i++)
+                zeros += od[i] == 0.0f;
+            CHECK(zeros == 64 * 3);
+        } else {
+            CHECK(!"empty key set failed");
+        }
+        CHECK(tsr_kv_cache_used(c) == 0);
+        tsr_context_close(ctx);
+        tsr_kv_cache_free(c);
+        tsr_backend_free(b);
+    }
 }
 
 /* ---- step plans -------------------------------------------------------------- */
@@ -655,6 +693,7 @@ int main(void) {
     test_plan();
     test_errors();
     test_full();
+    test_empty();
     test_nocache();
     test_bound();
     test_paths();

@@ -293,10 +293,26 @@ static void test_layers(void) {
         tsr_backend_free(b);
         CHECK(used("FAKE0") == 0 && used("FAKE1") == 0);
     }
-    /* bad parameters */
+    /* a shared weight that already has memory (the loader maps CPU weights first) still gets its copies */
     tsr_backend *b = backend_on("FAKE0", NULL);
-    declare(b, &SMALL, false);
+    declare(b, &SMALL, true);
+    tsr_buffer *mapped = NULL;
+    tsr_tensor *rf = W(b, -1, "rope_freqs");
+    CHECK_OK(tsr_buffer_alloc(tsr_buffer_type_by_name("CPU"), tsr_tensor_nbytes(rf), &mapped));
+    rf->buffer = mapped;
+    rf->data = mapped->base;
+    rf->device_id = (int)tsr_backend_n_devices(b) - 1;
     tsr_load_params lp;
+    tsr_load_params_init(&lp, sizeof lp);
+    lp.n_gpu_layers = -1;
+    CHECK_OK(tsr_backend_place_weights(b, &lp));
+    tsr_tensor *rf0 = tsr_backend_weight_on(b, "rope_freqs.weight", dev("FAKE0"));
+    CHECK(rf0 != rf && strcmp(tsr_buffer_type_name(tsr_tensor_buffer_type(rf0)), "FAKE0") == 0);
+    tsr_backend_free(b);
+    tsr_buffer_free(mapped);
+    /* bad parameters */
+    b = backend_on("FAKE0", NULL);
+    declare(b, &SMALL, false);
     tsr_load_params_init(&lp, sizeof lp);
     lp.main_gpu = 1;
     CHECK_STATUS(tsr_backend_place_weights(b, &lp), TSR_E_INVALID);

@@ -99,7 +99,7 @@ class Tokenizer:
 
 
 class Llama:
-    def __init__(self, path, n_threads, n_ctx, use_cache=True):
+    def __init__(self, path, n_threads, n_ctx, use_cache=True, kv_type="f16"):
         with tsr.GGUF(path) as g:
             arch = g["general.architecture"]
             self.n_layers = g["%s.block_count" % arch]
@@ -118,7 +118,9 @@ class Llama:
         self.out_name = "output.weight" if "output.weight" in names else "token_embd.weight"
         self.cache = None
         if use_cache:
-            self.cache = self.be.kv_cache(self.n_layers, n_ctx, self.n_head_kv, self.head_dim)
+            self.cache = self.be.kv_cache(self.n_layers, n_ctx, self.n_head_kv, self.head_dim,
+                                          type_k=kv_type, n_batch_max=min(n_ctx, 512))
+            self.reserve(min(n_ctx, 512))
         self.history = []  # tokens so far, for the no-cache path
 
     def attention_primitive(self, ctx, q, k, v, mask):
@@ -134,42 +136,54 @@ class Llama:
         n = q.ne[1]
         return ctx.reshape(out, (n, self.head_dim * self.n_head))
 
+    def build(self, ctx, tokens, pos, mask):
+        """The forward graph: token ids -> id of the most likely next token."""
+        n, w, hd = tokens.ne[0], self.w, self.head_dim
+        x = ctx.get_rows(w("token_embd.weight"), tokens)
+        for il in range(self.n_layers):
+            def W(name):
+                return w("blk.%d.%s.weight" % (il, name))
+            h = ctx.mul(ctx.rms_norm(x, self.eps), W("attn_norm"))
+            q = ctx.reshape(ctx.mul_mat(W("attn_q"), h), (n, self.n_head, hd))
+            k = ctx.reshape(ctx.mul_mat(W("attn_k"), h), (n, self.n_head_kv, hd))
+            v = ctx.reshape(ctx.mul_mat(W("attn_v"), h), (n, self.n_head_kv, hd))
+            q = ctx.rope(q, pos, self.n_rot, tsr.ROPE_NORMAL, self.rope_base)
+            k = ctx.rope(k, pos, self.n_rot, tsr.ROPE_NORMAL, self.rope_base)
+            if self.cache is not None:
+                a = ctx.attention(self.cache, il, q, k, v, 1.0 / np.sqrt(hd))
+            else:
+                a = self.attention_primitive(ctx, q, k, v, mask)
+            x = ctx.add(x, ctx.mul_mat(W("attn_output"), a))
+            h = ctx.mul(ctx.rms_norm(x, self.eps), W("ffn_norm"))
+            ff = ctx.swiglu(ctx.mul_mat(W("ffn_gate"), h), ctx.mul_mat(W("ffn_up"), h))
+            x = ctx.add(x, ctx.mul_mat(W("ffn_down"), ff))
+        last = ctx.view(x, [self.n_embd], offset=(n - 1) * x.nb[1])
+        last = ctx.mul(ctx.rms_norm(last, self.eps), w("output_norm.weight"))
+        return ctx.argmax(ctx.mul_mat(w(self.out_name), last))
+
+    def reserve(self, n_batch):
+        """Allocates the compute buffers for the largest batch up front, so
+        that generation allocates nothing (and fails now if memory is short)."""
+        with self.be.context() as ctx:
+            self.cache.begin_reserve(ctx, n_batch)
+            ids = ctx.input(np.zeros(n_batch, np.int32))
+            pos = ctx.input(np.arange(n_batch, dtype=np.int32))
+            ctx.reserve(self.build(ctx, ids, pos, None))
+
     def forward(self, tokens, p0):
         """Runs tokens at positions p0.. and returns the id of the most likely next token."""
         if self.cache is None:  # recompute the whole sequence
             self.history = self.history[:p0] + list(tokens)
             tokens, p0 = self.history, 0
         n = len(tokens)
-        w = self.w
         with self.be.context() as ctx:
+            mask = None
             if self.cache is not None:
                 self.cache.begin(ctx, np.arange(p0, p0 + n, dtype=np.int32))
             else:
-                causal = np.triu(np.full((n, n), -np.inf, np.float32), 1)
-                mask = ctx.input(causal)
+                mask = ctx.input(np.triu(np.full((n, n), -np.inf, np.float32), 1))
             pos = ctx.input(np.arange(p0, p0 + n, dtype=np.int32))
-            x = ctx.get_rows(w("token_embd.weight"), ctx.input(np.array(tokens, np.int32)))
-            hd = self.head_dim
-            for il in range(self.n_layers):
-                def W(name):
-                    return w("blk.%d.%s.weight" % (il, name))
-                h = ctx.mul(ctx.rms_norm(x, self.eps), W("attn_norm"))
-                q = ctx.reshape(ctx.mul_mat(W("attn_q"), h), (n, self.n_head, hd))
-                k = ctx.reshape(ctx.mul_mat(W("attn_k"), h), (n, self.n_head_kv, hd))
-                v = ctx.reshape(ctx.mul_mat(W("attn_v"), h), (n, self.n_head_kv, hd))
-                q = ctx.rope(q, pos, self.n_rot, tsr.ROPE_NORMAL, self.rope_base)
-                k = ctx.rope(k, pos, self.n_rot, tsr.ROPE_NORMAL, self.rope_base)
-                if self.cache is not None:
-                    a = ctx.attention(self.cache, il, q, k, v, 1.0 / np.sqrt(hd))
-                else:
-                    a = self.attention_primitive(ctx, q, k, v, mask)
-                x = ctx.add(x, ctx.mul_mat(W("attn_output"), a))
-                h = ctx.mul(ctx.rms_norm(x, self.eps), W("ffn_norm"))
-                ff = ctx.swiglu(ctx.mul_mat(W("ffn_gate"), h), ctx.mul_mat(W("ffn_up"), h))
-                x = ctx.add(x, ctx.mul_mat(W("ffn_down"), ff))
-            last = ctx.view(x, [self.n_embd], offset=(n - 1) * x.nb[1])
-            last = ctx.mul(ctx.rms_norm(last, self.eps), w("output_norm.weight"))
-            best = ctx.argmax(ctx.mul_mat(w(self.out_name), last))
+            best = self.build(ctx, ctx.input(np.array(tokens, np.int32)), pos, mask)
             ctx.compute(best)
             return int(best.numpy().reshape(-1)[0])
 
@@ -210,11 +224,12 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("-c", "--ctx-size", type=int, default=512)
     ap.add_argument("--chat", action="store_true")
+    ap.add_argument("--kv-type", default="f16", help="KV cache type: f16 (default), f32, q8_0")
     ap.add_argument("--no-cache", action="store_true",
                     help="attention from primitive ops, recomputing the sequence each step")
     args = ap.parse_args()
     try:
-        model = Llama(args.model, args.threads, args.ctx_size, not args.no_cache)
+        model = Llama(args.model, args.threads, args.ctx_size, not args.no_cache, args.kv_type)
         try:
             generate(model, args.prompt, args.n_predict, args.chat)
         finally:

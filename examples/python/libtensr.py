@@ -240,6 +240,7 @@ _SIGS = {
     "tsr_kv_cache_used": (_I64, [_P]),
     "tsr_kv_cache_n_ctx": (_I64, [_P]),
     "tsr_kv_cache_mask": (_T, [_P]),
+    "tsr_kv_cache_begin_reserve": (_STATUS, [_P, _P, _I64]),
     "tsr_attention": (_T, [_P, _P, _I, _T, _T, _T, _F]),
     "tsr_attention_nocache": (_T, [_P, _T, _T, _T, _T, _F]),
     "tsr_gguf_open": (_STATUS, [_STR, ctypes.POINTER(_P)]),
@@ -1267,6 +1268,12 @@ class KVCache:
         _check(C.kv_cache_begin(self._handle(), ctx._handle(), pos.size,
                                 pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), sp),
                "kv_cache_begin")
+
+    def begin_reserve(self, ctx, n_tokens):
+        """Inputs of a worst-case batch over the whole cache, for ctx.reserve() or
+        ctx.measure() (never compute such a graph); the cells are not touched."""
+        _check(C.kv_cache_begin_reserve(self._handle(), ctx._handle(), int(n_tokens)),
+               "kv_cache_begin_reserve")
 
     def clear(self):
         C.kv_cache_clear(self._handle())
