@@ -19,9 +19,10 @@
  */
 #include "kvcache.h"
 
-/* Scores of one (query head, query token) pair: the K*Q row and its softmax,
- * both alive at once in the graph allocator. */
-static size_t tsr_pair_bytes(int64_t n_kv) { return 2 * (size_t)(n_kv > 0 ? n_kv : 1) * sizeof(float); }
+/* Scores of one (query head, query token) pair: the K*Q row; its softmax
+ * overwrites it in place (the graph allocator hands a dying source's memory
+ * to an element-wise result), so the row is the whole cost. */
+static size_t tsr_pair_bytes(int64_t n_kv) { return (size_t)(n_kv > 0 ? n_kv : 1) * sizeof(float); }
 
 void tsr__attention_plan(int64_t n_kv, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, size_t max_batch,
                          tsr_attn_steps *out) {
