@@ -654,8 +654,8 @@ static tsr_status map_cpu_weights(tsr_backend *b, const tsr_gguf *g, const char 
     for (size_t i = 0; i < b->weights.n; i++) {
         tsr_tensor *t = b->weights.tensors[i];
         uint64_t off = file_offset(g, t);
-        /* shared weights are not mapped: placement copies them to each
-         * device holding layers only when it places them */
+        /* shared weights (rope_freqs...) are tiny and get per-device copies:
+         * they are read like device weights, not mapped */
         bool ok = !t->buffer && t->device_id == (int)cpu && off % LOAD_MAP_ALIGN == 0 && tsr_tensor_nbytes(t) > 0 &&
                   !tsr__weight_is_shared(b, t);
         t->device_id = t->buffer ? t->device_id : -1;
