@@ -3,9 +3,14 @@
  * prints logits or greedy continuations as plain text, so the test can
  * compare them with llama.cpp's recorded answers.
  *
- *   model-eval [-t N] [-c N] [-ub N] MODEL logits ID...      every position: "pos v0 v1 ..."
- *   model-eval [-t N] [-c N] [-ub N] MODEL top K ID...       every position: "pos id:v id:v ..." (K best)
- *   model-eval [-t N] [-c N] [-ub N] MODEL greedy N EOS ID...  per step: "id1 logit1 id2 logit2"
+ *   model-eval [-t N] [-c N] [-ub N] [-fa 0|1] MODEL < commands
+ *
+ * One command a line (the KV cache is emptied before each); the answer ends
+ * with a line "end":
+ *   logits ID...        every position: "pos v0 v1 ..."
+ *   top K ID...         every position: "pos id:v id:v ..." (K best)
+ *   greedy N EOS ID...  per step: "id1 logit1 id2 logit2", stopping after EOS
+ *                       (-1: none; -2: the model's tokenizer.ggml.eos_token_id)
  *
  * Exit status: 0 on success, 1 with one line on stderr on failure. */
 #include <stdio.h>
@@ -83,6 +88,42 @@ static int greedy(llm *m, const int32_t *ids, int64_t n, int n_gen, int32_t eos)
     return st == TSR_OK ? 0 : die("decode", llm_last_error());
 }
 
+/* Runs one command line; the cache is emptied first. */
+static int run_line(llm *m, char *line)
+{
+    char *words[8192];
+    int nw = 0;
+    for (char *w = strtok(line, " \t\n"); w && nw < 8192; w = strtok(NULL, " \t\n"))
+        words[nw++] = w;
+    if (nw == 0)
+        return 0;
+    const char *mode = words[0];
+    int n_fixed = !strcmp(mode, "logits") ? 1 : !strcmp(mode, "top") ? 2 : 3;
+    if (nw <= n_fixed)
+        return die("usage", "logits ID... | top K ID... | greedy N EOS ID...");
+    int64_t n = nw - n_fixed;
+    int32_t ids[8192];
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = atoi(words[n_fixed + i]);
+    llm_reset(m);
+    int rc;
+    if (!strcmp(mode, "logits"))
+        rc = print_logits(m, ids, n, 0);
+    else if (!strcmp(mode, "top"))
+        rc = print_logits(m, ids, n, atoi(words[1]) > 64 ? 64 : atoi(words[1]));
+    else if (!strcmp(mode, "greedy")) {
+        int64_t eos = atoi(words[2]);
+        if (eos == -2 && tsr_gguf_get_i64(llm_get_gguf(m), "tokenizer.ggml.eos_token_id", &eos) != TSR_OK)
+            eos = -1;
+        rc = greedy(m, ids, n, atoi(words[1]), (int32_t)eos);
+    }
+    else
+        rc = die("unknown command", mode);
+    printf("end\n");
+    fflush(stdout);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     tsr_backend_params bp;
@@ -90,47 +131,35 @@ int main(int argc, char **argv)
     tsr_backend_params_init(&bp, sizeof bp);
     llm_params_default(&lp);
     bp.n_threads = 2;
+    bp.flash_attn = TSR_FLASH_ATTN_OFF; /* the references were recorded without it */
+    lp.n_ctx = 512;
     int a = 1;
     for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
         if (!strcmp(argv[a], "-t"))
             bp.n_threads = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-c"))
             lp.n_ctx = atoll(argv[a + 1]);
+        else if (!strcmp(argv[a], "-fa"))
+            bp.flash_attn = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-ub"))
             lp.n_ubatch = atoll(argv[a + 1]);
         else
             return die("usage", argv[a]);
     }
-    if (argc - a < 3)
-        return die("usage", "model-eval [-t N] [-c N] [-ub N] MODEL logits|top K|greedy N EOS ID...");
-    const char *path = argv[a], *mode = argv[a + 1];
-    int n_fixed = !strcmp(mode, "logits") ? 2 : !strcmp(mode, "top") ? 3 : 4;
-    if (argc - a <= n_fixed)
-        return die("usage", "no token ids");
-    int64_t n = argc - a - n_fixed;
-    int32_t *ids = malloc((size_t)n * sizeof *ids);
-    for (int64_t i = 0; i < n; i++)
-        ids[i] = atoi(argv[a + n_fixed + i]);
-    lp.n_outputs_max = strcmp(mode, "greedy") ? n : 1;
-    if (lp.n_ctx == 0)
-        lp.n_ctx = 512;
+    if (argc - a != 1)
+        return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] MODEL < commands");
+    lp.n_outputs_max = -1; /* every row of a micro-batch */
     tsr_backend *be = NULL;
     llm *m = NULL;
-    int rc = 1;
+    int rc = 0;
     if (tsr_backend_new(&bp, &be) != TSR_OK)
         rc = die("backend", tsr_last_error());
-    else if (llm_open(be, path, NULL, &lp, &m) != TSR_OK)
-        rc = die(path, llm_last_error());
-    else if (!strcmp(mode, "logits"))
-        rc = print_logits(m, ids, n, 0);
-    else if (!strcmp(mode, "top"))
-        rc = print_logits(m, ids, n, atoi(argv[a + 2]) > 64 ? 64 : atoi(argv[a + 2]));
-    else if (!strcmp(mode, "greedy"))
-        rc = greedy(m, ids, n, atoi(argv[a + 2]), atoi(argv[a + 3]));
-    else
-        rc = die("usage", mode);
+    else if (llm_open(be, argv[a], NULL, &lp, &m) != TSR_OK)
+        rc = die(argv[a], llm_last_error());
+    static char line[1 << 17];
+    while (rc == 0 && fgets(line, sizeof line, stdin))
+        rc = run_line(m, line);
     llm_free(m);
     tsr_backend_free(be);
-    free(ids);
     return rc;
 }

@@ -52,10 +52,6 @@ struct llm {
     tsr_tensor *tok_embd, *out_norm, *output;
     llm_layer *layers;
     tsr_kv_cache *cache;
-#ifdef LLM_OWN_ATTN
-    tsr_context *kv_ctx;
-    tsr_tensor **k_cache, **v_cache;
-#endif
     int64_t n_ctx;
     int64_t n_past;
 };
@@ -67,7 +63,7 @@ void llm_params_default(llm_params *p)
     memset(p, 0, sizeof *p);
     p->n_ubatch = 512;
     p->n_outputs_max = 1;
-    p->type_k = TSR_TYPE_F16;
+    p->type_k = TSR_TYPE_F16; /* as llama.cpp: the results then round as its do */
     p->type_v = TSR_TYPE_F16;
 }
 
@@ -318,48 +314,11 @@ static tsr_status bind_weights(llm *m)
     return TSR_OK;
 }
 
-#ifdef LLM_OWN_LOADER
-/* Temporary, until tsr_backend_load_gguf is on main: declare every tensor,
- * let the backend place them, then read them one by one. */
-static tsr_status load_weights(llm *m, const char *path, const tsr_load_params *lp)
-{
-    const tsr_gguf *g = m->gguf;
-    (void)path;
-    for (int64_t i = 0; i < tsr_gguf_n_tensors(g); i++) {
-        int64_t ne[4];
-        int nd = tsr_gguf_tensor_n_dims(g, i);
-        for (int d = 0; d < nd; d++)
-            ne[d] = tsr_gguf_tensor_ne(g, i, d);
-        tsr_status st = tsr_backend_declare_weight(m->be, tsr_gguf_tensor_name(g, i), tsr_gguf_tensor_type(g, i), nd, ne);
-        if (st != TSR_OK)
-            return fail_tsr(st, "declaring weights");
-    }
-    tsr_status st = tsr_backend_place_weights(m->be, lp);
-    if (st != TSR_OK)
-        return fail_tsr(st, "placing weights");
-    for (int64_t i = 0; i < tsr_gguf_n_tensors(g); i++) {
-        size_t size = tsr_gguf_tensor_size(g, i);
-        void *buf = malloc(size ? size : 1);
-        if (!buf)
-            return fail(TSR_E_NOMEM, "out of memory reading a tensor");
-        st = tsr_gguf_read_tensor(g, i, buf, size);
-        if (st == TSR_OK)
-            st = tsr_tensor_write(tsr_backend_weight(m->be, tsr_gguf_tensor_name(g, i)), buf, 0, size);
-        free(buf);
-        if (st != TSR_OK)
-            return fail_tsr(st, "reading weights");
-        if (lp && lp->progress && lp->progress((uint64_t)i + 1, (uint64_t)tsr_gguf_n_tensors(g), lp->progress_user))
-            return fail(TSR_E_CANCELLED, "loading cancelled");
-    }
-    return TSR_OK;
-}
-#else
 static tsr_status load_weights(llm *m, const char *path, const tsr_load_params *lp)
 {
     tsr_status st = tsr_backend_load_gguf(m->be, path, lp);
     return st == TSR_OK ? TSR_OK : fail_tsr(st, "loading weights");
 }
-#endif
 
 /* ---- the forward pass ---------------------------------------------------- */
 
@@ -369,10 +328,6 @@ typedef struct fwd {
     tsr_context *ctx;
     tsr_tensor *pos;
     int64_t n, out0, n_out;
-#ifdef LLM_OWN_ATTN
-    tsr_tensor *cells, *mask;
-    int64_t n_kv;
-#endif
 } fwd;
 
 static tsr_tensor *rms_norm(fwd *f, tsr_tensor *x, tsr_tensor *w)
@@ -393,49 +348,6 @@ static tsr_tensor *rope(fwd *f, tsr_tensor *x, tsr_tensor *factors)
                         hp->rope_freq_base, hp->rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
 }
 
-#ifdef LLM_OWN_ATTN
-/* Temporary, until tsr_attention is on main: a single-sequence cache (cell
- * = position) and attention from plain ops. */
-static tsr_status own_begin(fwd *f, const int32_t *pos)
-{
-    int64_t n = f->n, ne[2];
-    f->n_kv = n ? pos[n - 1] + 1 : 0;
-    ne[0] = n;
-    f->cells = tsr_input(f->ctx, TSR_TYPE_I32, 1, ne, pos);
-    ne[0] = f->n_kv;
-    ne[1] = n;
-    f->mask = tsr_input(f->ctx, TSR_TYPE_F32, 2, ne, NULL);
-    float *mask = malloc((size_t)(f->n_kv * n + 1) * sizeof *mask);
-    if (!f->mask || !mask) {
-        free(mask);
-        return fail(TSR_E_NOMEM, "mask");
-    }
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t i = 0; i < f->n_kv; i++)
-            mask[j * f->n_kv + i] = i <= pos[j] ? 0.0f : -INFINITY;
-    tsr_status st = tsr_tensor_write(f->mask, mask, 0, (size_t)(f->n_kv * n) * sizeof *mask);
-    free(mask);
-    return st;
-}
-
-static tsr_tensor *own_attention(fwd *f, int il, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v, float scale)
-{
-    const llm_hparams *hp = &f->m->hp;
-    tsr_context *ctx = f->ctx;
-    int64_t dk = hp->head_dim_k, dv = hp->head_dim_v, hkv = hp->n_head_kv, n = f->n;
-    tsr_tensor *kc = tsr_set_rows(ctx, f->m->k_cache[il], tsr_reshape_2d(ctx, k, dk * hkv, n), f->cells);
-    tsr_tensor *vc = tsr_set_rows(ctx, f->m->v_cache[il], tsr_reshape_2d(ctx, v, dv * hkv, n), f->cells);
-    size_t es = sizeof(float);
-    tsr_tensor *K = tsr_view_3d(ctx, kc, dk, f->n_kv, hkv, dk * hkv * es, dk * es, 0);
-    tsr_tensor *V = tsr_view_3d(ctx, vc, dv, f->n_kv, hkv, dv * hkv * es, dv * es, 0);
-    tsr_tensor *Q = tsr_permute(ctx, q, 0, 2, 1, 3);                    /* [dk, n, n_head] */
-    tsr_tensor *kq = tsr_softmax_ext(ctx, tsr_mul_mat(ctx, K, Q), f->mask, scale); /* [n_kv, n, n_head] */
-    tsr_tensor *Vt = tsr_cont(ctx, tsr_transpose(ctx, V));             /* [n_kv, dv, hkv] */
-    tsr_tensor *o = tsr_mul_mat(ctx, Vt, kq);                           /* [dv, n, n_head] */
-    o = tsr_cont(ctx, tsr_permute(ctx, o, 0, 2, 1, 3));                 /* [dv, n_head, n] */
-    return tsr_reshape_2d(ctx, o, dv * hp->n_head, n);
-}
-#endif
 
 /* Self-attention of layer il on the normed input: [head_dim_v*n_head, n]. */
 static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur)
@@ -450,11 +362,7 @@ static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur)
     k = rope(f, tsr_reshape_3d(ctx, k, hp->head_dim_k, hp->n_head_kv, f->n), l->rope_freqs);
     v = tsr_reshape_3d(ctx, v, hp->head_dim_v, hp->n_head_kv, f->n);
     float scale = 1.0f / sqrtf((float)hp->head_dim_k);
-#ifdef LLM_OWN_ATTN
-    return own_attention(f, il, q, k, v, scale);
-#else
     return tsr_attention(ctx, f->m->cache, il, q, k, v, scale);
-#endif
 }
 
 /* Rows [out0, out0+n_out) of a [ne0, n] tensor (a view; no copy). */
@@ -497,7 +405,8 @@ static tsr_tensor *build(fwd *f, tsr_tensor *tokens)
     return tsr_mul_mat(ctx, m->output, rms_norm(f, x, m->out_norm));
 }
 
-/* Builds the graph of tokens[0..n) at positions pos[]; *out is its result. */
+/* Builds the graph of tokens[0..n) at positions pos[]; *out is its result.
+ * pos NULL builds the worst case for tsr_reserve (every cache cell read). */
 static tsr_status prepare(llm *m, fwd *f, const int32_t *tokens, const int32_t *pos, int64_t n, int64_t out0,
                           int64_t n_out, tsr_tensor **out)
 {
@@ -512,11 +421,8 @@ static tsr_status prepare(llm *m, fwd *f, const int32_t *tokens, const int32_t *
         return fail_tsr(TSR_E_NOMEM, "creating a context");
     tsr_tensor *tok = tsr_input(f->ctx, TSR_TYPE_I32, 1, &ne, tokens);
     f->pos = tsr_input(f->ctx, TSR_TYPE_I32, 1, &ne, pos);
-#ifdef LLM_OWN_ATTN
-    tsr_status st = own_begin(f, pos);
-#else
-    tsr_status st = tsr_kv_cache_begin(m->cache, f->ctx, n, pos, NULL);
-#endif
+    tsr_status st = pos ? tsr_kv_cache_begin(m->cache, f->ctx, n, pos, NULL)
+                        : tsr_kv_cache_begin_reserve(m->cache, f->ctx, n);
     if (st != TSR_OK)
         return fail_tsr(st, "kv cache");
     *out = build(f, tok);
@@ -588,19 +494,13 @@ tsr_status llm_decode(llm *m, const int32_t *tokens, int64_t n, int64_t logits_f
 /* Forgets cache cells at positions >= n_past (after a failed batch). */
 static void llm_forget(llm *m)
 {
-#ifndef LLM_OWN_ATTN
     if (tsr_kv_cache_remove(m->cache, -1, (int32_t)m->n_past, -1) != TSR_OK)
         tsr_kv_cache_clear(m->cache), m->n_past = 0;
-#else
-    (void)m;
-#endif
 }
 
 void llm_reset(llm *m)
 {
-#ifndef LLM_OWN_ATTN
     tsr_kv_cache_clear(m->cache);
-#endif
     m->n_past = 0;
 }
 
@@ -611,46 +511,18 @@ void llm_reset(llm *m)
 static tsr_status reserve(llm *m)
 {
     int64_t n = m->p.n_ubatch, n_out = m->p.n_outputs_max;
-    int32_t *tokens = calloc((size_t)n, sizeof *tokens), *pos = malloc((size_t)n * sizeof *pos);
-    if (!tokens || !pos) {
-        free(tokens);
-        free(pos);
-        return fail(TSR_E_NOMEM, "out of memory for the reserve batch");
-    }
-    for (int64_t i = 0; i < n; i++)
-        pos[i] = (int32_t)(m->n_ctx - n + i);
     fwd f;
     tsr_tensor *out = NULL;
-    tsr_status st = prepare(m, &f, tokens, pos, n, n - n_out, n_out, &out);
-    free(tokens);
-    free(pos);
+    tsr_status st = prepare(m, &f, NULL, NULL, n, n - n_out, n_out, &out);
     if (st == TSR_OK && (st = tsr_reserve(f.ctx, &out, 1)) != TSR_OK)
         fail_tsr(st, "reserving compute memory");
     tsr_context_close(f.ctx);
-    llm_reset(m);
     return st;
 }
 
 static tsr_status make_cache(llm *m)
 {
     const llm_hparams *hp = &m->hp;
-#ifdef LLM_OWN_ATTN
-    m->kv_ctx = tsr_context_new(m->be);
-    m->k_cache = calloc((size_t)hp->n_layer, sizeof *m->k_cache);
-    m->v_cache = calloc((size_t)hp->n_layer, sizeof *m->v_cache);
-    if (!m->kv_ctx || !m->k_cache || !m->v_cache)
-        return fail(TSR_E_NOMEM, "kv cache");
-    for (int il = 0; il < hp->n_layer; il++) {
-        int64_t nek[2] = {(int64_t)hp->head_dim_k * hp->n_head_kv, m->n_ctx};
-        int64_t nev[2] = {(int64_t)hp->head_dim_v * hp->n_head_kv, m->n_ctx};
-        tsr_buffer_type *bt = tsr_backend_layer_buffer_type(m->be, il);
-        m->k_cache[il] = tsr_new_tensor(m->kv_ctx, bt, TSR_TYPE_F32, 2, nek);
-        m->v_cache[il] = tsr_new_tensor(m->kv_ctx, bt, TSR_TYPE_F32, 2, nev);
-        if (!m->k_cache[il] || !m->v_cache[il])
-            return fail(TSR_E_NOMEM, "kv cache: %s", tsr_context_error(m->kv_ctx));
-    }
-    return TSR_OK;
-#else
     tsr_kv_cache_params kp;
     tsr_kv_cache_params_init(&kp, sizeof kp);
     kp.n_layers = hp->n_layer;
@@ -664,7 +536,6 @@ static tsr_status make_cache(llm *m)
     kp.n_batch_max = m->p.n_ubatch;
     tsr_status st = tsr_kv_cache_new(m->be, &kp, &m->cache);
     return st == TSR_OK ? TSR_OK : fail_tsr(st, "creating the KV cache");
-#endif
 }
 
 /* Context size and batch sizes from the caller's wishes and the model. */
@@ -727,13 +598,7 @@ void llm_free(llm *m)
 {
     if (!m)
         return;
-#ifdef LLM_OWN_ATTN
-    tsr_context_close(m->kv_ctx);
-    free(m->k_cache);
-    free(m->v_cache);
-#else
     tsr_kv_cache_free(m->cache);
-#endif
     free(m->layers);
     tsr_gguf_close(m->gguf);
     free(m);
