@@ -1,7 +1,7 @@
 /*
  * attn.c - fused attention (ggml's flash_attn_ext semantics), tiled:
  *
- *  - A task is one block of up to RB query rows of one KV group (the rows
+ *  - A task is one block of up to RB_MAX query rows of one KV group (the rows
  *    are (token, head) pairs of the heads sharing a KV head, token-major),
  *    so each K/V block converted to F32 serves every query row of the block.
  *  - For each block of BK keys: the mask rows are read first and a block
@@ -22,7 +22,8 @@
 
 #include <math.h>
 
-#define RB 64        /* query rows per task */
+#define RB_MAX 256   /* query rows per task: each converted K/V block serves them all */
+#define RB_MIN 64    /* ... but at least this many, when there are rows enough */
 #define BK 64        /* keys per block */
 #define DIRECT_MAX 4 /* at most this many rows per task: scores by vec_dot on K rows */
 
@@ -36,19 +37,25 @@ typedef struct plan {
     bool direct;
 } plan;
 
+/* Big row blocks (K/V traffic and conversion shrink with the rows served
+ * per block) unless that leaves threads idle; too few tasks even then
+ * (decode): split the keys. */
 static void make_plan(const tsr_tensor *dst, int nth, plan *pl) {
     const tsr_tensor *q = dst->src[0], *kt = dst->src[1];
     pl->group = q->ne[2] / kt->ne[2];
     pl->rows = pl->group * q->ne[1];
-    pl->rb = pl->rows < RB ? pl->rows : RB;
+    const int64_t groups = q->ne[3] * kt->ne[2];
+    const int64_t want = (pl->rows * groups + 2 * (int64_t)nth - 1) / (2 * (int64_t)nth);
+    pl->rb = want > RB_MAX ? RB_MAX : want < RB_MIN ? RB_MIN : want;
+    if (pl->rb > pl->rows) pl->rb = pl->rows;
     if (pl->rb < 1) pl->rb = 1;
-    pl->n_tasks = q->ne[3] * kt->ne[2] * ((pl->rows + pl->rb - 1) / pl->rb);
+    pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
     pl->direct = pl->rb <= DIRECT_MAX;
     const int64_t n_blk = (kt->ne[1] + BK - 1) / BK;
     pl->n_split = 1;
     if (nth > 1 && pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
-        int64_t want = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
-        pl->n_split = want < n_blk ? want : n_blk;
+        const int64_t n = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
+        pl->n_split = n < n_blk ? n : n_blk;
     }
     pl->kv_split = (n_blk + pl->n_split - 1) / pl->n_split * BK;
     if (pl->kv_split < BK) pl->kv_split = BK;
@@ -151,19 +158,42 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
     }
 }
 
-/* Mask rows of the block [j0, j0 + n) as F32 (mrow[r]; NULL when there is
- * no mask); returns false when every row is fully masked there. Rows of the
- * same token and mask head share one conversion. */
+/* How a mask row segment of n elements of esz bytes reads: all zeros (no
+ * add needed), all -inf (row dead there) or anything else. Compares bits,
+ * so the common causal blocks need no conversion. */
+enum { SEG_ZERO, SEG_DEAD, SEG_MIXED };
+
+static int classify(const char *src, int64_t n, size_t esz) {
+    uint32_t any = 0, not_ninf = 0;
+    if (esz == 2) {
+        const uint16_t *h = (const uint16_t *)src;
+        for (int64_t j = 0; j < n; j++) {
+            any |= h[j];
+            not_ninf |= h[j] ^ 0xFC00u;
+        }
+    } else {
+        const uint32_t *w = (const uint32_t *)src;
+        for (int64_t j = 0; j < n; j++) {
+            any |= w[j];
+            not_ninf |= w[j] ^ 0xFF800000u;
+        }
+    }
+    return !any ? SEG_ZERO : !not_ninf ? SEG_DEAD : SEG_MIXED;
+}
+
+/* Mask rows of the block [j0, j0 + n) as F32 (mrow[r]; NULL: nothing to
+ * add), dead[r] when row r is fully masked there; returns false when every
+ * row is. Rows of the same token and mask head share one look. */
 static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
-                      int64_t j0, int64_t n, const scratch *sc, const float **mrow) {
+                      int64_t j0, int64_t n, const scratch *sc, const float **mrow, bool *dead) {
     const tsr_tensor *mask = dst->src[3];
     if (!mask) {
-        for (int64_t r = 0; r < t->nr; r++) mrow[r] = NULL;
+        for (int64_t r = 0; r < t->nr; r++) mrow[r] = NULL, dead[r] = false;
         return true;
     }
     const size_t esz = mask->type == TSR_TYPE_F32 ? 4 : 2;
     const char *prev = NULL;
-    bool any = false, prev_live = false;
+    bool any = false;
     for (int64_t r = 0; r < t->nr; r++) {
         int64_t iq, h;
         row_at(pl, t, r, &iq, &h);
@@ -172,17 +202,27 @@ static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const 
                           j0 * (int64_t)mask->nb[0];
         if (src == prev) {
             mrow[r] = mrow[r - 1];
+            dead[r] = dead[r - 1];
             continue;
         }
-        float *dstm = sc->mtmp + r * BK;
-        if (mask->type == TSR_TYPE_F32 && mask->nb[0] == esz) dstm = (float *)src; /* rows are 4-aligned */
-        else if (mask->nb[0] == esz) p->k->to_float[mask->type](src, dstm, n);
-        else for (int64_t j = 0; j < n; j++) dstm[j] = tsr__cpu_load_f(mask->type, src + j * (int64_t)mask->nb[0]);
-        prev_live = false;
-        for (int64_t j = 0; j < n && !prev_live; j++) prev_live = dstm[j] != -INFINITY;
-        any |= prev_live;
-        mrow[r] = dstm;
         prev = src;
+        /* the rows are far apart (one per token): fetch the next block's
+         * segment now, or every look waits on memory */
+        for (size_t b = 0; b < (size_t)BK * esz && mask->nb[0] == esz; b += 64) __builtin_prefetch(src + BK * esz + b);
+        float *m = sc->mtmp + r * BK;
+        if (mask->nb[0] != esz) { /* strided mask: convert, then look */
+            for (int64_t j = 0; j < n; j++) m[j] = tsr__cpu_load_f(mask->type, src + j * (int64_t)mask->nb[0]);
+            src = (const char *)m;
+        }
+        const int c = classify(src, n, mask->nb[0] != esz ? 4 : esz);
+        dead[r] = c == SEG_DEAD;
+        any |= !dead[r];
+        if (c != SEG_MIXED) mrow[r] = NULL;
+        else if (mask->type == TSR_TYPE_F32 || mask->nb[0] != esz) mrow[r] = (const float *)src;
+        else {
+            p->k->to_float[mask->type](src, m, n);
+            mrow[r] = m;
+        }
     }
     return any;
 }
@@ -216,12 +256,12 @@ static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const pla
 
 /* Online softmax of the block's scores, row by row; S becomes P. */
 static void softmax_block(const tsr_compute_params *p, const tsr_tensor *dst, const task *t, int64_t n,
-                          const scratch *sc, const float *const *mrow) {
+                          const scratch *sc, const float *const *mrow, const bool *dead) {
     const float scale = tsr__get_f32_param(dst, 0);
     const int64_t dv = dst->src[2]->ne[0];
     for (int64_t r = 0; r < t->nr; r++) {
         float *s = sc->s + r * BK;
-        const float mx = p->k->scale_add_max(n, s, scale, mrow[r]);
+        const float mx = dead[r] ? -INFINITY : p->k->scale_add_max(n, s, scale, mrow[r]);
         if (mx == -INFINITY) { /* fully masked here: no weight */
             memset(s, 0, (size_t)n * sizeof *s);
             continue;
@@ -257,7 +297,8 @@ static float *dst_row(const tsr_tensor *dst, const plan *pl, const task *t, int6
 static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
                      const scratch *sc, float *partial) {
     const int64_t dv = dst->src[2]->ne[0];
-    const float *mrow[RB];
+    const float *mrow[RB_MAX];
+    bool dead[RB_MAX];
     load_q(p, dst, pl, t, sc);
     memset(sc->o, 0, (size_t)(t->nr * dv) * sizeof(float));
     for (int64_t r = 0; r < t->nr; r++) {
@@ -266,9 +307,9 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
     }
     for (int64_t j0 = t->j0; j0 < t->j1; j0 += BK) {
         const int64_t n = t->j1 - j0 < BK ? t->j1 - j0 : BK;
-        if (!load_mask(p, dst, pl, t, j0, n, sc, mrow)) continue;
+        if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead)) continue;
         scores(p, dst, pl, t, j0, n, sc);
-        softmax_block(p, dst, t, n, sc, mrow);
+        softmax_block(p, dst, t, n, sc, mrow, dead);
         v_block(p, dst, t, j0, n, sc);
     }
     if (partial) { /* unnormalized, merged after the barrier */
