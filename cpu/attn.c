@@ -146,6 +146,7 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
     const tsr_tensor *q = dst->src[0];
     const tsr_type dt = p->k->dot_type[dst->src[1]->type];
     const int64_t dk = q->ne[0];
+    const size_t qrow = qconv_row(dst);
     for (int64_t r = 0; r < t->nr; r++) {
         int64_t iq, h;
         row_at(pl, t, r, &iq, &h);
@@ -154,7 +155,7 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
         float *qf = sc->qf + r * dk;
         if (q->nb[0] == sizeof(float)) memcpy(qf, row, (size_t)dk * sizeof(float));
         else for (int64_t i = 0; i < dk; i++) memcpy(&qf[i], row + i * (int64_t)q->nb[0], 4);
-        if (pl->direct) p->k->from_float[dt](qf, sc->qconv + (size_t)r * qconv_row(dst), dk);
+        if (pl->direct) p->k->from_float[dt](qf, sc->qconv + (size_t)r * qrow, dk);
     }
 }
 
@@ -238,10 +239,11 @@ static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const pla
     const tsr_cpu_kernels *k = p->k;
     const int64_t dk = kt->ne[0];
     if (pl->direct) {
+        const size_t qrow = qconv_row(dst);
+        const tsr_vec_dot_fn dot = k->vec_dot[kt->type];
         for (int64_t j = 0; j < n; j++) {
             const char *krow = kv_row(kt, j0 + j, t);
-            for (int64_t r = 0; r < t->nr; r++)
-                k->vec_dot[kt->type](dk, &sc->s[r * BK + j], krow, sc->qconv + (size_t)r * qconv_row(dst));
+            for (int64_t r = 0; r < t->nr; r++) dot(dk, &sc->s[r * BK + j], krow, sc->qconv + (size_t)r * qrow);
         }
         return;
     }
@@ -251,7 +253,7 @@ static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const pla
         else k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->ktmp, dk);
         for (int64_t d = 0; d < dk; d++) sc->kt[d * BK + j] = x[d];
     }
-    k->gemm_f32(t->nr, n, dk, sc->qf, dk, sc->kt, BK, sc->s, BK, false);
+    k->gemm_f32(t->nr, n, dk, sc->qf, dk, sc->kt, false, BK, sc->s, BK, false);
 }
 
 /* Online softmax of the block's scores, row by row; S becomes P. */
@@ -283,8 +285,14 @@ static void v_block(const tsr_compute_params *p, const tsr_tensor *dst, const ta
                     const scratch *sc) {
     const tsr_tensor *v = dst->src[2];
     const int64_t dv = v->ne[0];
+    if (v->type == TSR_TYPE_F32 || v->type == TSR_TYPE_F16) { /* read in place (F16 converted in registers) */
+        const size_t esz = v->type == TSR_TYPE_F32 ? 4 : 2;
+        p->k->gemm_f32(t->nr, dv, n, sc->s, BK, kv_row(v, j0, t), esz == 2, (int64_t)(v->nb[1] / esz), sc->o, dv,
+                       true);
+        return;
+    }
     for (int64_t j = 0; j < n; j++) p->k->to_float[v->type](kv_row(v, j0 + j, t), sc->vb + j * dv, dv);
-    p->k->gemm_f32(t->nr, dv, n, sc->s, BK, sc->vb, dv, sc->o, dv, true);
+    p->k->gemm_f32(t->nr, dv, n, sc->s, BK, sc->vb, false, dv, sc->o, dv, true);
 }
 
 static float *dst_row(const tsr_tensor *dst, const plan *pl, const task *t, int64_t r) {

@@ -47,9 +47,10 @@ typedef struct tsr_cpu_kernels {
     /* y = silu(x) * g (g may be NULL: plain silu). */
     void (*silu_mul)(int64_t n, float *y, const float *x, const float *g);
     /* Fused attention's blocks: C[m x n] = (acc ? C : 0) + A[m x k] * B[k x n],
-     * all F32 row-major with row strides lda, ldb, ldc (in floats). */
-    void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                     float *c, int64_t ldc, bool acc);
+     * row-major with row strides lda, ldb, ldc (in elements); A and C F32,
+     * B F32 or (b_f16) F16, converted in registers. */
+    void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
 } tsr_cpu_kernels;

@@ -590,11 +590,18 @@ static inline __m256i lanes8(int64_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), idx);
 }
 
+/* The first n (may be <= 0) of 8 F16 values, the rest 0. */
+static inline __m256 load_fp16_part(const uint16_t *p, int64_t n) {
+    uint16_t t[8] = {0};
+    for (int64_t i = 0; i < n && i < 8; i++) t[i] = p[i];
+    return load_fp16x8(t);
+}
+
 /* MR rows x up to 16 columns of C: the 2*MR accumulators stay in registers
  * over the whole k loop, each B row loaded once per MR rows. */
 static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a,
-                                                            int64_t lda, const float *b, int64_t ldb, float *c,
-                                                            int64_t ldc, bool acc) {
+                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
     const __m256i m0 = lanes8(n), m1 = lanes8(n > 8 ? n - 8 : 0);
     __m256 c0[6], c1[6];
     for (int i = 0; i < mr; i++) {
@@ -602,7 +609,16 @@ static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, i
         c1[i] = acc ? _mm256_maskload_ps(c + i * ldc + 8, m1) : _mm256_setzero_ps();
     }
     for (int64_t l = 0; l < k; l++) {
-        const __m256 b0 = _mm256_maskload_ps(b + l * ldb, m0), b1 = _mm256_maskload_ps(b + l * ldb + 8, m1);
+        __m256 b0, b1;
+        if (b_f16) { /* F16C: whole 8-lane loads only where all 8 are in the row */
+            const uint16_t *bl = (const uint16_t *)vb + l * ldb;
+            b0 = n >= 8 ? load_fp16x8(bl) : load_fp16_part(bl, n);
+            b1 = n >= 16 ? load_fp16x8(bl + 8) : load_fp16_part(bl + 8, n - 8);
+        } else {
+            const float *bl = (const float *)vb + l * ldb;
+            b0 = _mm256_maskload_ps(bl, m0);
+            b1 = _mm256_maskload_ps(bl + 8, m1);
+        }
         for (int i = 0; i < mr; i++) {
             const __m256 av = _mm256_broadcast_ss(a + i * lda + l);
             c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
@@ -615,20 +631,21 @@ static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, i
     }
 }
 
-static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                     float *c, int64_t ldc, bool acc) {
+static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc) {
     for (int64_t j = 0; j < n; j += 16) {
         const int64_t nj = n - j < 16 ? n - j : 16;
         for (int64_t i = 0; i < m; i += 6) {
             const float *ai = a + i * lda;
+            const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
             float *ci = c + i * ldc + j;
             switch (m - i < 6 ? m - i : 6) {
-            case 1: gemm_tile(1, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 2: gemm_tile(2, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 3: gemm_tile(3, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 4: gemm_tile(4, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 5: gemm_tile(5, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            default: gemm_tile(6, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
+            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            default: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
             }
         }
     }

@@ -238,8 +238,8 @@ static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF 
 /* MR rows x up to 32 columns of C, the 2*MR accumulators in registers over
  * the whole k loop; each B row is loaded once per MR rows. */
 static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a,
-                                                            int64_t lda, const float *b, int64_t ldb, float *c,
-                                                            int64_t ldc, bool acc) {
+                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
     const __mmask16 m0 = lanes16(n), m1 = lanes16(n > 16 ? n - 16 : 0);
     __m512 c0[8], c1[8];
     for (int i = 0; i < mr; i++) {
@@ -247,7 +247,16 @@ static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, i
         c1[i] = acc ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
     for (int64_t l = 0; l < k; l++) {
-        const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + l * ldb), b1 = _mm512_maskz_loadu_ps(m1, b + l * ldb + 16);
+        __m512 b0, b1;
+        if (b_f16) {
+            const uint16_t *bl = (const uint16_t *)vb + l * ldb;
+            b0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, bl));
+            b1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, bl + 16));
+        } else {
+            const float *bl = (const float *)vb + l * ldb;
+            b0 = _mm512_maskz_loadu_ps(m0, bl);
+            b1 = _mm512_maskz_loadu_ps(m1, bl + 16);
+        }
         for (int i = 0; i < mr; i++) {
             const __m512 av = _mm512_set1_ps(a[i * lda + l]);
             c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
@@ -260,22 +269,23 @@ static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, i
     }
 }
 
-static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                     float *c, int64_t ldc, bool acc) {
+static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc) {
     for (int64_t j = 0; j < n; j += 32) {
         const int64_t nj = n - j < 32 ? n - j : 32;
         for (int64_t i = 0; i < m; i += 8) {
             const float *ai = a + i * lda;
+            const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
             float *ci = c + i * ldc + j;
             switch (m - i < 8 ? m - i : 8) {
-            case 1: gemm_tile(1, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 2: gemm_tile(2, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 3: gemm_tile(3, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 4: gemm_tile(4, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 5: gemm_tile(5, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 6: gemm_tile(6, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            case 7: gemm_tile(7, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
-            default: gemm_tile(8, nj, k, ai, lda, b + j, ldb, ci, ldc, acc); break;
+            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 6: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 7: gemm_tile(7, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            default: gemm_tile(8, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
             }
         }
     }

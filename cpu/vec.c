@@ -181,14 +181,20 @@ static double exp_sum_ref(int64_t n, float *y, float max) {
     return sum;
 }
 
-static void gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
-                         float *c, int64_t ldc, bool acc) {
+static void gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                         int64_t ldb, float *c, int64_t ldc, bool acc) {
     for (int64_t i = 0; i < m; i++) {
         float *ci = c + i * ldc;
         if (!acc) memset(ci, 0, (size_t)n * sizeof *ci);
         for (int64_t l = 0; l < k; l++) {
-            const float av = a[i * lda + l], *bl = b + l * ldb;
-            for (int64_t j = 0; j < n; j++) ci[j] += av * bl[j];
+            const float av = a[i * lda + l];
+            if (b_f16) {
+                const uint16_t *bl = (const uint16_t *)b + l * ldb;
+                for (int64_t j = 0; j < n; j++) ci[j] += av * TSR_FP16_TO_FP32(bl[j]);
+            } else {
+                const float *bl = (const float *)b + l * ldb;
+                for (int64_t j = 0; j < n; j++) ci[j] += av * bl[j];
+            }
         }
     }
 }
