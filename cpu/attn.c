@@ -1,89 +1,388 @@
 /*
- * attn.c - fused attention (ggml's flash_attn_ext semantics): for each query
- * row, one pass over the keys with an online softmax in F32, accumulating
- * V rows; K/V F32, F16 or Q8_0. The query row is converted once to K's dot
- * type so scores use the same dot kernels as matmul.
+ * attn.c - fused attention (ggml's flash_attn_ext semantics), tiled:
+ *
+ *  - A task is one block of up to RB_MAX query rows of one KV group (the rows
+ *    are (token, head) pairs of the heads sharing a KV head, token-major),
+ *    so each K/V block converted to F32 serves every query row of the block.
+ *  - For each block of BK keys: the mask rows are read first and a block
+ *    every row of which is fully masked (causal future, unused padding
+ *    cells) is skipped before any K/V is touched; then scores = Q x K^T as
+ *    a small matmul (K block transposed to F32 once), scale + mask + row max,
+ *    online softmax in F32 (rescale the accumulator when the max grows),
+ *    and O += P x V (V block converted to F32 once).
+ *  - With few rows per task (decode) the scores use the dot kernels on the
+ *    stored K rows instead (no conversion to pay per key), and when there
+ *    are too few tasks for the threads the keys are split too: each split
+ *    writes an unnormalized partial (O, max, sum) per row and, after a
+ *    barrier, the partials are merged.
+ * The block kernels (gemm_f32, scale_add_max, exp_sum) come from the
+ * per-CPU kernel table, so the scalar table is the reference variant.
  */
 #include "cpu.h"
 
 #include <math.h>
 
-static size_t per_thread(const tsr_tensor *dst) {
-    const tsr_tensor *q = dst->src[0], *kt = dst->src[1], *v = dst->src[2];
-    const tsr_type dt = tsr__cpu_kernels()->dot_type[kt->type];
-    return tsr__pad(tsr_row_size(dt, q->ne[0]), TSR_ALIGN) + tsr__pad((size_t)q->ne[0] * 4, TSR_ALIGN) +
-           2 * tsr__pad((size_t)v->ne[0] * 4, TSR_ALIGN);
-}
+#define RB_MAX 256   /* query rows per task: each converted K/V block serves them all */
+#define RB_MIN 64    /* ... but at least this many, when there are rows enough */
+#define BK 64        /* keys per block */
+#define DIRECT_MAX 4 /* at most this many rows per task: scores by vec_dot on K rows */
 
-size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) { return (size_t)nth * per_thread(dst); }
+typedef struct plan {
+    int64_t group;    /* query heads per KV head */
+    int64_t rows;     /* query rows of one KV group: group * n_q */
+    int64_t rb;       /* rows per task */
+    int64_t n_tasks;  /* n_seq * n_head_kv * ceil(rows / rb) */
+    int64_t n_split;  /* key ranges per task */
+    int64_t kv_split; /* keys per range (a multiple of BK) */
+    bool direct;
+} plan;
 
-static void v_accumulate(const tsr_cpu_kernels *k, const tsr_tensor *v, const char *row, float w, float *acc,
-                         float *tmp) {
-    const int64_t n = v->ne[0];
-    const float *x = (const float *)row;
-    if (v->type != TSR_TYPE_F32) { /* F16 (F16C when the CPU has it) or Q8_0 */
-        k->to_float[v->type](row, tmp, n);
-        x = tmp;
+/* Big row blocks (K/V traffic and conversion shrink with the rows served
+ * per block) unless that leaves threads idle; too few tasks even then
+ * (decode): split the keys. */
+static void make_plan(const tsr_tensor *dst, int nth, plan *pl) {
+    const tsr_tensor *q = dst->src[0], *kt = dst->src[1];
+    pl->group = q->ne[2] / kt->ne[2];
+    pl->rows = pl->group * q->ne[1];
+    const int64_t groups = q->ne[3] * kt->ne[2];
+    const int64_t want = (pl->rows * groups + 2 * (int64_t)nth - 1) / (2 * (int64_t)nth);
+    pl->rb = want > RB_MAX ? RB_MAX : want < RB_MIN ? RB_MIN : want;
+    if (pl->rb > pl->rows) pl->rb = pl->rows;
+    if (pl->rb < 1) pl->rb = 1;
+    pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
+    pl->direct = pl->rb <= DIRECT_MAX;
+    const int64_t n_blk = (kt->ne[1] + BK - 1) / BK;
+    pl->n_split = 1;
+    if (nth > 1 && pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
+        const int64_t n = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
+        pl->n_split = n < n_blk ? n : n_blk;
     }
-    for (int64_t i = 0; i < n; i++) acc[i] += w * x[i];
+    pl->kv_split = (n_blk + pl->n_split - 1) / pl->n_split * BK;
+    if (pl->kv_split < BK) pl->kv_split = BK;
+    pl->n_split = kt->ne[1] > 0 ? (kt->ne[1] + pl->kv_split - 1) / pl->kv_split : 1;
 }
 
-/* One query row against all keys of its KV head. */
-static void attend_row(const tsr_compute_params *p, const tsr_tensor *dst, int64_t iq, int64_t h, int64_t s,
-                       char *scratch) {
-    const tsr_tensor *q = dst->src[0], *kt = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
-    const tsr_cpu_kernels *k = p->k;
-    const float scale = tsr__get_f32_param(dst, 0);
-    const int64_t hk = h / (q->ne[2] / kt->ne[2]);
-    const tsr_type dt = k->dot_type[kt->type];
-    char *qconv = scratch;
-    float *qf = (float *)(scratch + tsr__pad(tsr_row_size(dt, q->ne[0]), TSR_ALIGN));
-    float *acc = (float *)((char *)qf + tsr__pad((size_t)q->ne[0] * 4, TSR_ALIGN));
-    float *tmp = (float *)((char *)acc + tsr__pad((size_t)v->ne[0] * 4, TSR_ALIGN));
-    const char *qrow = (const char *)q->data + iq * (int64_t)q->nb[1] + h * (int64_t)q->nb[2] + s * (int64_t)q->nb[3];
-    for (int64_t i = 0; i < q->ne[0]; i++) memcpy(&qf[i], qrow + i * (int64_t)q->nb[0], 4);
-    k->from_float[dt](qf, qconv, q->ne[0]);
-    memset(acc, 0, (size_t)v->ne[0] * 4);
-    const char *mrow = mask ? (const char *)mask->data + iq * (int64_t)mask->nb[1] +
-                                  (h % mask->ne[2]) * (int64_t)mask->nb[2] + (s % mask->ne[3]) * (int64_t)mask->nb[3]
-                            : NULL;
-    float M = -INFINITY, S = 0;
-    for (int64_t j = 0; j < kt->ne[1]; j++) {
-        const float mv = mrow ? tsr__cpu_load_f(mask->type, mrow + j * (int64_t)mask->nb[0]) : 0.0f;
-        if (mv == -INFINITY) continue;
-        float sc;
-        k->vec_dot[kt->type](q->ne[0], &sc,
-                             (const char *)kt->data + j * (int64_t)kt->nb[1] + hk * (int64_t)kt->nb[2] +
-                                 s * (int64_t)kt->nb[3],
-                             qconv);
-        sc = sc * scale + mv;
-        float w = 1.0f;
-        if (sc > M) {
-            const float ms = M == -INFINITY ? 0.0f : expf(M - sc);
-            for (int64_t i = 0; i < v->ne[0]; i++) acc[i] *= ms;
-            S *= ms;
-            M = sc;
-        } else {
-            w = expf(sc - M);
+/* ---- work buffer ------------------------------------------------------------- */
+
+typedef struct scratch {
+    char *qconv;              /* rb query rows in K's dot type (direct) */
+    float *qf, *kt, *vb, *s;  /* rb x dk, dk x BK, BK x dv, rb x BK */
+    float *o, *m, *l, *mtmp;  /* rb x dv, rb, rb, rb x BK (converted mask rows) */
+    float *ktmp;              /* one K row as F32 */
+} scratch;
+
+static size_t fbytes(int64_t n) { return tsr__pad((size_t)n * sizeof(float), TSR_ALIGN); }
+
+static size_t qconv_row(const tsr_tensor *dst) {
+    const tsr_type dt = tsr__cpu_kernels()->dot_type[dst->src[1]->type];
+    return tsr__pad(tsr_row_size(dt, dst->src[0]->ne[0]), 4);
+}
+
+static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, char *base) {
+    const int64_t dk = dst->src[0]->ne[0], dv = dst->src[2]->ne[0], rb = pl->rb;
+    size_t off = 0;
+#define TAKE(field, T, bytes)                                              \
+    do {                                                                   \
+        if (sc) sc->field = (T)(base + off);                               \
+        off += (bytes);                                                    \
+    } while (0)
+    TAKE(qconv, char *, tsr__pad(qconv_row(dst) * (size_t)rb, TSR_ALIGN));
+    TAKE(qf, float *, fbytes(rb * dk));
+    TAKE(kt, float *, fbytes(dk * BK));
+    TAKE(vb, float *, fbytes(BK * dv));
+    TAKE(s, float *, fbytes(rb * BK));
+    TAKE(o, float *, fbytes(rb * dv));
+    TAKE(m, float *, fbytes(rb));
+    TAKE(l, float *, fbytes(rb));
+    TAKE(mtmp, float *, fbytes(rb * BK));
+    TAKE(ktmp, float *, fbytes(dk > dv ? dk : dv));
+#undef TAKE
+    return off;
+}
+
+/* Partials of every (task, split): rb rows of dv sums, then rb maxes, rb sums. */
+static size_t partial_floats(const tsr_tensor *dst, const plan *pl) {
+    return (size_t)pl->rb * (size_t)(dst->src[2]->ne[0] + 2);
+}
+static size_t partial_bytes(const tsr_tensor *dst, const plan *pl) {
+    return pl->n_split > 1 ? tsr__pad(partial_floats(dst, pl) * 4 * (size_t)(pl->n_tasks * pl->n_split), TSR_ALIGN)
+                           : 0;
+}
+
+size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) {
+    plan pl;
+    make_plan(dst, nth, &pl);
+    return partial_bytes(dst, &pl) + (size_t)nth * per_thread(dst, &pl, NULL, NULL);
+}
+
+/* ---- one task ---------------------------------------------------------------------- */
+
+typedef struct task {
+    int64_t s, hk, r0, nr; /* sequence, KV head, first row of the group, rows */
+    int64_t j0, j1;        /* key range */
+} task;
+
+static void task_at(const tsr_tensor *dst, const plan *pl, int64_t item, task *t) {
+    const tsr_tensor *kt = dst->src[1];
+    const int64_t it = item / pl->n_split, sp = item % pl->n_split;
+    const int64_t n_rb = (pl->rows + pl->rb - 1) / pl->rb;
+    t->r0 = (it % n_rb) * pl->rb;
+    t->nr = pl->rows - t->r0 < pl->rb ? pl->rows - t->r0 : pl->rb;
+    t->hk = (it / n_rb) % kt->ne[2];
+    t->s = it / (n_rb * kt->ne[2]);
+    t->j0 = sp * pl->kv_split;
+    t->j1 = t->j0 + pl->kv_split < kt->ne[1] ? t->j0 + pl->kv_split : kt->ne[1];
+}
+
+/* Row r of a task: token and head. */
+static void row_at(const plan *pl, const task *t, int64_t r, int64_t *iq, int64_t *h) {
+    const int64_t idx = t->r0 + r;
+    *iq = idx / pl->group;
+    *h = t->hk * pl->group + idx % pl->group;
+}
+
+static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
+                   const scratch *sc) {
+    const tsr_tensor *q = dst->src[0];
+    const tsr_type dt = p->k->dot_type[dst->src[1]->type];
+    const int64_t dk = q->ne[0];
+    const size_t qrow = qconv_row(dst);
+    for (int64_t r = 0; r < t->nr; r++) {
+        int64_t iq, h;
+        row_at(pl, t, r, &iq, &h);
+        const char *row = (const char *)q->data + iq * (int64_t)q->nb[1] + h * (int64_t)q->nb[2] +
+                          t->s * (int64_t)q->nb[3];
+        float *qf = sc->qf + r * dk;
+        if (q->nb[0] == sizeof(float)) memcpy(qf, row, (size_t)dk * sizeof(float));
+        else for (int64_t i = 0; i < dk; i++) memcpy(&qf[i], row + i * (int64_t)q->nb[0], 4);
+        if (pl->direct) p->k->from_float[dt](qf, sc->qconv + (size_t)r * qrow, dk);
+    }
+}
+
+/* How a mask row segment of n elements of esz bytes reads: all zeros (no
+ * add needed), all -inf (row dead there) or anything else. Compares bits,
+ * so the common causal blocks need no conversion. */
+enum { SEG_ZERO, SEG_DEAD, SEG_MIXED };
+
+static int classify(const char *src, int64_t n, size_t esz) {
+    uint32_t any = 0, not_ninf = 0;
+    if (esz == 2) {
+        const uint16_t *h = (const uint16_t *)src;
+        for (int64_t j = 0; j < n; j++) {
+            any |= h[j];
+            not_ninf |= h[j] ^ 0xFC00u;
         }
-        v_accumulate(k, v,
-                     (const char *)v->data + j * (int64_t)v->nb[1] + hk * (int64_t)v->nb[2] + s * (int64_t)v->nb[3],
-                     w, acc, tmp);
-        S += w;
+    } else {
+        const uint32_t *w = (const uint32_t *)src;
+        for (int64_t j = 0; j < n; j++) {
+            any |= w[j];
+            not_ninf |= w[j] ^ 0xFF800000u;
+        }
     }
-    float *out = (float *)((char *)dst->data + h * (int64_t)dst->nb[1] + iq * (int64_t)dst->nb[2] +
-                           s * (int64_t)dst->nb[3]);
-    const float inv = S > 0 ? 1.0f / S : 0.0f;
-    for (int64_t i = 0; i < v->ne[0]; i++) out[i] = acc[i] * inv;
+    return !any ? SEG_ZERO : !not_ninf ? SEG_DEAD : SEG_MIXED;
+}
+
+/* Mask rows of the block [j0, j0 + n) as F32 (mrow[r]; NULL: nothing to
+ * add), dead[r] when row r is fully masked there; returns false when every
+ * row is. Rows of the same token and mask head share one look. */
+static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
+                      int64_t j0, int64_t n, const scratch *sc, const float **mrow, bool *dead) {
+    const tsr_tensor *mask = dst->src[3];
+    if (!mask) {
+        for (int64_t r = 0; r < t->nr; r++) mrow[r] = NULL, dead[r] = false;
+        return true;
+    }
+    const size_t esz = mask->type == TSR_TYPE_F32 ? 4 : 2;
+    const char *prev = NULL;
+    bool any = false;
+    for (int64_t r = 0; r < t->nr; r++) {
+        int64_t iq, h;
+        row_at(pl, t, r, &iq, &h);
+        const char *src = (const char *)mask->data + iq * (int64_t)mask->nb[1] +
+                          (h % mask->ne[2]) * (int64_t)mask->nb[2] + (t->s % mask->ne[3]) * (int64_t)mask->nb[3] +
+                          j0 * (int64_t)mask->nb[0];
+        if (src == prev) {
+            mrow[r] = mrow[r - 1];
+            dead[r] = dead[r - 1];
+            continue;
+        }
+        prev = src;
+        /* the rows are far apart (one per token): fetch the next block's
+         * segment now, or every look waits on memory */
+        for (size_t b = 0; b < (size_t)BK * esz && mask->nb[0] == esz; b += 64) __builtin_prefetch(src + BK * esz + b);
+        float *m = sc->mtmp + r * BK;
+        if (mask->nb[0] != esz) { /* strided mask: convert, then look */
+            for (int64_t j = 0; j < n; j++) m[j] = tsr__cpu_load_f(mask->type, src + j * (int64_t)mask->nb[0]);
+            src = (const char *)m;
+        }
+        const int c = classify(src, n, mask->nb[0] != esz ? 4 : esz);
+        dead[r] = c == SEG_DEAD;
+        any |= !dead[r];
+        if (c != SEG_MIXED) mrow[r] = NULL;
+        else if (mask->type == TSR_TYPE_F32 || mask->nb[0] != esz) mrow[r] = (const float *)src;
+        else {
+            p->k->to_float[mask->type](src, m, n);
+            mrow[r] = m;
+        }
+    }
+    return any;
+}
+
+static const char *kv_row(const tsr_tensor *x, int64_t j, const task *t) {
+    return (const char *)x->data + j * (int64_t)x->nb[1] + t->hk * (int64_t)x->nb[2] + t->s * (int64_t)x->nb[3];
+}
+
+/* S[r][0..n) = q_r . k_j for the block's keys. */
+static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t, int64_t j0,
+                   int64_t n, const scratch *sc) {
+    const tsr_tensor *kt = dst->src[1];
+    const tsr_cpu_kernels *k = p->k;
+    const int64_t dk = kt->ne[0];
+    if (pl->direct) {
+        const size_t qrow = qconv_row(dst);
+        const tsr_vec_dot_fn dot = k->vec_dot[kt->type];
+        for (int64_t j = 0; j < n; j++) {
+            const char *krow = kv_row(kt, j0 + j, t);
+            for (int64_t r = 0; r < t->nr; r++) dot(dk, &sc->s[r * BK + j], krow, sc->qconv + (size_t)r * qrow);
+        }
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) { /* K block transposed: dk rows of BK keys */
+        const float *x = sc->ktmp;
+        if (kt->type == TSR_TYPE_F32) x = (const float *)kv_row(kt, j0 + j, t);
+        else k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->ktmp, dk);
+        for (int64_t d = 0; d < dk; d++) sc->kt[d * BK + j] = x[d];
+    }
+    k->gemm_f32(t->nr, n, dk, sc->qf, dk, sc->kt, false, BK, sc->s, BK, false);
+}
+
+/* Online softmax of the block's scores, row by row; S becomes P. */
+static void softmax_block(const tsr_compute_params *p, const tsr_tensor *dst, const task *t, int64_t n,
+                          const scratch *sc, const float *const *mrow, const bool *dead) {
+    const float scale = tsr__get_f32_param(dst, 0);
+    const int64_t dv = dst->src[2]->ne[0];
+    for (int64_t r = 0; r < t->nr; r++) {
+        float *s = sc->s + r * BK;
+        const float mx = dead[r] ? -INFINITY : p->k->scale_add_max(n, s, scale, mrow[r]);
+        if (mx == -INFINITY) { /* fully masked here: no weight */
+            memset(s, 0, (size_t)n * sizeof *s);
+            continue;
+        }
+        const float mold = sc->m[r], mnew = mx > mold ? mx : mold;
+        const float sum = (float)p->k->exp_sum(n, s, mnew);
+        if (mnew != mold) {
+            const float alpha = mold == -INFINITY ? 0.0f : expf(mold - mnew);
+            float *o = sc->o + r * dv;
+            for (int64_t i = 0; i < dv; i++) o[i] *= alpha;
+            sc->l[r] *= alpha;
+            sc->m[r] = mnew;
+        }
+        sc->l[r] += sum;
+    }
+}
+
+static void v_block(const tsr_compute_params *p, const tsr_tensor *dst, const task *t, int64_t j0, int64_t n,
+                    const scratch *sc) {
+    const tsr_tensor *v = dst->src[2];
+    const int64_t dv = v->ne[0];
+    if (v->type == TSR_TYPE_F32 || v->type == TSR_TYPE_F16) { /* read in place (F16 converted in registers) */
+        const size_t esz = v->type == TSR_TYPE_F32 ? 4 : 2;
+        p->k->gemm_f32(t->nr, dv, n, sc->s, BK, kv_row(v, j0, t), esz == 2, (int64_t)(v->nb[1] / esz), sc->o, dv,
+                       true);
+        return;
+    }
+    for (int64_t j = 0; j < n; j++) p->k->to_float[v->type](kv_row(v, j0 + j, t), sc->vb + j * dv, dv);
+    p->k->gemm_f32(t->nr, dv, n, sc->s, BK, sc->vb, false, dv, sc->o, dv, true);
+}
+
+static float *dst_row(const tsr_tensor *dst, const plan *pl, const task *t, int64_t r) {
+    int64_t iq, h;
+    row_at(pl, t, r, &iq, &h);
+    return (float *)((char *)dst->data + h * (int64_t)dst->nb[1] + iq * (int64_t)dst->nb[2] +
+                     t->s * (int64_t)dst->nb[3]);
+}
+
+static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
+                     const scratch *sc, float *partial) {
+    const int64_t dv = dst->src[2]->ne[0];
+    const float *mrow[RB_MAX];
+    bool dead[RB_MAX];
+    load_q(p, dst, pl, t, sc);
+    memset(sc->o, 0, (size_t)(t->nr * dv) * sizeof(float));
+    for (int64_t r = 0; r < t->nr; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    for (int64_t j0 = t->j0; j0 < t->j1; j0 += BK) {
+        const int64_t n = t->j1 - j0 < BK ? t->j1 - j0 : BK;
+        if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead)) continue;
+        scores(p, dst, pl, t, j0, n, sc);
+        softmax_block(p, dst, t, n, sc, mrow, dead);
+        v_block(p, dst, t, j0, n, sc);
+    }
+    if (partial) { /* unnormalized, merged after the barrier */
+        memcpy(partial, sc->o, (size_t)(t->nr * dv) * sizeof(float));
+        memcpy(partial + pl->rb * dv, sc->m, (size_t)t->nr * sizeof(float));
+        memcpy(partial + pl->rb * (dv + 1), sc->l, (size_t)t->nr * sizeof(float));
+        return;
+    }
+    for (int64_t r = 0; r < t->nr; r++) {
+        float *out = dst_row(dst, pl, t, r);
+        const float inv = sc->l[r] > 0 ? 1.0f / sc->l[r] : 0.0f;
+        for (int64_t i = 0; i < dv; i++) out[i] = sc->o[r * dv + i] * inv;
+    }
+}
+
+/* Row r of task it from its n_split partials. */
+static void merge_row(const tsr_tensor *dst, const plan *pl, const float *partials, int64_t it, int64_t r) {
+    const int64_t dv = dst->src[2]->ne[0];
+    const size_t pf = partial_floats(dst, pl);
+    const float *base = partials + (size_t)it * pl->n_split * pf;
+    task t;
+    task_at(dst, pl, it * pl->n_split, &t);
+    float mx = -INFINITY, l = 0;
+    for (int64_t sp = 0; sp < pl->n_split; sp++) {
+        const float m = base[sp * pf + pl->rb * dv + r];
+        if (m > mx) mx = m;
+    }
+    float *out = dst_row(dst, pl, &t, r);
+    memset(out, 0, (size_t)dv * sizeof *out);
+    if (mx == -INFINITY) return; /* fully masked row: zeros */
+    for (int64_t sp = 0; sp < pl->n_split; sp++) {
+        const float *part = base + sp * pf;
+        const float m = part[pl->rb * dv + r];
+        if (m == -INFINITY) continue;
+        const float w = expf(m - mx);
+        l += w * part[pl->rb * (dv + 1) + r];
+        for (int64_t i = 0; i < dv; i++) out[i] += w * part[r * dv + i];
+    }
+    const float inv = l > 0 ? 1.0f / l : 0.0f;
+    for (int64_t i = 0; i < dv; i++) out[i] *= inv;
 }
 
 void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
-    const tsr_tensor *q = dst->src[0];
-    char *scratch = (char *)p->work + (size_t)p->ith * per_thread(dst);
+    plan pl;
+    make_plan(dst, p->nth, &pl);
+    const size_t pb = partial_bytes(dst, &pl), pf = partial_floats(dst, &pl);
+    scratch sc;
+    const size_t pt = per_thread(dst, &pl, NULL, NULL);
+    per_thread(dst, &pl, &sc, (char *)p->work + pb + (size_t)p->ith * pt);
+    float *partials = pl.n_split > 1 ? (float *)p->work : NULL;
+    const int64_t n_items = pl.n_tasks * pl.n_split;
+    if (p->ith == 0) atomic_store(&p->stream->chunk, p->nth);
+    tsr__tp_barrier(p->stream->tp);
+    for (int64_t c = p->ith; c < n_items; c = atomic_fetch_add(&p->stream->chunk, 1)) {
+        task t;
+        task_at(dst, &pl, c, &t);
+        run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)c * pf : NULL);
+    }
+    if (!partials) return;
+    tsr__tp_barrier(p->stream->tp);
     int64_t r0, r1;
-    tsr__cpu_split(q->ne[1] * q->ne[2] * q->ne[3], p->ith, p->nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t iq = r % q->ne[1], h = (r / q->ne[1]) % q->ne[2], s = r / (q->ne[1] * q->ne[2]);
-        attend_row(p, dst, iq, h, s, scratch);
+    tsr__cpu_split(pl.n_tasks * pl.rb, p->ith, p->nth, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++) {
+        task t;
+        task_at(dst, &pl, (i / pl.rb) * pl.n_split, &t);
+        if (i % pl.rb < t.nr) merge_row(dst, &pl, partials, i / pl.rb, i % pl.rb);
     }
 }

@@ -46,6 +46,13 @@ typedef struct tsr_cpu_kernels {
     double (*exp_sum)(int64_t n, float *y, float max);
     /* y = silu(x) * g (g may be NULL: plain silu). */
     void (*silu_mul)(int64_t n, float *y, const float *x, const float *g);
+    /* Fused attention's blocks: C[m x n] = (acc ? C : 0) + A[m x k] * B[k x n],
+     * row-major with row strides lda, ldb, ldc (in elements); A and C F32,
+     * B F32 or (b_f16) F16, converted in registers. */
+    void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc);
+    /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
+    float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
 } tsr_cpu_kernels;
 
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);

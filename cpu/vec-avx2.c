@@ -582,9 +582,101 @@ static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
     for (; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * (g ? g[i] : 1.0f);
 }
 
+/* ---- fused attention blocks ------------------------------------------------- */
+
+/* Lane mask for the first n (0..8) of 8 floats. */
+static inline __m256i lanes8(int64_t n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), idx);
+}
+
+/* The first n (may be <= 0) of 8 F16 values, the rest 0. */
+static inline __m256 load_fp16_part(const uint16_t *p, int64_t n) {
+    uint16_t t[8] = {0};
+    for (int64_t i = 0; i < n && i < 8; i++) t[i] = p[i];
+    return load_fp16x8(t);
+}
+
+/* MR rows x up to 16 columns of C: the 2*MR accumulators stay in registers
+ * over the whole k loop, each B row loaded once per MR rows. */
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a,
+                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
+    const __m256i m0 = lanes8(n), m1 = lanes8(n > 8 ? n - 8 : 0);
+    __m256 c0[6], c1[6];
+    for (int i = 0; i < mr; i++) {
+        c0[i] = acc ? _mm256_maskload_ps(c + i * ldc, m0) : _mm256_setzero_ps();
+        c1[i] = acc ? _mm256_maskload_ps(c + i * ldc + 8, m1) : _mm256_setzero_ps();
+    }
+    for (int64_t l = 0; l < k; l++) {
+        __m256 b0, b1;
+        if (b_f16) { /* F16C: whole 8-lane loads only where all 8 are in the row */
+            const uint16_t *bl = (const uint16_t *)vb + l * ldb;
+            b0 = n >= 8 ? load_fp16x8(bl) : load_fp16_part(bl, n);
+            b1 = n >= 16 ? load_fp16x8(bl + 8) : load_fp16_part(bl + 8, n - 8);
+        } else {
+            const float *bl = (const float *)vb + l * ldb;
+            b0 = _mm256_maskload_ps(bl, m0);
+            b1 = _mm256_maskload_ps(bl + 8, m1);
+        }
+        for (int i = 0; i < mr; i++) {
+            const __m256 av = _mm256_broadcast_ss(a + i * lda + l);
+            c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
+        _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+    }
+}
+
+static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc) {
+    for (int64_t j = 0; j < n; j += 16) {
+        const int64_t nj = n - j < 16 ? n - j : 16;
+        for (int64_t i = 0; i < m; i += 6) {
+            const float *ai = a + i * lda;
+            const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
+            float *ci = c + i * ldc + j;
+            switch (m - i < 6 ? m - i : 6) {
+            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            default: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            }
+        }
+    }
+}
+
+static float scale_add_max(int64_t n, float *y, float scale, const float *mask) {
+    const __m256 s = _mm256_set1_ps(scale);
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(y + i), s);
+        if (mask) v = _mm256_add_ps(v, _mm256_loadu_ps(mask + i));
+        _mm256_storeu_ps(y + i, v);
+        mx = _mm256_max_ps(mx, v);
+    }
+    __m128 r = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_max_ss(r, _mm_movehdup_ps(r));
+    float m = _mm_cvtss_f32(r);
+    for (; i < n; i++) {
+        y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
+        if (y[i] > m) m = y[i];
+    }
+    return m;
+}
+
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
+    k->gemm_f32 = gemm_f32;
+    k->scale_add_max = scale_add_max;
     k->name = "avx2";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_BF16] = dot_bf16;

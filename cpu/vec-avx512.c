@@ -7,6 +7,8 @@
 #include "cpu.h"
 #include "simd.h"
 
+#include <math.h>
+
 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 static void dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
@@ -229,10 +231,85 @@ static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, siz
     }
 }
 
+/* ---- fused attention blocks ------------------------------------------------- */
+
+static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
+/* MR rows x up to 32 columns of C, the 2*MR accumulators in registers over
+ * the whole k loop; each B row is loaded once per MR rows. */
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a,
+                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
+    const __mmask16 m0 = lanes16(n), m1 = lanes16(n > 16 ? n - 16 : 0);
+    __m512 c0[8], c1[8];
+    for (int i = 0; i < mr; i++) {
+        c0[i] = acc ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
+        c1[i] = acc ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+    }
+    for (int64_t l = 0; l < k; l++) {
+        __m512 b0, b1;
+        if (b_f16) {
+            const uint16_t *bl = (const uint16_t *)vb + l * ldb;
+            b0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, bl));
+            b1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, bl + 16));
+        } else {
+            const float *bl = (const float *)vb + l * ldb;
+            b0 = _mm512_maskz_loadu_ps(m0, bl);
+            b1 = _mm512_maskz_loadu_ps(m1, bl + 16);
+        }
+        for (int i = 0; i < mr; i++) {
+            const __m512 av = _mm512_set1_ps(a[i * lda + l]);
+            c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
+        _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1[i]);
+    }
+}
+
+static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc) {
+    for (int64_t j = 0; j < n; j += 32) {
+        const int64_t nj = n - j < 32 ? n - j : 32;
+        for (int64_t i = 0; i < m; i += 8) {
+            const float *ai = a + i * lda;
+            const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
+            float *ci = c + i * ldc + j;
+            switch (m - i < 8 ? m - i : 8) {
+            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 6: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            case 7: gemm_tile(7, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            default: gemm_tile(8, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            }
+        }
+    }
+}
+
+static float scale_add_max(int64_t n, float *y, float scale, const float *mask) {
+    const __m512 s = _mm512_set1_ps(scale);
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), s);
+        if (mask) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mask + i));
+        _mm512_mask_storeu_ps(y + i, m, v);
+        mx = _mm512_mask_max_ps(mx, m, mx, v);
+    }
+    return _mm512_reduce_max_ps(mx);
+}
+
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->name = vnni ? "avx512_vnni" : "avx512";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f32; /* dot type F32, as set by the AVX2 table */
+    k->gemm_f32 = gemm_f32;
+    k->scale_add_max = scale_add_max;
     if (!vnni) return;
     k->vec_dot[TSR_TYPE_Q8_0] = dot_q8_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;

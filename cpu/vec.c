@@ -181,6 +181,33 @@ static double exp_sum_ref(int64_t n, float *y, float max) {
     return sum;
 }
 
+static void gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                         int64_t ldb, float *c, int64_t ldc, bool acc) {
+    for (int64_t i = 0; i < m; i++) {
+        float *ci = c + i * ldc;
+        if (!acc) memset(ci, 0, (size_t)n * sizeof *ci);
+        for (int64_t l = 0; l < k; l++) {
+            const float av = a[i * lda + l];
+            if (b_f16) {
+                const uint16_t *bl = (const uint16_t *)b + l * ldb;
+                for (int64_t j = 0; j < n; j++) ci[j] += av * TSR_FP16_TO_FP32(bl[j]);
+            } else {
+                const float *bl = (const float *)b + l * ldb;
+                for (int64_t j = 0; j < n; j++) ci[j] += av * bl[j];
+            }
+        }
+    }
+}
+
+static float scale_add_max_ref(int64_t n, float *y, float scale, const float *mask) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
+        if (y[i] > mx) mx = y[i];
+    }
+    return mx;
+}
+
 static void silu_mul_ref(int64_t n, float *y, const float *x, const float *g) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * (g ? g[i] : 1.0f);
 }
@@ -205,6 +232,8 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     }
     k->exp_sum = exp_sum_ref;
     k->silu_mul = silu_mul_ref;
+    k->gemm_f32 = gemm_f32_ref;
+    k->scale_add_max = scale_add_max_ref;
     k->from_float[TSR_TYPE_F16] = f16_from_float_ref;
     k->from_float[TSR_TYPE_F32] = f32_from_float;
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
