@@ -447,6 +447,7 @@ static int generate(const opts *o, llm *m, const tok_vocab *v, const int32_t *id
     if (tok_stream_flush(&ts, &out, &out_len) == TSR_OK)
         fwrite(out, 1, out_len, stdout);
     printf("\n");
+    fflush(stdout); /* before the speeds on stderr */
     tok_stream_free(&ts);
     smp_free(smp);
     free(logits);

@@ -135,6 +135,34 @@ def test_tiny():
             steps = ev.greedy(ref["ids"], len(ref["greedy_ids"]), -1)
             judge_greedy(name, steps, ref["greedy_ids"], ref["greedy_top2"])
             ev.close()
+            if name == "tiny-mistral-spm-f32":
+                test_sliding_window(mtm, name, tmp, ref)
+
+
+def test_sliding_window(mtm, name, tmp, ref):
+    """attention.sliding_window is recognised: refused (one clear line) when
+    the context exceeds the window, accepted where it makes no difference."""
+    path = os.path.join(tmp, "swa.gguf")
+    orig = mtm.gguf.GGUFWriter.add_name
+
+    def add_name(self, n):
+        orig(self, n)
+        self.add_uint32("llama.attention.sliding_window", 32)
+    mtm.gguf.GGUFWriter.add_name = add_name
+    try:
+        mtm.write_model(name, path)
+    finally:
+        mtm.gguf.GGUFWriter.add_name = orig
+    exe = os.path.join(BUILD, "tests", "model-eval")
+    r = subprocess.run([exe, "-c", "64", path], input="logits 1 2\n", capture_output=True, text=True)
+    msg = r.stderr.strip()
+    check(r.returncode == 1 and "sliding-window" in msg and len(msg.splitlines()) == 1,
+          f"sliding window 32 with a context of 64 refused: {msg!r}")
+    ev = Evaluator(path, 32)
+    ours = ev.logits(ref["ids"])
+    diff = max(abs(a - b) for ro, rt in zip(ours, ref["positions"]) for a, b in zip(ro, rt["logits"]))
+    check(diff <= TINY_TOL, f"sliding window 32 with a context of 32 runs like the plain model: max |diff| {diff:.2e}")
+    ev.close()
 
 
 def find_model():
