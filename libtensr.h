@@ -497,6 +497,11 @@ typedef struct tsr_kv_cache_params {
     tsr_type type_v;
     int n_seq;                /* sequences; default 1 */
     int64_t n_batch_max;      /* largest batch begin() accepts (mask rows); default 512 */
+    /* Per-layer shapes for models whose layers differ: n_layers entries each
+     * (copied), NULL = the value above for every layer. */
+    const int *n_head_kv_layer;
+    const int *head_dim_k_layer;
+    const int *head_dim_v_layer;
 } tsr_kv_cache_params;
 
 TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);

@@ -21,12 +21,7 @@ static void v_accumulate(const tsr_cpu_kernels *k, const tsr_tensor *v, const ch
                          float *tmp) {
     const int64_t n = v->ne[0];
     const float *x = (const float *)row;
-    if (v->type == TSR_TYPE_F16) {
-        const uint16_t *h = (const uint16_t *)row;
-        for (int64_t i = 0; i < n; i++) acc[i] += w * TSR_FP16_TO_FP32(h[i]);
-        return;
-    }
-    if (v->type != TSR_TYPE_F32) {
+    if (v->type != TSR_TYPE_F32) { /* F16 (F16C when the CPU has it) or Q8_0 */
         k->to_float[v->type](row, tmp, n);
         x = tmp;
     }

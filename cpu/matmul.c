@@ -49,6 +49,7 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     const tsr_cpu_kernels *k = p->k;
     const tsr_type dt = k->dot_type[a->type];
     const tsr_vec_dot_fn dot = k->vec_dot[a->type];
+    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) = k->vec_dot4[a->type];
     size_t row_bytes;
     const size_t conv = conv_bytes(dst, &row_bytes);
     char *wdata = p->work;
@@ -63,14 +64,25 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     for (int64_t c = p->ith; c < nc0 * nc1; c = atomic_fetch_add(&p->stream->chunk, 1)) {
         const int64_t i0s = (c % nc0) * blk0, i0e = i0s + blk0 < nr0 ? i0s + blk0 : nr0;
         const int64_t j0s = (c / nc0) * blk1, j0e = j0s + blk1 < nr1 ? j0s + blk1 : nr1;
-        for (int64_t j = j0s; j < j0e; j++) {
+        for (int64_t j = j0s; j < j0e;) {
             const int64_t i11 = j % b->ne[1], i12 = (j / b->ne[1]) % b->ne[2], i13 = j / (b->ne[1] * b->ne[2]);
             const char *arow = (const char *)a->data + (i12 / r2) * (int64_t)a->nb[2] + (i13 / r3) * (int64_t)a->nb[3];
             const char *yrow = wdata + (size_t)j * row_bytes;
             char *drow = (char *)dst->data + i11 * (int64_t)dst->nb[1] + i12 * (int64_t)dst->nb[2] +
                          i13 * (int64_t)dst->nb[3];
+            if (dot4 && j + 4 <= j0e && i11 + 4 <= b->ne[1]) { /* four columns of the same matrix */
+                for (int64_t i = i0s; i < i0e; i++) {
+                    float s4[4];
+                    dot4(a->ne[0], s4, arow + i * (int64_t)a->nb[1], yrow, row_bytes);
+                    for (int c = 0; c < 4; c++)
+                        *(float *)(drow + c * (int64_t)dst->nb[1] + i * (int64_t)dst->nb[0]) = s4[c];
+                }
+                j += 4;
+                continue;
+            }
             for (int64_t i = i0s; i < i0e; i++)
                 dot(a->ne[0], (float *)(drow + i * (int64_t)dst->nb[0]), arow + i * (int64_t)a->nb[1], yrow);
+            j++;
         }
     }
 }

@@ -284,6 +284,11 @@ void tsr__cpu_op_concat(const tsr_compute_params *p, tsr_tensor *dst) {
             continue;
         }
         const char *xa = at(a, 0, i[1], i[2], i[3]), *xb = at(b, 0, i[1], i[2], i[3]);
+        if (a->nb[0] == es && b->nb[0] == es) { /* contiguous rows: two block copies */
+            memcpy(d, xa, (size_t)a->ne[0] * es);
+            memcpy(d + a->ne[0] * (int64_t)es, xb, (size_t)b->ne[0] * es);
+            continue;
+        }
         for (int64_t k = 0; k < a->ne[0]; k++) memcpy(d + k * es, xa + k * (int64_t)a->nb[0], es);
         for (int64_t k = 0; k < b->ne[0]; k++) memcpy(d + (a->ne[0] + k) * es, xb + k * (int64_t)b->nb[0], es);
     }
@@ -364,13 +369,15 @@ static void float_to_row(const tsr_cpu_kernels *k, const tsr_tensor *t, const fl
 void tsr__cpu_op_set_rows(const tsr_compute_params *p, tsr_tensor *dst) {
     const tsr_tensor *src = dst->src[1], *idx = dst->src[2];
     float *tmp = work_f32(p, (size_t)src->ne[0]);
-    int64_t r0, r1;
-    tsr__cpu_split(tsr__nrows(src), p->ith, p->nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
+    /* Threads own target rows (not source rows): rows written twice (repeated
+     * indices) are then written in source order by one thread, so the last
+     * one wins, as in a sequential loop, and no row is ever torn. */
+    for (int64_t r = 0; r < tsr__nrows(src); r++) {
         int64_t j, i12, i13;
         row_coords(src, r, &j, &i12, &i13);
         const int64_t row = load_index(idx, j, i12 % idx->ne[1], i13 % idx->ne[2]);
         if (row < 0 || row >= dst->ne[1]) continue;
+        if ((row + (i12 + i13 * dst->ne[2]) * dst->ne[1]) % p->nth != p->ith) continue;
         row_to_float(p->k, src, at(src, 0, j, i12, i13), tmp);
         float_to_row(p->k, dst, tmp, at(dst, 0, row, i12, i13), dst->ne[0]);
     }

@@ -51,24 +51,6 @@ static void dot_f16_f32(int64_t n, float *s, const void *vx, const void *vy) {
 
 #define YROW(T, c) ((const T *)((const char *)vy + (c) * ystride))
 
-static void dot4_f16_f32(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
-    const uint16_t *x = vx;
-    __m512 acc[8];
-    for (int c = 0; c < 8; c++) acc[c] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 x0 = load_fp16x16(x + i), x1 = load_fp16x16(x + i + 16);
-        for (int c = 0; c < 4; c++) {
-            acc[c] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(YROW(float, c) + i), acc[c]);
-            acc[4 + c] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(YROW(float, c) + i + 16), acc[4 + c]);
-        }
-    }
-    for (int c = 0; c < 4; c++) {
-        s[c] = hsum512(_mm512_add_ps(acc[c], acc[4 + c]));
-        for (int64_t l = i; l < n; l++) s[c] += TSR_FP16_TO_FP32(x[l]) * YROW(float, c)[l];
-    }
-}
-
 /* Two 32-byte blocks side by side in one 512-bit vector. */
 static inline __m512i pair(const void *a, const void *b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
@@ -251,7 +233,6 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->name = vnni ? "avx512_vnni" : "avx512";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f32; /* dot type F32, as set by the AVX2 table */
-    k->vec_dot4[TSR_TYPE_F16] = dot4_f16_f32;
     if (!vnni) return;
     k->vec_dot[TSR_TYPE_Q8_0] = dot_q8_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;

@@ -76,7 +76,7 @@ static tsr_status fill(tsr_tensor *w, unsigned seed) {
     tsr_status s = x && q ? TSR_OK : TSR_E_NOMEM;
     srand(seed);
     for (int64_t i = 0; i < ne0 && s == TSR_OK; i++)
-        x[i] = rows > 1 ? ((float)rand() / RAND_MAX - 0.5f) * 0.1f : 1.0f;
+        x[i] = rows > 1 ? (float)((double)rand() / RAND_MAX - 0.5) * 0.1f : 1.0f;
     if (s == TSR_OK)
         s = type == TSR_TYPE_F32 ? (memcpy(q, x, rb), TSR_OK) : tsr_quantize(type, x, q, ne0);
     for (int64_t r = 0; r < rows && s == TSR_OK; r++)

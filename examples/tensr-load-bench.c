@@ -4,9 +4,11 @@
  * and frees it; the time of the load call alone is printed, one line per run:
  *   seconds=0.123 mib=92.1 mib_per_s=748.8 io_threads=4 mmap=0
  *
- *   tensr-load-bench MODEL.gguf [-t IO_THREADS] [-m] [-n RUNS] [--verify]
+ *   tensr-load-bench MODEL.gguf [-t IO_THREADS] [-m] [-n RUNS] [--verify] [-p]
  * -t 0 (default) lets the loader choose; -m maps CPU weights instead of
- * reading them. Exit status 1 on any error, with the library's message.
+ * reading them; -p times only the GGUF parse (tsr_gguf_open + close), the
+ * part of a load that comes before placement and reads. Exit status 1 on
+ * any error, with the library's message.
  */
 #include "libtensr.h"
 
@@ -22,13 +24,13 @@ static double now_s(void) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: tensr-load-bench MODEL.gguf [-t IO_THREADS] [-m] [-n RUNS] [--verify]\n");
+    fprintf(stderr, "usage: tensr-load-bench MODEL.gguf [-t IO_THREADS] [-m] [-n RUNS] [--verify] [-p]\n");
     return 1;
 }
 
 int main(int argc, char **argv) {
     const char *path = NULL;
-    int threads = 0, mmap = 0, runs = 1, verify = 0;
+    int threads = 0, mmap = 0, runs = 1, verify = 0, parse_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -38,6 +40,8 @@ int main(int argc, char **argv) {
             mmap = 1;
         else if (strcmp(argv[i], "--verify") == 0)
             verify = 1;
+        else if (strcmp(argv[i], "-p") == 0)
+            parse_only = 1;
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else
@@ -45,7 +49,18 @@ int main(int argc, char **argv) {
     }
     if (!path || runs < 1 || threads < 0)
         return usage();
-    for (int r = 0; r < runs; r++) {
+    for (int r = 0; r < runs && parse_only; r++) {
+        tsr_gguf *g = NULL;
+        double t0 = now_s();
+        tsr_status s = tsr_gguf_open(path, &g);
+        tsr_gguf_close(g);
+        if (s != TSR_OK) {
+            fprintf(stderr, "tensr-load-bench: %s: %s\n", tsr_status_string(s), tsr_last_error());
+            return 1;
+        }
+        printf("seconds=%.4f parse_only=1\n", now_s() - t0);
+    }
+    for (int r = 0; r < runs && !parse_only; r++) {
         tsr_backend *b = NULL;
         tsr_status s = tsr_backend_new(NULL, &b);
         if (s != TSR_OK) {

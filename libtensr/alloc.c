@@ -26,6 +26,7 @@ struct tsr_galloc {
     /* per allocation id */
     tsr_tensor **roots;
     int *dev, *first, *last, *next_alloc, *next_free;
+    bool *donated;      /* memory handed to the node that overwrote it in place */
     size_t *size, *offs;
     size_t n, cap;
     /* per node: heads of the id lists to allocate / free at that node */
@@ -56,6 +57,7 @@ void tsr__galloc_free(tsr_galloc *ga) {
     tsr__free(ga->last);
     tsr__free(ga->next_alloc);
     tsr__free(ga->next_free);
+    tsr__free(ga->donated);
     tsr__free(ga->size);
     tsr__free(ga->offs);
     tsr__free(ga->head_alloc);
@@ -81,6 +83,7 @@ static tsr_status tsr_reserve_ids(tsr_galloc *ga, size_t n) {
     if (!tsr_grow((void **)&ga->roots, nc, sizeof *ga->roots) || !tsr_grow((void **)&ga->dev, nc, sizeof(int)) ||
         !tsr_grow((void **)&ga->first, nc, sizeof(int)) || !tsr_grow((void **)&ga->last, nc, sizeof(int)) ||
         !tsr_grow((void **)&ga->next_alloc, nc, sizeof(int)) || !tsr_grow((void **)&ga->next_free, nc, sizeof(int)) ||
+        !tsr_grow((void **)&ga->donated, nc, sizeof(bool)) ||
         !tsr_grow((void **)&ga->size, nc, sizeof(size_t)) || !tsr_grow((void **)&ga->offs, nc, sizeof(size_t)))
         return tsr__error(TSR_E_NOMEM, "out of host memory planning the graph");
     ga->cap = nc;
@@ -222,6 +225,45 @@ static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g, const tsr_gall
     return s;
 }
 
+/* Ops whose kernels read each element (row) before writing the same
+ * element (row) of the result, so the result may overwrite a source of the
+ * same layout: `max_src` is the last source index that may be overwritten. */
+static int tsr_inplace_srcs(tsr_op op) {
+    switch (op) {
+    case TSR_OP_ADD: case TSR_OP_SUB: case TSR_OP_MUL: case TSR_OP_DIV: case TSR_OP_SWIGLU: case TSR_OP_GEGLU:
+        return 2;
+    case TSR_OP_SCALE: case TSR_OP_SILU: case TSR_OP_GELU: case TSR_OP_SOFTMAX: case TSR_OP_RMS_NORM:
+    case TSR_OP_NORM: case TSR_OP_ROPE:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* A source of node i whose memory the node may take over: it dies at i, is
+ * its own root with the node's layout on the node's device, and no other
+ * source of the node reads the same memory through another view. */
+static int tsr_find_donor(const tsr_galloc *ga, const tsr_tensor *node, int i, int self) {
+    int n_src = tsr_inplace_srcs(node->op);
+    for (int j = 0; j < n_src; j++) {
+        const tsr_tensor *src = node->src[j];
+        if (!src || src->view_src || src->sched_scratch[1] < 0 || src->type != node->type ||
+            !tsr__same_shape(src, node) || !tsr__is_contiguous(src) || !tsr__is_contiguous(node))
+            continue;
+        int d = src->sched_scratch[1];
+        if ((size_t)d >= ga->n || ga->roots[d] != src || ga->last[d] != i || ga->first[d] >= i ||
+            ga->donated[d] || ga->dev[d] != ga->dev[self] || ga->size[d] < ga->size[self])
+            continue;
+        bool aliased = false;
+        for (int k = 0; k < TSR_MAX_SRC; k++)
+            if (node->src[k] && node->src[k] != src && tsr__view_root(node->src[k]) == src)
+                aliased = true;
+        if (!aliased)
+            return d;
+    }
+    return -1;
+}
+
 tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *const *outs, size_t n_outs,
                             const tsr_galloc_extra *extras, size_t n_extras, size_t *peak) {
     tsr_status s = tsr_collect(ga, g, extras, n_extras);
@@ -261,11 +303,21 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
         ga->heaps[d].n = 0;
         ga->heaps[d].end = ga->heaps[d].peak = 0;
     }
+    memset(ga->donated, 0, ga->n * sizeof *ga->donated);
     for (int i = 0; i < (n_nodes > 0 ? n_nodes : 1); i++) {
-        for (int id = ga->head_alloc[i]; id >= 0; id = ga->next_alloc[id])
-            ga->offs[id] = tsr_heap_alloc(&ga->heaps[ga->dev[id]], ga->size[id]);
+        int self = i < n_nodes ? g->nodes[i]->sched_scratch[1] : -1;
+        for (int id = ga->head_alloc[i]; id >= 0; id = ga->next_alloc[id]) {
+            int donor = id == self ? tsr_find_donor(ga, g->nodes[i], i, id) : -1;
+            if (donor >= 0) { /* the node overwrites a source that dies here: reuse its memory */
+                ga->offs[id] = ga->offs[donor];
+                ga->size[id] = ga->size[donor];
+                ga->donated[donor] = true;
+            } else {
+                ga->offs[id] = tsr_heap_alloc(&ga->heaps[ga->dev[id]], ga->size[id]);
+            }
+        }
         for (int id = i < n_nodes ? ga->head_free[i] : -1; id >= 0; id = ga->next_free[id])
-            if ((s = tsr_heap_free(&ga->heaps[ga->dev[id]], ga->offs[id], ga->size[id])) != TSR_OK)
+            if (!ga->donated[id] && (s = tsr_heap_free(&ga->heaps[ga->dev[id]], ga->offs[id], ga->size[id])) != TSR_OK)
                 return s;
     }
     for (size_t d = 0; d < ga->n_devices; d++)

@@ -19,9 +19,10 @@
  */
 #include "kvcache.h"
 
-/* Scores of one (query head, query token) pair: the K*Q row and its softmax,
- * both alive at once in the graph allocator. */
-static size_t tsr_pair_bytes(int64_t n_kv) { return 2 * (size_t)(n_kv > 0 ? n_kv : 1) * sizeof(float); }
+/* Scores of one (query head, query token) pair: the K*Q row; its softmax
+ * overwrites it in place (the graph allocator hands a dying source's memory
+ * to an element-wise result), so the row is the whole cost. */
+static size_t tsr_pair_bytes(int64_t n_kv) { return (size_t)(n_kv > 0 ? n_kv : 1) * sizeof(float); }
 
 void tsr__attention_plan(int64_t n_kv, int64_t n_tokens, int64_t n_head, int64_t n_head_kv, size_t max_batch,
                          tsr_attn_steps *out) {
@@ -110,16 +111,16 @@ static tsr_step tsr_step_at(const tsr_attn_steps *pl, int64_t n_head, int64_t n_
 static tsr_tensor *tsr_step_rows(tsr_context *ctx, const tsr_attn_steps *pl, int64_t n_head, int64_t n_head_kv,
                                  int64_t n_tokens) {
     int64_t ne[1] = {n_head * n_tokens};
-    tsr_tensor *idx = tsr_input(ctx, TSR_TYPE_I32, 1, ne, NULL);
+    tsr_tensor *idx = tsr_input(ctx, TSR_TYPE_I64, 1, ne, NULL);
     if (!idx || !idx->data)
         return idx;
-    int32_t *rows = idx->data;
+    int64_t *rows = idx->data;
     int64_t n = 0;
     for (int64_t i = 0; i < pl->n_steps; i++) {
         tsr_step s = tsr_step_at(pl, n_head, n_head_kv, n_tokens, i);
         for (int64_t hh = 0; hh < s.nh; hh++)
             for (int64_t tt = 0; tt < s.nt; tt++)
-                rows[n++] = (int32_t)((s.t0 + tt) * n_head + s.h0 + hh);
+                rows[n++] = (s.t0 + tt) * n_head + s.h0 + hh;
     }
     return tsr_set_name(idx, "attn_step_rows");
 }
@@ -151,7 +152,7 @@ static tsr_tensor *tsr_attn_chunked(tsr_context *ctx, tsr_tensor *q, tsr_tensor 
         tsr_step s = tsr_step_at(pl, n_head, n_head_kv, n_tokens, i);
         tsr_tensor *o = tsr_attn_step(ctx, q, k, v, mask, scale, s, n_head / n_head_kv);
         tsr_tensor *ri = tsr_view_1d(ctx, rows, s.nt * s.nh, off);
-        off += (size_t)(s.nt * s.nh) * sizeof(int32_t);
+        off += (size_t)(s.nt * s.nh) * sizeof(int64_t);
         acc = tsr_set_rows(ctx, acc, o, ri); /* depends on every earlier step */
     }
     return acc ? tsr_reshape_2d(ctx, acc, hdv * n_head, n_tokens) : NULL;
@@ -257,13 +258,13 @@ static bool tsr_attn_cache_ok(tsr_context *ctx, const tsr_kv_cache *c, int il, c
     if (k->type != TSR_TYPE_F32 || v->type != TSR_TYPE_F32)
         return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "%s: k and v must be f32 (they are %s and %s)", fn,
                              tsr_type_name(k->type), tsr_type_name(v->type)), false;
-    if (k->ne[0] != c->p.head_dim_k || v->ne[0] != c->p.head_dim_v || k->ne[1] != c->p.n_head_kv ||
+    if (k->ne[0] != c->l_hdk[il] || v->ne[0] != c->l_hdv[il] || k->ne[1] != c->l_nkvh[il] ||
         k->ne[2] != c->n_tokens || q->ne[2] != c->n_tokens)
         return tsr__op_error(ctx, TSR_E_INVALID,
-                             "%s: k [%lld, %lld, %lld], v [%lld, ...] and q tokens %lld do not match the cache "
-                             "(head_dim_k %d, head_dim_v %d, n_head_kv %d) and the batch of %lld tokens",
+                             "%s: k [%lld, %lld, %lld], v [%lld, ...] and q tokens %lld do not match layer %d of the "
+                             "cache (head_dim_k %d, head_dim_v %d, n_head_kv %d) and the batch of %lld tokens",
                              fn, (long long)k->ne[0], (long long)k->ne[1], (long long)k->ne[2], (long long)v->ne[0],
-                             (long long)q->ne[2], c->p.head_dim_k, c->p.head_dim_v, c->p.n_head_kv,
+                             (long long)q->ne[2], il, c->l_hdk[il], c->l_hdv[il], c->l_nkvh[il],
                              (long long)c->n_tokens), false;
     return true;
 }
@@ -275,7 +276,7 @@ tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_ten
         !tsr_attn_cache_ok(ctx, cache, il, q, k, v))
         return NULL;
     tsr_kv_cache *c = cache;
-    int64_t n_kv = c->n_kv, nkvh = c->p.n_head_kv;
+    int64_t n_kv = c->n_kv, nkvh = c->l_nkvh[il];
     tsr_tensor *kw = tsr_write_rows(ctx, &c->k[il], k, c->idx);
     tsr_tensor *kr = kw ? tsr_view_3d(ctx, kw, kw->ne[0], n_kv, nkvh, kw->nb[1], kw->nb[2], 0) : NULL;
     tsr_tensor *vr;

@@ -409,27 +409,39 @@ static tsr_status parse_str_array(src *s, tsr__gguf_kv *kv, uint64_t at) {
     if (!kv->str_offs) return tsr__error(TSR_E_NOMEM, "%s: %s: out of memory for %" PRIu64 " strings",
                                          s->name, s->what, kv->n);
     size_t cap = 0, used = 0;
-    char field[64];
     for (uint64_t i = 0; i < kv->n; i++) {
-        char *str;
-        size_t len;
-        snprintf(field, sizeof field, "string element %" PRIu64, i);
-        tsr_status st = src_string(s, TSR_GGUF_MAX_STR_LEN, field, &str, &len);
+        /* hot path of every vocabulary: no formatting and no allocation per
+         * element; the element's name is written only into an error */
+        uint64_t n, el_at = s->pos;
+        char field[64];
+        if (src_left(s) < 8) {
+            snprintf(field, sizeof field, "the length of string element %" PRIu64, i);
+            return src_read(s, &n, 8, field);
+        }
+        tsr_status st = src_u64(s, &n, "");
         if (st) return st;
+        if (n > TSR_GGUF_MAX_STR_LEN || n > src_left(s)) {
+            snprintf(field, sizeof field, "string element %" PRIu64, i);
+            if (n > TSR_GGUF_MAX_STR_LEN)
+                return src_fail(s, TSR_E_MALFORMED, el_at, "%s is %" PRIu64 " bytes long, more than the limit of %" PRIu64,
+                                field, n, (uint64_t)TSR_GGUF_MAX_STR_LEN);
+            return src_fail(s, TSR_E_MALFORMED, el_at, "%s is %" PRIu64 " bytes long but only %" PRIu64
+                            " bytes are left in the file (file is %" PRIu64 " bytes)",
+                            field, n, src_left(s), s->size);
+        }
+        size_t len = (size_t)n;
         if (used + len + 1 > cap) {
             size_t ncap = cap ? cap : 256;
             while (ncap < used + len + 1) ncap *= 2;
             char *nd = tsr__realloc(kv->data, ncap);
-            if (!nd) {
-                tsr__free(str);
+            if (!nd)
                 return tsr__error(TSR_E_NOMEM, "%s: %s: out of memory for strings (%zu bytes)", s->name,
                                   s->what, ncap);
-            }
             kv->data = nd;
             cap = ncap;
         }
-        memcpy((char *)kv->data + used, str, len + 1);
-        tsr__free(str);
+        if ((st = src_copy(s, (char *)kv->data + used, len)) != TSR_OK) return st;
+        ((char *)kv->data)[used + len] = '\0';
         kv->str_offs[i] = used;
         used += len + 1;
     }

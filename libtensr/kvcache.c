@@ -49,8 +49,35 @@ static tsr_status tsr_check_type(tsr_type t, int head_dim, bool flash, bool is_v
     return TSR_OK;
 }
 
+/* Per-layer shapes: the caller's arrays (copied) or the single values. */
+static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
+    const tsr_kv_cache_params *p = &c->p;
+    size_t nl = (size_t)p->n_layers;
+    c->l_nkvh = tsr__malloc(nl * sizeof(int));
+    c->l_hdk = tsr__malloc(nl * sizeof(int));
+    c->l_hdv = tsr__malloc(nl * sizeof(int));
+    if (!c->l_nkvh || !c->l_hdk || !c->l_hdv)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
+    for (int il = 0; il < p->n_layers; il++) {
+        c->l_nkvh[il] = p->n_head_kv_layer ? p->n_head_kv_layer[il] : p->n_head_kv;
+        c->l_hdk[il] = p->head_dim_k_layer ? p->head_dim_k_layer[il] : p->head_dim_k;
+        c->l_hdv[il] = p->head_dim_v_layer ? p->head_dim_v_layer[il] : p->head_dim_v;
+        if (c->l_nkvh[il] <= 0 || c->l_hdk[il] <= 0 || c->l_hdv[il] <= 0)
+            return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: layer %d: n_head_kv %d, head_dim_k %d, head_dim_v %d must be > 0",
+                              il, c->l_nkvh[il], c->l_hdk[il], c->l_hdv[il]);
+        tsr_status s = tsr_check_type(p->type_k, c->l_hdk[il], c->flash, false);
+        if (s == TSR_OK)
+            s = tsr_check_type(p->type_v, c->l_hdv[il], c->flash, true);
+        if (s != TSR_OK)
+            return s;
+    }
+    c->p.n_head_kv_layer = c->p.head_dim_k_layer = c->p.head_dim_v_layer = NULL; /* not the caller's memory later */
+    return TSR_OK;
+}
+
 static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
-    if (p->n_layers <= 0 || p->n_ctx <= 0 || p->n_head_kv <= 0 || p->head_dim_k <= 0 || p->head_dim_v <= 0 ||
+    if (p->n_layers <= 0 || p->n_ctx <= 0 || (p->n_head_kv <= 0 && !p->n_head_kv_layer) ||
+        (p->head_dim_k <= 0 && !p->head_dim_k_layer) || (p->head_dim_v <= 0 && !p->head_dim_v_layer) ||
         p->n_seq <= 0 || p->n_batch_max < 0)
         return tsr__error(TSR_E_INVALID,
                           "tsr_kv_cache_new: n_layers %d, n_ctx %lld, n_head_kv %d, head_dim_k %d, head_dim_v %d, "
@@ -59,14 +86,14 @@ static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
                           (long long)p->n_batch_max);
     if (p->n_ctx > INT32_MAX)
         return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx, INT32_MAX);
-    tsr_status s = tsr_check_type(p->type_k, p->head_dim_k, flash, false);
-    return s == TSR_OK ? tsr_check_type(p->type_v, p->head_dim_v, flash, true) : s;
+    tsr_status s = tsr_check_type(p->type_k, p->head_dim_k_layer ? 0 : p->head_dim_k, flash, false);
+    return s == TSR_OK ? tsr_check_type(p->type_v, p->head_dim_v_layer ? 0 : p->head_dim_v, flash, true) : s;
 }
 
 /* Shapes one cache tensor struct (layer il, K or V). */
 static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
     const tsr_kv_cache_params *p = &c->p;
-    int64_t width = (int64_t)(is_v ? p->head_dim_v : p->head_dim_k) * p->n_head_kv;
+    int64_t width = (int64_t)(is_v ? c->l_hdv[il] : c->l_hdk[il]) * c->l_nkvh[il];
     t->type = is_v ? p->type_v : p->type_k;
     t->n_dims = 2;
     t->op = TSR_OP_NONE;
@@ -90,51 +117,44 @@ static size_t tsr_dev_of(const tsr_backend *b, tsr_buffer_type *bt) {
     return d < b->n_devices ? d : tsr__backend_cpu_index(b);
 }
 
-/* Bytes the layers placed on bt need (aligned per tensor); false on overflow. */
-static bool tsr_bytes_on(const tsr_kv_cache *c, tsr_buffer_type *bt, size_t *out) {
-    size_t total = 0;
+static size_t tsr_align_of(const tsr_buffer_type *bt) { return bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN; }
+
+/* Groups the layers by buffer type (layer order) and sums each group's
+ * bytes (aligned per tensor); false on overflow. */
+static bool tsr_group(tsr_kv_cache *c) {
     for (int il = 0; il < c->p.n_layers; il++) {
-        if (tsr_layer_buft(c->b, il) != bt)
-            continue;
-        size_t align = bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN;
-        size_t kb = tsr__pad(tsr_tensor_nbytes(&c->k[il]), align), vb = tsr__pad(tsr_tensor_nbytes(&c->v[il]), align);
-        if (tsr__add_overflow(total, kb, &total) || tsr__add_overflow(total, vb, &total))
+        tsr_buffer_type *bt = tsr_layer_buft(c->b, il);
+        size_t g = 0;
+        while (g < c->n_grp && c->grp_bt[g] != bt)
+            g++;
+        if (g == c->n_grp) {
+            c->grp_bt[c->n_grp] = bt;
+            c->grp_dev[c->n_grp] = tsr_dev_of(c->b, bt);
+            c->grp_size[c->n_grp++] = 0;
+        }
+        size_t kb = tsr__pad(tsr_tensor_nbytes(&c->k[il]), tsr_align_of(bt));
+        size_t vb = tsr__pad(tsr_tensor_nbytes(&c->v[il]), tsr_align_of(bt));
+        if (tsr__add_overflow(c->grp_size[g], kb, &c->grp_size[g]) ||
+            tsr__add_overflow(c->grp_size[g], vb, &c->grp_size[g]))
             return false;
     }
-    *out = total;
     return true;
 }
 
-/* Fails with TSR_E_DEVICE_NOMEM when the device reports less free memory. */
-static tsr_status tsr_check_fits(tsr_buffer_type *bt, size_t size) {
-    size_t free_b = 0, total_b = 0;
-    if (tsr_device_memory(bt->device, &free_b, &total_b) != TSR_OK || total_b == 0)
-        return TSR_OK;
-    if (size > free_b)
-        return tsr__error(TSR_E_DEVICE_NOMEM,
-                          "tsr_kv_cache_new: KV cache needs %.2f MiB on %s, which has %.2f MiB free (%.2f MiB missing)",
-                          size / 1048576.0, bt->device->name, free_b / 1048576.0, (size - free_b) / 1048576.0);
-    return TSR_OK;
-}
-
-/* Allocates one buffer for the layers on bt and points their tensors into it. */
-static tsr_status tsr_alloc_on(tsr_kv_cache *c, tsr_buffer_type *bt) {
-    size_t size;
-    if (!tsr_bytes_on(c, bt, &size))
-        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: the cache size overflows");
-    tsr_status s = tsr_check_fits(bt, size);
+/* Allocates group g's buffer (zeroed) and points its layers' tensors into it. */
+static tsr_status tsr_alloc_group(tsr_kv_cache *c, size_t g) {
+    tsr_buffer_type *bt = c->grp_bt[g];
     tsr_buffer *buf = NULL;
-    if (s == TSR_OK && (s = tsr_buffer_alloc(bt, size, &buf)) != TSR_OK)
-        tsr__error_prefix("tsr_kv_cache_new: KV cache of %.2f MiB on %s", size / 1048576.0, bt->device->name);
-    if (s != TSR_OK)
-        return s;
-    if (bt->iface->memset && (s = bt->iface->memset(buf, buf->base, 0, size)) != TSR_OK) {
-        tsr_buffer_free(buf);
+    tsr_status s = tsr_buffer_alloc(bt, c->grp_size[g], &buf);
+    if (s != TSR_OK) {
+        tsr__error_prefix("tsr_kv_cache_new: KV cache of %.2f MiB on %s", c->grp_size[g] / 1048576.0, bt->device->name);
         return s;
     }
-    c->bufs[c->n_bufs] = buf;
-    c->buf_dev[c->n_bufs++] = tsr_dev_of(c->b, bt);
-    size_t off = 0, align = bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN;
+    c->bufs[g] = buf;
+    c->b->live[c->grp_dev[g]] += buf->size;
+    if (bt->iface->memset && (s = bt->iface->memset(buf, buf->base, 0, buf->size)) != TSR_OK)
+        return s;
+    size_t off = 0;
     for (int il = 0; il < c->p.n_layers; il++) {
         if (tsr_layer_buft(c->b, il) != bt)
             continue;
@@ -142,32 +162,41 @@ static tsr_status tsr_alloc_on(tsr_kv_cache *c, tsr_buffer_type *bt) {
         for (int j = 0; j < 2; j++) {
             ts[j]->buffer = buf;
             ts[j]->data = (char *)buf->base + off;
-            ts[j]->device_id = (int)tsr_dev_of(c->b, bt);
-            off += tsr__pad(tsr_tensor_nbytes(ts[j]), align);
+            ts[j]->device_id = (int)c->grp_dev[g];
+            off += tsr__pad(tsr_tensor_nbytes(ts[j]), tsr_align_of(bt));
         }
     }
     return TSR_OK;
 }
 
-/* Allocates the tensors of every distinct buffer type, layer order. */
+/* Plans every group into the backend's memory plan, checks that the plan
+ * fits every device (TSR_E_DEVICE_NOMEM naming the device and the bytes
+ * missing), then allocates. */
 static tsr_status tsr_alloc_all(tsr_kv_cache *c) {
-    for (int il = 0; il < c->p.n_layers; il++) {
-        if (c->k[il].buffer)
-            continue;
-        tsr_status s = tsr_alloc_on(c, tsr_layer_buft(c->b, il));
-        if (s != TSR_OK)
-            return s;
+    if (!tsr_group(c))
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: the cache size overflows");
+    for (size_t g = 0; g < c->n_grp; g++)
+        c->b->plan_kv[c->grp_dev[g]] += c->grp_size[g];
+    c->planned = true;
+    tsr_status s = tsr__plan_check(c->b);
+    if (s != TSR_OK) {
+        tsr__error_prefix("tsr_kv_cache_new: KV cache of %d layers x %lld cells", c->p.n_layers, (long long)c->p.n_ctx);
+        return s;
     }
-    return TSR_OK;
+    for (size_t g = 0; g < c->n_grp && s == TSR_OK; g++)
+        s = tsr_alloc_group(c, g);
+    return s;
 }
 
 static tsr_status tsr_cache_init(tsr_kv_cache *c) {
     size_t nl = (size_t)c->p.n_layers, nc = (size_t)c->p.n_ctx;
     c->k = tsr__calloc(nl, sizeof *c->k);
     c->v = tsr__calloc(nl, sizeof *c->v);
+    c->grp_bt = tsr__calloc(nl, sizeof *c->grp_bt);
+    c->grp_size = tsr__calloc(nl, sizeof *c->grp_size);
+    c->grp_dev = tsr__calloc(nl, sizeof *c->grp_dev);
     c->bufs = tsr__calloc(nl, sizeof *c->bufs);
-    c->buf_dev = tsr__calloc(nl, sizeof *c->buf_dev);
-    if (!c->k || !c->v || !c->bufs || !c->buf_dev)
+    if (!c->k || !c->v || !c->grp_bt || !c->grp_size || !c->grp_dev || !c->bufs)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
     for (int il = 0; il < c->p.n_layers; il++)
         if (!tsr_shape_tensor(c, &c->k[il], il, false) || !tsr_shape_tensor(c, &c->v[il], il, true))
@@ -202,14 +231,12 @@ tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv
     c->n_ctx_alloc = c->flash ? (int64_t)tsr__pad((size_t)c->p.n_ctx, TSR_KV_PAD) : c->p.n_ctx;
     tsr_status s = tsr_check_params(&c->p, c->flash);
     if (s == TSR_OK)
+        s = tsr_layer_shapes(c);
+    if (s == TSR_OK)
         s = tsr_cache_init(c);
     if (s != TSR_OK) {
         tsr_kv_cache_free(c);
         return s;
-    }
-    for (size_t i = 0; i < c->n_bufs; i++) {
-        b->plan_kv[c->buf_dev[i]] += c->bufs[i]->size;
-        b->live[c->buf_dev[i]] += c->bufs[i]->size; /* allocated: counts as available to this backend's plan */
     }
     b->n_open_caches++;
     c->counted = true;
@@ -220,20 +247,26 @@ tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv
 void tsr_kv_cache_free(tsr_kv_cache *c) {
     if (!c)
         return;
-    bool counted = c->counted;
-    for (size_t i = 0; c->bufs && i < c->n_bufs; i++) {
-        if (counted && c->b->plan_kv[c->buf_dev[i]] >= c->bufs[i]->size)
-            c->b->plan_kv[c->buf_dev[i]] -= c->bufs[i]->size;
-        if (counted && c->b->live[c->buf_dev[i]] >= c->bufs[i]->size)
-            c->b->live[c->buf_dev[i]] -= c->bufs[i]->size;
-        tsr_buffer_free(c->bufs[i]);
+    tsr_backend *b = c->b;
+    for (size_t g = 0; g < c->n_grp; g++) {
+        size_t d = c->grp_dev[g];
+        if (c->planned)
+            b->plan_kv[d] -= b->plan_kv[d] >= c->grp_size[g] ? c->grp_size[g] : b->plan_kv[d];
+        if (c->bufs[g])
+            b->live[d] -= b->live[d] >= c->bufs[g]->size ? c->bufs[g]->size : b->live[d];
+        tsr_buffer_free(c->bufs[g]);
     }
-    if (counted)
-        c->b->n_open_caches--;
+    if (c->counted)
+        b->n_open_caches--;
     tsr__free(c->k);
     tsr__free(c->v);
+    tsr__free(c->l_nkvh);
+    tsr__free(c->l_hdk);
+    tsr__free(c->l_hdv);
+    tsr__free(c->grp_bt);
+    tsr__free(c->grp_size);
+    tsr__free(c->grp_dev);
     tsr__free(c->bufs);
-    tsr__free(c->buf_dev);
     tsr__free(c->cell_pos);
     tsr__free(c->cell_seq);
     tsr__free(c);
@@ -249,8 +282,8 @@ void tsr_kv_cache_clear(tsr_kv_cache *c) {
     c->n_used = 0;
     /* zeros again: a value that overflowed to inf in an earlier batch would
      * turn into NaN under a zero softmax weight on the plain path */
-    for (size_t i = 0; i < c->n_bufs; i++) {
-        tsr_buffer *buf = c->bufs[i];
+    for (size_t g = 0; g < c->n_grp; g++) {
+        tsr_buffer *buf = c->bufs[g];
         if (buf->buft->iface->memset)
             buf->buft->iface->memset(buf, buf->base, 0, buf->size);
     }

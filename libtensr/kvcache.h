@@ -20,18 +20,24 @@
 struct tsr_kv_cache {
     tsr_backend *b;
     tsr_kv_cache_params p;  /* as given (read over defaults) */
+    int *l_nkvh, *l_hdk, *l_hdv; /* per layer: KV heads, K and V head dims */
     int64_t n_ctx_alloc;    /* rows of the cache tensors: n_ctx, padded on the flash path */
     bool flash;             /* backend path at creation: flash (V as rows) or plain (V transposed) */
     tsr_tensor *k, *v;      /* n_layers tensor structs each (ctx NULL, FLAG_PERSIST):
                              * k [head_dim_k * n_head_kv, n_ctx_alloc];
                              * v the same, or transposed [n_ctx_alloc, head_dim_v * n_head_kv] */
-    tsr_buffer **bufs;      /* one per buffer type used */
-    size_t n_bufs;
-    size_t *buf_dev;        /* backend device index of each buffer (for plan_kv) */
+    /* one group per buffer type the layers use: planned bytes (added to the
+     * backend's plan_kv), its device, and the buffer once allocated (added
+     * to the backend's live bytes) */
+    tsr_buffer_type **grp_bt;
+    size_t *grp_size, *grp_dev;
+    tsr_buffer **bufs;
+    size_t n_grp;
     int32_t *cell_pos;      /* per cell: position, -1 when free */
     int32_t *cell_seq;      /* per cell: sequence id */
     int64_t n_used;
-    bool counted;           /* added to the backend's plan_kv and open caches */
+    bool planned;           /* grp_size added to the backend's plan_kv */
+    bool counted;           /* counted in the backend's open caches */
     /* the batch of the last begin */
     tsr_context *ctx;
     int64_t n_tokens, n_kv;

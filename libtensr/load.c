@@ -9,6 +9,27 @@
  * CPU-resident weights from the file, and verifies float data and block
  * scales. On any failure everything the load created is freed and the first
  * real error is returned with its cause.
+ *
+ * Behaviour callers can rely on:
+ *  - the backend must hold no weights yet (TSR_E_STATE otherwise); after a
+ *    failure it holds none again and can load another file;
+ *  - progress is called on the calling thread only: (0, total) before any
+ *    read, then as chunks complete, then (total, total); total counts the
+ *    bytes read (mapped weights are not read). A non-zero return stops the
+ *    I/O threads after their current chunk: TSR_E_CANCELLED;
+ *  - use_mmap: CPU-resident weights whose file offset is 32-byte aligned
+ *    (except shared weights, which placement copies to other devices) point
+ *    into a private copy-on-write mapping of the whole file, buffer type
+ *    "CPU_Mapped", unmapped when the backend's weights are freed. A write
+ *    to such a weight changes memory, never the file. The file must not
+ *    shrink while mapped (the OS raises SIGBUS on access past its end).
+ *    Placement is run once with plan_only first to learn which weights stay
+ *    on the CPU, so its memory check counts them against free CPU memory;
+ *  - verify: F32/F16/BF16 elements and the f16 scales of Q4_0, Q4_1, Q5_0,
+ *    Q5_1, Q8_0 (d, m) and Q4_K, Q5_K (d, dmin), Q6_K (d) blocks must be
+ *    finite; the error names the tensor and the element or block index;
+ *  - plan_only: placement plans, checks and logs; no weight stays declared,
+ *    the plan stays readable through tsr_backend_memory_plan.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* preadv */
@@ -49,6 +70,7 @@ typedef struct load_chunk {
     uint64_t off;
     size_t size;
     size_t first;   /* first item overlapping the range */
+    size_t last;    /* end of its section's items: later items belong to another buffer */
     size_t payload; /* tensor bytes in the range (gaps excluded) */
     bool direct;    /* destination is host memory: read into place */
 } load_chunk;
@@ -174,10 +196,10 @@ static void record_error(load_state *st, tsr_status s) {
 
 /* The tensor whose bytes are at (or after) file offset off in chunk c. */
 static const load_item *item_at(const load_state *st, const load_chunk *c, uint64_t off) {
-    for (size_t k = c->first; k < st->n_items; k++)
+    for (size_t k = c->first; k < c->last; k++)
         if (st->items[k].off + st->items[k].size > off)
             return &st->items[k];
-    return &st->items[st->n_items - 1];
+    return &st->items[c->last - 1];
 }
 
 static tsr_status read_error(const load_state *st, const load_chunk *c, uint64_t off, int err) {
@@ -225,7 +247,7 @@ static tsr_status read_direct(load_worker *w, const load_chunk *c) {
     uint64_t pos = c->off, end = c->off + c->size;
     if (!w->junk && !(w->junk = tsr__malloc(LOAD_MAX_GAP)))
         return tsr__error(TSR_E_NOMEM, "%s: out of host memory for the reader", st->path);
-    for (size_t k = c->first; k < st->n_items && st->items[k].off < end; k++) {
+    for (size_t k = c->first; k < c->last && st->items[k].off < end; k++) {
         const load_item *it = &st->items[k];
         uint64_t a = it->off > pos ? it->off : pos, z = it->off + it->size < end ? it->off + it->size : end;
         if (a >= z)
@@ -261,7 +283,7 @@ static tsr_status read_staged(load_worker *w, const load_chunk *c) {
     if ((s = read_full(w, c, &iov, 1, c->off)) != TSR_OK)
         return s;
     uint64_t end = c->off + c->size;
-    for (size_t k = c->first; k < st->n_items && st->items[k].off < end; k++) {
+    for (size_t k = c->first; k < c->last && st->items[k].off < end; k++) {
         const load_item *it = &st->items[k];
         uint64_t a = it->off > c->off ? it->off : c->off, z = it->off + it->size < end ? it->off + it->size : end;
         if (a >= z)
@@ -367,7 +389,7 @@ static tsr_status build_chunks(const load_item *items, size_t n, load_chunk **ou
             uint64_t cend = end - pos > LOAD_CHUNK ? pos + LOAD_CHUNK : end;
             if (j + LOAD_MAX_ITEMS < m && items[j + LOAD_MAX_ITEMS].off < cend)
                 cend = items[j + LOAD_MAX_ITEMS].off;
-            load_chunk c = {pos, (size_t)(cend - pos), j, payload_of(items, m, j, pos, cend), direct};
+            load_chunk c = {pos, (size_t)(cend - pos), j, m, payload_of(items, m, j, pos, cend), direct};
             tsr_status s = push_chunk(out, n_out, &cap, c);
             if (s != TSR_OK)
                 return s;
@@ -632,8 +654,8 @@ static tsr_status map_cpu_weights(tsr_backend *b, const tsr_gguf *g, const char 
     for (size_t i = 0; i < b->weights.n; i++) {
         tsr_tensor *t = b->weights.tensors[i];
         uint64_t off = file_offset(g, t);
-        /* shared weights are not mapped: placement copies them to each
-         * device holding layers only when it places them */
+        /* shared weights (rope_freqs...) are tiny and get per-device copies:
+         * they are read like device weights, not mapped */
         bool ok = !t->buffer && t->device_id == (int)cpu && off % LOAD_MAP_ALIGN == 0 && tsr_tensor_nbytes(t) > 0 &&
                   !tsr__weight_is_shared(b, t);
         t->device_id = t->buffer ? t->device_id : -1;
@@ -708,6 +730,8 @@ static tsr_status read_items(const char *path, const struct stat *sb, const load
     load_chunk *chunks = NULL;
     size_t n_chunks = 0;
     tsr_status s = build_chunks(items, n_items, &chunks, &n_chunks);
+    if (s != TSR_OK)
+        tsr__error_prefix("%s", path);
     *n_threads_used = pick_threads(prm->n_io_threads, n_chunks);
     if (s == TSR_OK && prm->progress && prm->progress(0, total, prm->progress_user) != 0)
         s = tsr__error(TSR_E_CANCELLED, "%s: loading cancelled by the progress callback", path);

@@ -71,11 +71,13 @@ time_cat() {
     done
 }
 time_load() { "$BENCH" "$1" -t "$2" -n "$RUNS" | sed -n 's/^seconds=\([0-9.]*\).*/\1/p'; }
+time_parse() { "$BENCH" "$1" -p -n "$RUNS" | sed -n 's/^seconds=\([0-9.]*\).*/\1/p'; }
 
 # one table row per model: cat, then each thread count
 row() { # label file
     c=$(time_cat "$2" | median)
-    line=$(printf "| %-22s | %-16s | %8s" "$1" "$(basename "$2" .gguf | sed 's/.*Instruct\.//')" "$c")
+    line=$(printf "| %-22s | %-5s | %8s | %8s" "$1" "$(basename "$2" .gguf | sed 's/.*Instruct\.//')" "$c" \
+        "$(time_parse "$2" | median)")
     for t in $THREADS; do
         line="$line | $(printf %8s "$(time_load "$2" "$t" | median)")"
     done
@@ -83,13 +85,14 @@ row() { # label file
 }
 
 header() {
-    h="| where                  | model            |  cat (s)"
-    sep="|------------------------|------------------|---------"
+    h="| where                  | model |  cat (s) | parse (s)"
+    sep="|------------------------|-------|----------|----------"
     for t in $THREADS; do h="$h | load -t$t"; sep="$sep|----------"; done
     echo "$h |"; echo "$sep|"
 }
 
-echo "median of $RUNS runs each; load = tsr_backend_load_gguf (GGUF parse + placement + reads), seconds"
+echo "median of $RUNS runs each, seconds; load = tsr_backend_load_gguf (GGUF parse + placement + reads),"
+echo "parse = tsr_gguf_open + close alone (the part of load before placement and reads)"
 header
 for m in "$DIR/$Q41" "$DIR/$Q80"; do
     cat "$m" > /dev/null   # warm the page cache

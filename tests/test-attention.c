@@ -427,12 +427,89 @@ static void test_empty(void) {
     }
 }
 
+/* Layers of different shapes in one cache (per-layer params). */
+static void test_layer_shapes(void) {
+    static const shape LS[2] = {{"l0", 4, 2, 32, 32}, {"l1", 4, 1, 64, 16}};
+    static const int nkvh[2] = {2, 1}, hdk[2] = {32, 64}, hdv[2] = {32, 16};
+    static const int sizes[2] = {5, 3};
+    for (int ci = 0; ci < N_CFGS; ci++) {
+        tsr_backend *b = new_backend(CFGS[ci].flash, CFGS[ci].amb ? 2048 : 0);
+        tsr_kv_cache_params p;
+        tsr_kv_cache_params_init(&p, sizeof p);
+        p.n_layers = 2, p.n_ctx = 40;
+        p.n_head_kv_layer = nkvh, p.head_dim_k_layer = hdk, p.head_dim_v_layer = hdv;
+        tsr_kv_cache *c = NULL;
+        CHECK_OK(tsr_kv_cache_new(b, &p, &c));
+        ref_state ref[2] = {{0}, {0}};
+        int32_t next = 0;
+        for (int bi = 0; bi < 2 && c; bi++) {
+            int nt = sizes[bi];
+            int32_t pos[8], seq[8] = {0};
+            for (int i = 0; i < nt; i++)
+                pos[i] = next++;
+            tsr_context *ctx = tsr_context_new(b);
+            CHECK_OK(tsr_kv_cache_begin(c, ctx, nt, pos, NULL));
+            float *q[2], *k[2], *v[2];
+            double *want[2];
+            tsr_tensor *outs[2];
+            for (int il = 0; il < 2; il++) {
+                const shape *sh = &LS[il];
+                size_t qn = (size_t)sh->hdk * sh->n_head * nt, kn = (size_t)sh->hdk * sh->n_head_kv * nt,
+                       vn = (size_t)sh->hdv * sh->n_head_kv * nt;
+                q[il] = malloc(qn * 4), k[il] = malloc(2 * kn * 4), v[il] = malloc(2 * vn * 4);
+                tsrtest_fill(q[il], qn, 10 * bi + il + 1);
+                tsrtest_fill(k[il], kn, 20 * bi + il + 1);
+                tsrtest_fill(v[il], vn, 30 * bi + il + 1);
+                memcpy(k[il] + kn, k[il], kn * 4); /* the reference keeps two identical layers */
+                memcpy(v[il] + vn, v[il], vn * 4);
+                ref_add(&ref[il], sh, nt, k[il], v[il], pos, seq);
+                want[il] = malloc((size_t)sh->n_head * sh->hdv * nt * sizeof(double));
+                ref_attention(&ref[il], sh, 0, 2, q[il], nt, pos, seq, 0.2f, want[il]);
+                int64_t neq[3] = {sh->hdk, sh->n_head, nt}, nek[3] = {sh->hdk, sh->n_head_kv, nt},
+                        nev[3] = {sh->hdv, sh->n_head_kv, nt};
+                outs[il] = tsr_attention(ctx, c, il, tsr_input(ctx, TSR_TYPE_F32, 3, neq, q[il]),
+                                         tsr_input(ctx, TSR_TYPE_F32, 3, nek, k[il]),
+                                         tsr_input(ctx, TSR_TYPE_F32, 3, nev, v[il]), 0.2f);
+            }
+            CHECK(outs[0] && outs[1]);
+            if (outs[0] && outs[1] && tsr_compute(ctx, outs, 2) == TSR_OK) {
+                for (int il = 0; il < 2; il++) {
+                    size_t on = (size_t)LS[il].n_head * LS[il].hdv * nt;
+                    float *got = malloc(on * 4);
+                    CHECK_OK(tsr_tensor_read(outs[il], got, 0, on * 4));
+                    double e = tsrtest_nmse(got, want[il], on);
+                    if (!(e < 5e-6))
+                        fprintf(stderr, "layer shapes %s layer %d batch %d: nmse %g\n", CFGS[ci].name, il, bi, e);
+                    CHECK(e < 5e-6);
+                    free(got);
+                }
+            } else {
+                CHECK(!"per-layer shapes: compute failed");
+            }
+            for (int il = 0; il < 2; il++)
+                free(q[il]), free(k[il]), free(v[il]), free(want[il]);
+            tsr_context_close(ctx);
+        }
+        /* a layer's own shape is checked */
+        tsr_context *ctx = tsr_context_new(b);
+        CHECK_OK(tsr_kv_cache_begin(c, ctx, 1, NULL, NULL));
+        int64_t neq[3] = {32, 4, 1}, nek[3] = {32, 2, 1};
+        tsr_tensor *tq = tsr_input(ctx, TSR_TYPE_F32, 3, neq, NULL), *tk = tsr_input(ctx, TSR_TYPE_F32, 3, nek, NULL);
+        CHECK(tsr_attention(ctx, c, 1, tq, tk, tk, 1.0f) == NULL);
+        tsr_context_close(ctx);
+        ref_free(&ref[0]);
+        ref_free(&ref[1]);
+        tsr_kv_cache_free(c);
+        tsr_backend_free(b);
+    }
+}
+
 /* ---- step plans -------------------------------------------------------------- */
 
 static void check_plan(int64_t n_kv, int64_t nt, int64_t nh, int64_t nkvh, size_t amb) {
     tsr_attn_steps pl;
     tsr__attention_plan(n_kv, nt, nh, nkvh, amb, &pl);
-    size_t unit = 2 * (size_t)n_kv * 4;
+    size_t unit = (size_t)n_kv * 4; /* one score row (softmax is in place) */
     /* the bound is hard whenever one score row fits */
     if (amb >= unit)
         CHECK(unit * (size_t)pl.heads * (size_t)pl.tokens <= amb || pl.n_steps == 1);
@@ -447,17 +524,20 @@ static void check_plan(int64_t n_kv, int64_t nt, int64_t nh, int64_t nkvh, size_
 
 static void test_plan(void) {
     tsr_attn_steps pl;
-    /* SmolLM2 at 32k, 512 tokens, 64 MiB: 256 score pairs: 1 head, blocks of 256 tokens */
+    /* SmolLM2 at 32k, 512 tokens, 64 MiB: 512 score rows: 1 head of 512 tokens per step */
     tsr__attention_plan(32768, 512, 9, 3, 64u << 20, &pl);
-    CHECK(pl.heads == 1 && pl.tokens == 256 && pl.n_steps == 18);
-    /* 256 MiB: 1024 pairs, 2 heads of 512 tokens < group of 3: steps {2, 1} per group */
+    CHECK(pl.heads == 1 && pl.tokens == 512 && pl.n_steps == 9);
+    /* 256 MiB: 2048 rows, 4 heads of 512 tokens >= a group of 3: whole groups */
     tsr__attention_plan(32768, 512, 9, 3, 256u << 20, &pl);
-    CHECK(pl.heads == 2 && pl.tokens == 512 && pl.n_steps == 6);
-    /* 8k: 1024 pairs per 64 MiB: 2 heads; at 2k: 4096 pairs: 8 heads -> 2 groups of 3 */
+    CHECK(pl.heads == 3 && pl.tokens == 512 && pl.n_steps == 3);
+    /* 8k: 2048 rows per 64 MiB: whole groups; 2k: 36 MiB of scores fit in one step */
     tsr__attention_plan(8192, 512, 9, 3, 64u << 20, &pl);
-    CHECK(pl.heads == 2 && pl.n_steps == 6);
+    CHECK(pl.heads == 3 && pl.n_steps == 3);
     tsr__attention_plan(2048, 512, 9, 3, 64u << 20, &pl);
-    CHECK(pl.heads == 6 && pl.n_steps == 2);
+    CHECK(pl.n_steps == 1);
+    /* 32k with 16 MiB: 128 rows: 1 head, blocks of 128 tokens */
+    tsr__attention_plan(32768, 512, 9, 3, 16u << 20, &pl);
+    CHECK(pl.heads == 1 && pl.tokens == 128 && pl.n_steps == 36);
     /* fits: one step */
     tsr__attention_plan(2048, 512, 9, 3, 256u << 20, &pl);
     CHECK(pl.n_steps == 1);
@@ -508,7 +588,7 @@ static void test_bound(void) {
     const size_t out_bytes = 64 * 9 * nt * 4, amb = 4u << 20;
     size_t plain = measure_attention(0, 0, 4096, nt), chunked = measure_attention(0, amb, 4096, nt),
            flash = measure_attention(1, 0, 4096, nt);
-    size_t scores = 2 * (size_t)4096 * nt * 9 * 4;
+    size_t scores = (size_t)4096 * nt * 9 * 4; /* softmax overwrites the scores in place */
     printf("compute buffer at n_ctx 4096, 512 tokens: plain %.2f MiB, amb 4 MiB %.2f MiB, flash %.2f MiB\n",
            plain / 1048576.0, chunked / 1048576.0, flash / 1048576.0);
     CHECK(plain >= scores);
@@ -694,6 +774,7 @@ int main(void) {
     test_errors();
     test_full();
     test_empty();
+    test_layer_shapes();
     test_nocache();
     test_bound();
     test_paths();

@@ -63,6 +63,24 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
         const double tol = 1e-5 * mag + (dt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)n + 1) : 0) + 1e-6;
         CHECK(fabs(got - ref) <= tol, "%s %s n=%lld: dot %.7g, reference %.7g (tol %.3g)", k->name,
               tsr_type_name(wt), (long long)n, got, ref, tol);
+        if (k->vec_dot4[wt]) { /* four columns at once = four single dots */
+            const size_t rb = tsr_row_size(dt, n);
+            unsigned char *y4 = malloc(4 * rb + 64);
+            float *tmp = malloc((size_t)n * 4 + 4), s4[4];
+            for (int c = 0; c < 4; c++) {
+                for (int64_t i = 0; i < n; i++) tmp[i] = y[(i + 7 * c) % n] * (c + 1);
+                k->from_float[dt](tmp, y4 + c * rb, n);
+            }
+            k->vec_dot4[wt](n, s4, qx, y4, rb);
+            for (int c = 0; c < 4; c++) {
+                float one;
+                k->vec_dot[wt](n, &one, qx, y4 + c * rb);
+                CHECK(fabs(s4[c] - one) <= 1e-5 * (fabs(one) + mag * (c + 1)) + 1e-6, "%s %s n=%lld: dot4 column %d %.7g, single %.7g",
+                      k->name, tsr_type_name(wt), (long long)n, c, s4[c], one);
+            }
+            free(y4);
+            free(tmp);
+        }
     }
     /* activation quantizers agree with the reference within one step */
     for (int q = 0; q < 3; q++) {
