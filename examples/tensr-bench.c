@@ -23,9 +23,9 @@
 #define DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 typedef struct bench_opts {
-    const char *model, *llama_python;
-    int n_threads, n_prompt, n_gen, reps, flash_attn, compare;
-    int64_t n_ubatch;
+    const char *model, *llama_bench, *llama_python, *overrides, *output;
+    int n_threads, n_prompt, n_gen, reps, flash_attn, compare, n_gpu_layers, verbose;
+    int64_t n_batch, n_ubatch;
 } bench_opts;
 
 typedef struct result {
@@ -47,39 +47,90 @@ static int die(const char *what, const char *detail)
 
 static void usage(void)
 {
-    printf("usage: tensr-bench [-m MODEL] [-t THREADS] [-p N_PROMPT] [-n N_GEN] [-r REPS] [-ub N] [-fa on|off|auto]\n"
-           "                   [--llama-python PYTHON] [--no-llama]\n"
-           "defaults: the cached %s, -t 2, -p 512, -n 128, -r 5, -ub 512, -fa auto\n",
+    printf("usage: tensr-bench [options]\n"
+           "  -m, --model FILE          GGUF model (default: the cached %s)\n"
+           "  -p, --n-prompt N          prompt tokens of the pp test (default 512; 0 skips it)\n"
+           "  -n, --n-gen N             tokens of the tg test (default 128; 0 skips it)\n"
+           "  -t, --threads N           CPU threads (default: all cores)\n"
+           "  -b, --batch-size N        logical batch (default 2048)\n"
+           "  -ub, --ubatch-size N      physical batch (default 512)\n"
+           "  -ngl, --n-gpu-layers N    layers on GPUs (default 0)\n"
+           "  -fa, --flash-attn on|off|auto   flash attention (default auto)\n"
+           "  -ot LIST                  tensor placement overrides, as for tensr-run\n"
+           "  -r, --repetitions N       measured runs of each test (default 5)\n"
+           "  -o, --output md|json      markdown table (default) or JSON\n"
+           "  --llama-bench PATH        llama.cpp's llama-bench to run beside (default: llama-bench on PATH)\n"
+           "  --llama-python PYTHON     else a Python with llama-cpp-python (default: the venv of\n"
+           "                            tests/make-llama-refs.sh in ~/.cache/libtensr/llama-venv)\n"
+           "  --no-llama                do not measure llama.cpp\n"
+           "  -v, --verbose             log at debug level\n",
            DEFAULT_MODEL);
+}
+
+static int is(const char *a, const char *s1, const char *s2) { return !strcmp(a, s1) || (s2 && !strcmp(a, s2)); }
+
+static int parse_num(const char *flag, const char *v, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < lo || n > (1 << 30))
+        return die(flag, "expects an integer in range");
+    *out = n;
+    return 0;
+}
+
+/* Options that take a value; 0 done, 1 error, -1 unknown. */
+static int parse_value(bench_opts *o, const char *a, const char *v)
+{
+    int64_t n = 0;
+    if (is(a, "-m", "--model")) o->model = v;
+    else if (is(a, "--llama-bench", NULL)) o->llama_bench = v;
+    else if (is(a, "--llama-python", NULL)) o->llama_python = v;
+    else if (is(a, "-ot", "--override-tensor")) o->overrides = v;
+    else if (is(a, "-o", "--output")) {
+        if (strcmp(v, "md") && strcmp(v, "json"))
+            return die(a, "expects md or json");
+        o->output = v;
+    } else if (is(a, "-fa", "--flash-attn")) {
+        o->flash_attn = !strcmp(v, "on") || !strcmp(v, "1") ? 1 : !strcmp(v, "off") || !strcmp(v, "0") ? 0 : -1;
+        if (o->flash_attn < 0 && strcmp(v, "auto") && strcmp(v, "-1"))
+            return die(a, "expects on, off or auto");
+    } else if (is(a, "-p", "--n-prompt")) { if (parse_num(a, v, 0, &n)) return 1; o->n_prompt = (int)n; }
+    else if (is(a, "-n", "--n-gen")) { if (parse_num(a, v, 0, &n)) return 1; o->n_gen = (int)n; }
+    else if (is(a, "-t", "--threads")) { if (parse_num(a, v, 1, &n)) return 1; o->n_threads = (int)n; }
+    else if (is(a, "-b", "--batch-size")) { if (parse_num(a, v, 1, &n)) return 1; o->n_batch = n; }
+    else if (is(a, "-ub", "--ubatch-size")) { if (parse_num(a, v, 1, &n)) return 1; o->n_ubatch = n; }
+    else if (is(a, "-ngl", "--n-gpu-layers")) { if (parse_num(a, v, -1, &n)) return 1; o->n_gpu_layers = (int)n; }
+    else if (is(a, "-r", "--repetitions")) { if (parse_num(a, v, 1, &n)) return 1; o->reps = (int)n; }
+    else return -1;
+    return 0;
 }
 
 static int parse(int argc, char **argv, bench_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->n_threads = 2, o->n_prompt = 512, o->n_gen = 128, o->reps = 5, o->n_ubatch = 512;
-    o->flash_attn = TSR_FLASH_ATTN_AUTO, o->compare = 1;
+    o->n_prompt = 512, o->n_gen = 128, o->reps = 5, o->n_batch = 2048, o->n_ubatch = 512;
+    o->flash_attn = TSR_FLASH_ATTN_AUTO, o->compare = 1, o->output = "md";
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        const char *a = argv[i];
+        if (is(a, "-h", "--help")) {
             usage();
             return 2;
-        } else if (!strcmp(a, "--no-llama")) {
+        }
+        if (is(a, "--no-llama", NULL)) {
             o->compare = 0;
             continue;
         }
-        if (!v)
-            return die(a, "needs a value (see tensr-bench -h)");
-        int n = atoi(v);
-        if (!strcmp(a, "-m")) o->model = v;
-        else if (!strcmp(a, "--llama-python")) o->llama_python = v;
-        else if (!strcmp(a, "-fa")) o->flash_attn = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
-        else if (n < 0 || (n == 0 && strcmp(v, "0"))) return die(a, "expects a non-negative integer");
-        else if (!strcmp(a, "-t")) o->n_threads = n;
-        else if (!strcmp(a, "-p")) o->n_prompt = n;
-        else if (!strcmp(a, "-n")) o->n_gen = n;
-        else if (!strcmp(a, "-r")) o->reps = n > 0 ? n : 1;
-        else if (!strcmp(a, "-ub")) o->n_ubatch = n > 0 ? n : 512;
-        else return die(a, "unknown option (see tensr-bench -h)");
+        if (is(a, "-v", "--verbose")) {
+            o->verbose = 1;
+            continue;
+        }
+        int r = i + 1 < argc ? parse_value(o, a, argv[i + 1]) : -1;
+        if (r > 0)
+            return 1;
+        if (r < 0)
+            return die(a, i + 1 < argc ? "unknown option (see tensr-bench -h)" : "unknown option or missing value");
         i++;
     }
     return 0;
@@ -178,7 +229,8 @@ static int read_llama_bench(const char *cmd, result *pp, result *tg)
 }
 
 /* Measures llama.cpp; *how says with what, or why not. */
-static void llama_side(const bench_opts *o, const char *model, int fa, result *pp, result *tg, const char **how)
+static void llama_side(const bench_opts *o, const char *model, int n_threads, int fa, result *pp, result *tg,
+                       const char **how)
 {
     char cmd[8192], venv[4096];
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -188,9 +240,14 @@ static void llama_side(const bench_opts *o, const char *model, int fa, result *p
         *how = "not measured (--no-llama)";
         return;
     }
-    if (system("command -v llama-bench >/dev/null 2>&1") == 0) {
-        snprintf(cmd, sizeof cmd, "llama-bench -m '%s' -t %d -p %d -n %d -r %d -ub %lld -fa %d -o jsonl 2>/dev/null",
-                 model, o->n_threads, o->n_prompt, o->n_gen, o->reps, (long long)o->n_ubatch, fa);
+    const char *lb = o->llama_bench;
+    if (!lb && system("command -v llama-bench >/dev/null 2>&1") == 0)
+        lb = "llama-bench";
+    if (lb) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' -m '%s' -t %d -p %d -n %d -r %d -b %lld -ub %lld -ngl %d -fa %d -o jsonl 2>/dev/null", lb,
+                 model, n_threads, o->n_prompt, o->n_gen, o->reps, (long long)o->n_batch, (long long)o->n_ubatch,
+                 o->n_gpu_layers, fa);
         *how = read_llama_bench(cmd, pp, tg) ? "llama-bench" : "llama-bench failed";
         return;
     }
@@ -203,7 +260,7 @@ static void llama_side(const bench_opts *o, const char *model, int fa, result *p
     if (!executable(venv))
         return;
     snprintf(cmd, sizeof cmd, "'%s' '%s/examples/llama-cpp-bench.py' '%s' %d %d %d %d %d 2>/dev/null", venv,
-             TSR_SRCDIR, model, o->n_threads, o->n_prompt, o->n_gen, o->reps, fa);
+             TSR_SRCDIR, model, n_threads, o->n_prompt, o->n_gen, o->reps, fa);
     fprintf(stderr, "tensr-bench: measuring llama.cpp through llama-cpp-python (%s)\n", venv);
     *how = read_llama_lines(cmd, pp, tg) ? "llama.cpp via llama-cpp-python" : "llama-cpp-python run failed";
 }
@@ -218,10 +275,9 @@ static void cell(char *buf, size_t size, const result *r)
         snprintf(buf, size, "%.2f ± %.2f", r->mean, r->sd);
 }
 
-static void report(const bench_opts *o, const char *model, const result *ours, const result *theirs,
-                   const char *how, int fa)
+static void report_md(const bench_opts *o, const char *name, int n_threads, const result *ours,
+                      const result *theirs, const char *how, int fa)
 {
-    const char *name = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
     char a[64], b[64], test[32];
     printf("| model | threads | fa | test | tensr t/s | llama.cpp t/s | ratio |\n");
     printf("| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
@@ -231,18 +287,63 @@ static void report(const bench_opts *o, const char *model, const result *ours, c
         snprintf(test, sizeof test, "%s%d", k ? "tg" : "pp", k ? o->n_gen : o->n_prompt);
         cell(a, sizeof a, &ours[k]);
         cell(b, sizeof b, &theirs[k]);
-        printf("| %s | %d | %d | %s | %s | %s | ", name, o->n_threads, fa, test, a, b);
+        printf("| %s | %d | %d | %s | %s | %s | ", name, n_threads, fa, test, a, b);
         if (theirs[k].mean > 0)
             printf("%.2f |\n", ours[k].mean / theirs[k].mean);
         else
             printf("- |\n");
     }
     printf("\nllama.cpp: %s\n", how);
-    printf("{\"model\": \"%s\", \"threads\": %d, \"flash_attn\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "
-           "\"tensr\": {\"pp_ts\": %.3f, \"pp_sd\": %.3f, \"tg_ts\": %.3f, \"tg_sd\": %.3f}, "
-           "\"llama_cpp\": {\"how\": \"%s\", \"pp_ts\": %.3f, \"pp_sd\": %.3f, \"tg_ts\": %.3f, \"tg_sd\": %.3f}}\n",
-           name, o->n_threads, fa, o->n_prompt, o->n_gen, o->reps, ours[0].mean, ours[0].sd, ours[1].mean,
-           ours[1].sd, how, theirs[0].mean, theirs[0].sd, theirs[1].mean, theirs[1].sd);
+}
+
+/* JSON: one object per test and engine. */
+static void report_json(const bench_opts *o, const char *name, const llm_hparams *hp, int64_t size,
+                        int n_threads, const result *ours, const result *theirs, const char *how, int fa)
+{
+    int first = 1;
+    printf("[\n");
+    for (int e = 0; e < 2; e++) {
+        const result *r = e ? theirs : ours;
+        for (int k = 0; k < 2; k++) {
+            if (r[k].mean < 0)
+                continue;
+            printf("%s  {\"engine\": \"%s\", \"model\": \"%s\", \"size\": %lld, \"n_embd\": %lld, "
+                   "\"n_layer\": %d, \"backend\": \"%s\", \"threads\": %d, \"flash_attn\": %d, "
+                   "\"n_batch\": %lld, \"n_ubatch\": %lld, \"test\": \"%s%d\", \"tokens\": %d, "
+                   "\"avg_ts\": %.3f, \"stddev_ts\": %.3f}",
+                   first ? "" : ",\n", e ? how : "libtensr", name, (long long)size, (long long)hp->n_embd,
+                   hp->n_layer, tsr_backends_available(), n_threads, fa, (long long)o->n_batch,
+                   (long long)o->n_ubatch, k ? "tg" : "pp", k ? o->n_gen : o->n_prompt,
+                   k ? o->n_gen : o->n_prompt, r[k].mean, r[k].sd);
+            first = 0;
+        }
+    }
+    printf("\n]\n");
+}
+
+/* Backend and model from the options. */
+static int open_model(const bench_opts *o, tsr_backend **be, llm **m)
+{
+    tsr_backend_params bp;
+    tsr_backend_params_init(&bp, sizeof bp);
+    bp.n_threads = o->n_threads;
+    bp.flash_attn = o->flash_attn;
+    tsr_load_params ldp;
+    tsr_load_params_init(&ldp, sizeof ldp);
+    ldp.n_gpu_layers = o->n_gpu_layers;
+    tsr_buft_override *ov = NULL;
+    llm_params lp;
+    llm_params_default(&lp);
+    lp.n_ctx = o->n_prompt + o->n_gen > 0 ? o->n_prompt + o->n_gen : 1;
+    lp.n_ubatch = o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
+    if (tsr_backend_new(&bp, be) != TSR_OK)
+        return die("backend", tsr_last_error());
+    if (o->overrides && tsr_buft_overrides_parse(o->overrides, &ov) != TSR_OK)
+        return die("-ot", tsr_last_error());
+    ldp.overrides = ov;
+    tsr_status st = llm_open(*be, o->model, &ldp, &lp, m);
+    tsr_buft_overrides_free(ov);
+    return st == TSR_OK ? 0 : die(o->model, llm_last_error());
 }
 
 int main(int argc, char **argv)
@@ -251,6 +352,8 @@ int main(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc == 2 ? 0 : 1;
+    if (o.verbose)
+        tsr_log_set_level(TSR_LOG_DEBUG);
     char path[4096];
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if (!o.model) {
@@ -260,30 +363,33 @@ int main(int argc, char **argv)
             snprintf(path, sizeof path, "%s/.cache/libtensr/%s", home ? home : ".", DEFAULT_MODEL);
         o.model = path;
     }
-    tsr_backend_params bp;
-    tsr_backend_params_init(&bp, sizeof bp);
-    bp.n_threads = o.n_threads;
-    bp.flash_attn = o.flash_attn;
-    llm_params lp;
-    llm_params_default(&lp);
-    lp.n_ctx = o.n_prompt + o.n_gen > 0 ? o.n_prompt + o.n_gen : 1;
-    lp.n_ubatch = o.n_ubatch;
     tsr_backend *be = NULL;
     llm *m = NULL;
     result ours[2], theirs[2];
+    llm_hparams hp = {0};
     const char *how;
-    if (tsr_backend_new(&bp, &be) != TSR_OK)
-        rc = die("backend", tsr_last_error());
-    else if (llm_open(be, o.model, NULL, &lp, &m) != TSR_OK)
-        rc = die(o.model, llm_last_error());
-    else if (measure(m, 1, o.n_prompt, o.reps, &ours[0]) != TSR_OK || measure(m, 0, o.n_gen, o.reps, &ours[1]))
+    rc = open_model(&o, &be, &m);
+    if (rc == 0 && (measure(m, 1, o.n_prompt, o.reps, &ours[0]) != TSR_OK ||
+                    measure(m, 0, o.n_gen, o.reps, &ours[1]) != TSR_OK))
         rc = die("decode", llm_last_error());
-    int fa = be ? tsr_backend_flash_attn(be) : 0;
+    int fa = be ? tsr_backend_flash_attn(be) : 0, n_threads = be ? tsr_backend_n_threads(be) : 0;
+    if (m)
+        hp = *llm_get_hparams(m);
     llm_free(m);
-    tsr_backend_free(be);
+    tsr_backend_free(be); /* before llama.cpp runs: the cores are all its */
     if (rc == 0) {
-        llama_side(&o, o.model, fa, &theirs[0], &theirs[1], &how);
-        report(&o, o.model, ours, theirs, how, fa);
+        const char *name = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
+        FILE *f = fopen(o.model, "rb");
+        int64_t size = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0)
+            size = ftell(f);
+        if (f)
+            fclose(f);
+        llama_side(&o, o.model, n_threads, fa, &theirs[0], &theirs[1], &how);
+        if (!strcmp(o.output, "json"))
+            report_json(&o, name, &hp, size, n_threads, ours, theirs, how, fa);
+        else
+            report_md(&o, name, n_threads, ours, theirs, how, fa);
     }
     return rc;
 }

@@ -65,7 +65,7 @@ static void usage(FILE *f)
             "  -ts, --tensor-split A,B   split of layers across GPUs\n"
             "  -ot, --override-tensor P=BUFT[,...]  place tensors matching regex P on buffer type BUFT\n"
             "  -dev, --device A,B        devices to use (default: all)\n"
-            "  -fa, --flash-attn on|off|auto  flash attention (default auto)\n"
+            "  -fa, --flash-attn [on|off|auto]  flash attention (default auto; the flag alone: on)\n"
             "  -amb, --attn-max-batch N  attention max batch, MiB of K*Q per step (default 0 = no limit)\n"
             "  --temp T                  temperature (default 0.8; 0 = greedy)\n"
             "  --top-k N, --top-p P, --min-p P   sampling filters (defaults 40, 0.95, 0.05)\n"
@@ -75,7 +75,7 @@ static void usage(FILE *f)
             "  --perplexity FILE         perplexity of FILE (chunks of -c tokens, default 512)\n"
             "  --chunks N                at most N perplexity chunks\n"
             "  --list-devices            list devices and exit\n"
-            "  -v, --verbose             log loading, the memory plan and devices\n"
+            "  -v, --verbose             log at debug level (memory plan, devices, overrides)\n"
             "  -h, --help                this help\n",
             DEFAULT_MODEL);
 }
@@ -123,17 +123,22 @@ static int parse_split(const char *s, opts *o)
     return 0;
 }
 
-static int parse_fa(const char *s, int *out)
+/* on/off/auto as a tsr_flash_attn_t; -2 for another word. */
+static int parse_fa_word(const char *s)
 {
     if (!strcmp(s, "on") || !strcmp(s, "1") || !strcmp(s, "true"))
-        *out = TSR_FLASH_ATTN_ON;
-    else if (!strcmp(s, "off") || !strcmp(s, "0") || !strcmp(s, "false"))
-        *out = TSR_FLASH_ATTN_OFF;
-    else if (!strcmp(s, "auto") || !strcmp(s, "-1"))
-        *out = TSR_FLASH_ATTN_AUTO;
-    else
-        return die("-fa: '%s' is not on, off or auto%s", s, "");
-    return 0;
+        return TSR_FLASH_ATTN_ON;
+    if (!strcmp(s, "off") || !strcmp(s, "0") || !strcmp(s, "false"))
+        return TSR_FLASH_ATTN_OFF;
+    if (!strcmp(s, "auto") || !strcmp(s, "-1"))
+        return TSR_FLASH_ATTN_AUTO;
+    return -2;
+}
+
+static int parse_fa(const char *s, int *out)
+{
+    *out = parse_fa_word(s);
+    return *out == -2 ? die("-fa: '%s' is not on, off or auto%s", s, "") : 0;
 }
 
 static int is(const char *a, const char *s1, const char *s2) { return !strcmp(a, s1) || (s2 && !strcmp(a, s2)); }
@@ -186,6 +191,10 @@ static int parse_args(int argc, char **argv, opts *o)
             usage(stdout);
             return 2;
         }
+        if (is(a, "-fa", "--flash-attn") && (i + 1 >= argc || parse_fa_word(argv[i + 1]) == -2)) {
+            o->flash_attn = TSR_FLASH_ATTN_ON; /* the flag alone, as in llama.cpp */
+            continue;
+        }
         if (is(a, "--chat", NULL)) o->chat = 1;
         else if (is(a, "-v", "--verbose")) o->verbose = 1;
         else if (is(a, "--list-devices", NULL)) o->list_devices = 1;
@@ -214,8 +223,10 @@ static int list_devices(void)
         tsr_device *d = tsr_device_get(i);
         size_t free_b = 0, total = 0;
         tsr_device_memory(d, &free_b, &total);
-        printf("  %-8s %s (%zu MiB, %zu MiB free)\n", tsr_device_name(d), tsr_device_description(d), total >> 20,
-               free_b >> 20);
+        tsr_buffer_type *host = tsr_device_host_buffer_type(d);
+        printf("  %-8s %s (%zu MiB, %zu MiB free); buffer types for -ot: %s%s%s\n", tsr_device_name(d),
+               tsr_device_description(d), total >> 20, free_b >> 20,
+               tsr_buffer_type_name(tsr_device_buffer_type(d)), host ? ", " : "", host ? tsr_buffer_type_name(host) : "");
     }
     return 0;
 }
@@ -400,6 +411,20 @@ static void emit(tok_stream *ts, const tok_vocab *v, int32_t id)
     }
 }
 
+/* The next token: plain argmax (first index on ties, as the sampler) when
+ * the sampler would do nothing else; it saves sorting the vocabulary. */
+static int32_t next_token(const opts *o, smp_sampler *smp, const float *logits, int64_t nv)
+{
+    if (o->smp.temp > 0.0f || o->smp.repeat_penalty != 1.0f || o->smp.freq_penalty != 0.0f ||
+        o->smp.presence_penalty != 0.0f)
+        return smp_sample(smp, logits);
+    int64_t best = 0;
+    for (int64_t i = 1; i < nv; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return (int32_t)best;
+}
+
 typedef struct gen_stats {
     size_t n_prompt, n_gen;
     double t_prompt, t_gen;
@@ -430,7 +455,7 @@ static int generate(const opts *o, llm *m, const tok_vocab *v, const int32_t *id
     gs->t_prompt = now() - t0;
     gs->n_prompt = n;
     for (int i = 0; st == TSR_OK && (o->n_predict < 0 || i < o->n_predict); i++) {
-        int32_t id = smp_sample(smp, logits);
+        int32_t id = next_token(o, smp, logits, nv);
         smp_accept(smp, id);
         if (tok_is_eog(v, id))
             break;
@@ -447,6 +472,7 @@ static int generate(const opts *o, llm *m, const tok_vocab *v, const int32_t *id
     if (tok_stream_flush(&ts, &out, &out_len) == TSR_OK)
         fwrite(out, 1, out_len, stdout);
     printf("\n");
+    fflush(stdout); /* before the speeds on stderr */
     tok_stream_free(&ts);
     smp_free(smp);
     free(logits);
@@ -520,7 +546,8 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 2 ? 0 : 1;
-    tsr_log_set_level(o.verbose ? TSR_LOG_INFO : TSR_LOG_WARN);
+    if (o.verbose)
+        tsr_log_set_level(TSR_LOG_DEBUG); /* else TSR_LOG_LEVEL or the library's default */
     if (o.list_devices)
         return list_devices();
     if (o.n_ctx < 0) {

@@ -155,7 +155,7 @@ int main(int argc, char **argv)
     if (tsr_backend_new(&bp, &be) != TSR_OK)
         rc = die("backend", tsr_last_error());
     else if (llm_open(be, argv[a], NULL, &lp, &m) != TSR_OK)
-        rc = die(argv[a], llm_last_error());
+        rc = die("open", llm_last_error());
     static char line[1 << 17];
     while (rc == 0 && fgets(line, sizeof line, stdin))
         rc = run_line(m, line);

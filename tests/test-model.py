@@ -135,6 +135,68 @@ def test_tiny():
             steps = ev.greedy(ref["ids"], len(ref["greedy_ids"]), -1)
             judge_greedy(name, steps, ref["greedy_ids"], ref["greedy_top2"])
             ev.close()
+            if name == "tiny-mistral-spm-f32":
+                test_sliding_window(mtm, name, tmp, ref)
+                test_rope_variants(mtm, name, tmp, ref)
+
+
+def write_variant(mtm, name, path, keys=(), tensors=()):
+    """A tiny model with extra metadata keys and tensors (same weights)."""
+    import numpy as np
+    orig = mtm.gguf.GGUFWriter.add_name
+
+    def add_name(self, n):
+        orig(self, n)
+        for k, v in keys:
+            if isinstance(v, str):
+                self.add_string(k, v)
+            elif isinstance(v, float):
+                self.add_float32(k, v)
+            else:
+                self.add_uint32(k, v)
+        for tname, values in tensors:
+            self.add_tensor(tname, np.asarray(values, dtype=np.float32))
+    mtm.gguf.GGUFWriter.add_name = add_name
+    try:
+        mtm.write_model(name, path)
+    finally:
+        mtm.gguf.GGUFWriter.add_name = orig
+
+
+def test_sliding_window(mtm, name, tmp, ref):
+    """attention.sliding_window is recognised: refused (one clear line) when
+    the context exceeds the window, accepted where it makes no difference."""
+    path = os.path.join(tmp, "swa.gguf")
+    write_variant(mtm, name, path, keys=[("llama.attention.sliding_window", 32)])
+    exe = os.path.join(BUILD, "tests", "model-eval")
+    r = subprocess.run([exe, "-c", "64", path], input="logits 1 2\n", capture_output=True, text=True)
+    msg = r.stderr.strip()
+    check(r.returncode == 1 and "sliding-window" in msg and len(msg.splitlines()) == 1,
+          f"sliding window 32 with a context of 64 refused: {msg!r}")
+    ev = Evaluator(path, 32)
+    ours = ev.logits(ref["ids"])
+    diff = max(abs(a - b) for ro, rt in zip(ours, ref["positions"]) for a, b in zip(ro, rt["logits"]))
+    check(diff <= TINY_TOL, f"sliding window 32 with a context of 32 runs like the plain model: max |diff| {diff:.2e}")
+    ev.close()
+
+
+def test_rope_variants(mtm, name, tmp, ref):
+    """rope_freqs factors divide the rotation angles: factors of 2 everywhere
+    must equal linear rope scaling by 2 (freq_scale 0.5), and differ from the
+    plain model."""
+    n_rot = ref["config"]["head_dim"]
+    a, b = os.path.join(tmp, "ropefreqs.gguf"), os.path.join(tmp, "ropelinear.gguf")
+    write_variant(mtm, name, a, tensors=[("rope_freqs.weight", [2.0] * (n_rot // 2))])
+    write_variant(mtm, name, b, keys=[("llama.rope.scaling.type", "linear"), ("llama.rope.scaling.factor", 2.0)])
+    la = Evaluator(a, 64)
+    lb = Evaluator(b, 64)
+    xa, xb = la.logits(ref["ids"]), lb.logits(ref["ids"])
+    la.close()
+    lb.close()
+    d_ab = max(abs(p - q) for ra, rb in zip(xa, xb) for p, q in zip(ra, rb))
+    d_plain = max(abs(p - q) for ra, rt in zip(xa, ref["positions"]) for p, q in zip(ra, rt["logits"]))
+    check(d_ab <= 1e-4 and d_plain > 1e-2,
+          f"rope_freqs factors 2 == linear rope scaling 2: max |diff| {d_ab:.2e}; vs the unscaled model {d_plain:.2e}")
 
 
 def find_model():
