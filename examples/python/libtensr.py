@@ -67,6 +67,7 @@ def _load():
                       + "; ".join(tried))
 
 
+
 _lib, _lib_path = _load()
 
 _P = ctypes.c_void_p
@@ -77,7 +78,9 @@ _I = ctypes.c_int
 _F = ctypes.c_float
 _U32 = ctypes.c_uint32
 _U64 = ctypes.c_uint64
-_PI64 = ctypes.POINTER(ctypes.c_int64)
+_I32 = ctypes.c_int32
+_PTR = ctypes.POINTER
+_PI64 = _PTR(_I64)
 _STATUS = ctypes.c_int
 
 _LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, _P, _S, _P)
@@ -95,8 +98,8 @@ class _BuftOverride(ctypes.Structure):
 
 class _LoadParams(ctypes.Structure):
     _fields_ = [("size", _S), ("n_gpu_layers", _I), ("main_gpu", _I),
-                ("tensor_split", ctypes.POINTER(ctypes.c_float)),
-                ("overrides", ctypes.POINTER(_BuftOverride)), ("use_mmap", _I),
+                ("tensor_split", _PTR(ctypes.c_float)),
+                ("overrides", _PTR(_BuftOverride)), ("use_mmap", _I),
                 ("n_io_threads", _I), ("progress", _PROGRESS_FN), ("progress_user", _P),
                 ("verify", _I), ("plan_only", _I)]
 
@@ -108,7 +111,8 @@ class _KVCacheParams(ctypes.Structure):
 
 
 # name: (restype, argtypes). Every function the binding calls is declared;
-# a function the loaded library lacks raises tsr.Error when called.
+# a function the loaded library lacks raises tsr.Error when called. Functions
+# that share a prototype are declared together by the loops below the table.
 _T = _P  # tensor handle
 _SIGS = {
     "tsr_version": (ctypes.c_uint, []),
@@ -120,25 +124,18 @@ _SIGS = {
     "tsr_log_set": (None, [_LOG_FN, _P]),
     "tsr_log_set_level": (None, [_I]),
     "tsr_type_name": (_STR, [_I]),
-    "tsr_type_by_name": (_STATUS, [_STR, ctypes.POINTER(_I)]),
+    "tsr_type_by_name": (_STATUS, [_STR, _PTR(_I)]),
     "tsr_row_size": (_S, [_I, _I64]),
     "tsr_quantize": (_STATUS, [_I, _P, _P, _I64]),
     "tsr_dequantize": (_STATUS, [_I, _P, _P, _I64]),
     "tsr_device_count": (_S, []),
     "tsr_device_get": (_P, [_S]),
     "tsr_device_by_name": (_P, [_STR]),
-    "tsr_device_name": (_STR, [_P]),
-    "tsr_device_description": (_STR, [_P]),
     "tsr_device_kind": (_I, [_P]),
     "tsr_device_index_in_model": (_I, [_P]),
-    "tsr_device_memory": (_STATUS, [_P, ctypes.POINTER(_S), ctypes.POINTER(_S)]),
-    "tsr_device_buffer_type": (_P, [_P]),
-    "tsr_device_host_buffer_type": (_P, [_P]),
-    "tsr_buffer_type_device": (_P, [_P]),
-    "tsr_buffer_alloc": (_STATUS, [_P, _S, ctypes.POINTER(_P)]),
+    "tsr_device_memory": (_STATUS, [_P, _PTR(_S), _PTR(_S)]),
+    "tsr_buffer_alloc": (_STATUS, [_P, _S, _PTR(_P)]),
     "tsr_buffer_free": (None, [_P]),
-    "tsr_buffer_size": (_S, [_P]),
-    "tsr_buffer_get_type": (_P, [_P]),
     "tsr_type_block_size": (_I64, [_I]),
     "tsr_type_block_bytes": (_S, [_I]),
     "tsr_type_is_quantized": (_I, [_I]),
@@ -149,37 +146,29 @@ _SIGS = {
     "tsr_free": (None, [_P]),
     "tsr_backends_available": (_STR, []),
     "tsr_buffer_type_by_name": (_P, [_STR]),
-    "tsr_buffer_type_name": (_STR, [_P]),
-    "tsr_buft_overrides_parse": (_STATUS, [_STR, ctypes.POINTER(ctypes.POINTER(_BuftOverride))]),
-    "tsr_buft_overrides_free": (None, [ctypes.POINTER(_BuftOverride)]),
-    "tsr_backend_params_init": (None, [ctypes.POINTER(_BackendParams), _S]),
-    "tsr_backend_new": (_STATUS, [ctypes.POINTER(_BackendParams), ctypes.POINTER(_P)]),
+    "tsr_buft_overrides_parse": (_STATUS, [_STR, _PTR(_PTR(_BuftOverride))]),
+    "tsr_buft_overrides_free": (None, [_PTR(_BuftOverride)]),
+    "tsr_backend_params_init": (None, [_PTR(_BackendParams), _S]),
+    "tsr_backend_new": (_STATUS, [_PTR(_BackendParams), _PTR(_P)]),
     "tsr_backend_free": (None, [_P]),
-    "tsr_backend_n_devices": (_S, [_P]),
     "tsr_backend_device": (_P, [_P, _S]),
     "tsr_backend_n_threads": (_I, [_P]),
     "tsr_backend_flash_attn": (_I, [_P]),
-    "tsr_backend_attn_max_batch": (_S, [_P]),
-    "tsr_backend_n_splits": (_S, [_P]),
-    "tsr_backend_n_copies": (_S, [_P]),
-    "tsr_load_params_init": (None, [ctypes.POINTER(_LoadParams), _S]),
-    "tsr_backend_load_gguf": (_STATUS, [_P, _STR, ctypes.POINTER(_LoadParams)]),
+    "tsr_load_params_init": (None, [_PTR(_LoadParams), _S]),
+    "tsr_backend_load_gguf": (_STATUS, [_P, _STR, _PTR(_LoadParams)]),
     "tsr_backend_declare_weight": (_STATUS, [_P, _STR, _I, _I, _PI64]),
-    "tsr_backend_place_weights": (_STATUS, [_P, ctypes.POINTER(_LoadParams)]),
+    "tsr_backend_place_weights": (_STATUS, [_P, _PTR(_LoadParams)]),
     "tsr_backend_weight": (_T, [_P, _STR]),
-    "tsr_backend_n_weights": (_S, [_P]),
     "tsr_backend_weight_at": (_T, [_P, _S]),
     "tsr_backend_n_layers": (_I, [_P]),
     "tsr_backend_weight_on": (_T, [_P, _STR, _P]),
     "tsr_backend_log_plan": (None, [_P]),
     "tsr_backend_layer_buffer_type": (_P, [_P, _I]),
-    "tsr_backend_memory_plan": (_STATUS, [_P, _S, ctypes.POINTER(_S), ctypes.POINTER(_S),
-                                          ctypes.POINTER(_S)]),
+    "tsr_backend_memory_plan": (_STATUS, [_P, _S, _PTR(_S), _PTR(_S), _PTR(_S)]),
     "tsr_context_new": (_P, [_P]),
     "tsr_context_close": (None, [_P]),
     "tsr_context_error": (_STR, [_P]),
     "tsr_context_status": (_STATUS, [_P]),
-    "tsr_context_backend": (_P, [_P]),
     "tsr_input": (_T, [_P, _I, _I, _PI64, _P]),
     "tsr_new_tensor": (_T, [_P, _P, _I, _I, _PI64]),
     "tsr_empty": (_T, [_P, _I, _I, _PI64]),
@@ -190,34 +179,17 @@ _SIGS = {
     "tsr_tensor_ne": (_I64, [_T, _I]),
     "tsr_tensor_nb": (_S, [_T, _I]),
     "tsr_tensor_nelements": (_I64, [_T]),
-    "tsr_tensor_nbytes": (_S, [_T]),
     "tsr_tensor_is_contiguous": (_I, [_T]),
-    "tsr_tensor_buffer_type": (_P, [_T]),
-    "tsr_tensor_device": (_P, [_T]),
     "tsr_tensor_read": (_STATUS, [_T, _P, _S, _S]),
     "tsr_tensor_write": (_STATUS, [_T, _P, _S, _S]),
-    "tsr_add": (_T, [_P, _T, _T]),
-    "tsr_sub": (_T, [_P, _T, _T]),
-    "tsr_mul": (_T, [_P, _T, _T]),
-    "tsr_div": (_T, [_P, _T, _T]),
     "tsr_scale": (_T, [_P, _T, _F]),
-    "tsr_mul_mat": (_T, [_P, _T, _T]),
-    "tsr_get_rows": (_T, [_P, _T, _T]),
     "tsr_set_rows": (_T, [_P, _T, _T, _T]),
     "tsr_rms_norm": (_T, [_P, _T, _F]),
     "tsr_norm": (_T, [_P, _T, _F]),
     "tsr_rope": (_T, [_P, _T, _T, _I, _I, _F, _F]),
     "tsr_rope_ext": (_T, [_P, _T, _T, _T, _I, _I, _I, _F, _F, _F, _F, _F, _F]),
-    "tsr_softmax": (_T, [_P, _T]),
     "tsr_softmax_ext": (_T, [_P, _T, _T, _F]),
-    "tsr_silu": (_T, [_P, _T]),
-    "tsr_gelu": (_T, [_P, _T]),
-    "tsr_swiglu": (_T, [_P, _T, _T]),
-    "tsr_geglu": (_T, [_P, _T, _T]),
     "tsr_concat": (_T, [_P, _T, _T, _I]),
-    "tsr_argmax": (_T, [_P, _T]),
-    "tsr_cpy": (_T, [_P, _T, _T]),
-    "tsr_cont": (_T, [_P, _T]),
     "tsr_cast": (_T, [_P, _T, _I]),
     "tsr_view_1d": (_T, [_P, _T, _I64, _S]),
     "tsr_view_2d": (_T, [_P, _T, _I64, _I64, _S, _S]),
@@ -225,32 +197,27 @@ _SIGS = {
     "tsr_view_4d": (_T, [_P, _T, _I64, _I64, _I64, _I64, _S, _S, _S, _S]),
     "tsr_reshape": (_T, [_P, _T, _I, _PI64]),
     "tsr_permute": (_T, [_P, _T, _I, _I, _I, _I]),
-    "tsr_transpose": (_T, [_P, _T]),
     "tsr_flash_attn": (_T, [_P, _T, _T, _T, _T, _F]),
-    "tsr_compute": (_STATUS, [_P, ctypes.POINTER(_T), _S]),
-    "tsr_reserve": (_STATUS, [_P, ctypes.POINTER(_T), _S]),
-    "tsr_measure": (_STATUS, [_P, ctypes.POINTER(_T), _S, ctypes.POINTER(_S)]),
-    "tsr_kv_cache_params_init": (None, [ctypes.POINTER(_KVCacheParams), _S]),
-    "tsr_kv_cache_new": (_STATUS, [_P, ctypes.POINTER(_KVCacheParams), ctypes.POINTER(_P)]),
+    "tsr_compute": (_STATUS, [_P, _PTR(_T), _S]),
+    "tsr_reserve": (_STATUS, [_P, _PTR(_T), _S]),
+    "tsr_measure": (_STATUS, [_P, _PTR(_T), _S, _PTR(_S)]),
+    "tsr_kv_cache_params_init": (None, [_PTR(_KVCacheParams), _S]),
+    "tsr_kv_cache_new": (_STATUS, [_P, _PTR(_KVCacheParams), _PTR(_P)]),
     "tsr_kv_cache_free": (None, [_P]),
-    "tsr_kv_cache_begin": (_STATUS, [_P, _P, _I64, ctypes.POINTER(ctypes.c_int32),
-                                     ctypes.POINTER(ctypes.c_int32)]),
+    "tsr_kv_cache_begin": (_STATUS, [_P, _P, _I64, _PTR(_I32), _PTR(_I32)]),
     "tsr_kv_cache_clear": (None, [_P]),
-    "tsr_kv_cache_remove": (_STATUS, [_P, _I, ctypes.c_int32, ctypes.c_int32]),
+    "tsr_kv_cache_remove": (_STATUS, [_P, _I, _I32, _I32]),
     "tsr_kv_cache_used": (_I64, [_P]),
     "tsr_kv_cache_n_ctx": (_I64, [_P]),
     "tsr_kv_cache_mask": (_T, [_P]),
     "tsr_kv_cache_begin_reserve": (_STATUS, [_P, _P, _I64]),
     "tsr_attention": (_T, [_P, _P, _I, _T, _T, _T, _F]),
     "tsr_attention_nocache": (_T, [_P, _T, _T, _T, _T, _F]),
-    "tsr_gguf_open": (_STATUS, [_STR, ctypes.POINTER(_P)]),
-    "tsr_gguf_open_memory": (_STATUS, [_P, _S, _STR, _I, ctypes.POINTER(_P)]),
+    "tsr_gguf_open": (_STATUS, [_STR, _PTR(_P)]),
+    "tsr_gguf_open_memory": (_STATUS, [_P, _S, _STR, _I, _PTR(_P)]),
     "tsr_gguf_data_offset": (_U64, [_P]),
     "tsr_gguf_path": (_STR, [_P]),
-    "tsr_gguf_get_u32": (_STATUS, [_P, _STR, ctypes.POINTER(_U32)]),
-    "tsr_gguf_get_i32": (_STATUS, [_P, _STR, ctypes.POINTER(ctypes.c_int32)]),
-    "tsr_gguf_get_f32": (_STATUS, [_P, _STR, ctypes.POINTER(ctypes.c_float)]),
-    "tsr_gguf_get_raw": (_STATUS, [_P, _I64, ctypes.POINTER(_P), ctypes.POINTER(_S)]),
+    "tsr_gguf_get_raw": (_STATUS, [_P, _I64, _PTR(_P), _PTR(_S)]),
     "tsr_gguf_close": (None, [_P]),
     "tsr_gguf_version": (_U32, [_P]),
     "tsr_gguf_n_tensors": (_I64, [_P]),
@@ -259,15 +226,10 @@ _SIGS = {
     "tsr_gguf_find_key": (_I64, [_P, _STR]),
     "tsr_gguf_key_name": (_STR, [_P, _I64]),
     "tsr_gguf_key_type": (_I, [_P, _I64]),
-    "tsr_gguf_get_i64": (_STATUS, [_P, _STR, ctypes.POINTER(_I64)]),
-    "tsr_gguf_get_u64": (_STATUS, [_P, _STR, ctypes.POINTER(_U64)]),
-    "tsr_gguf_get_f64": (_STATUS, [_P, _STR, ctypes.POINTER(ctypes.c_double)]),
-    "tsr_gguf_get_bool": (_STATUS, [_P, _STR, ctypes.POINTER(_I)]),
-    "tsr_gguf_get_str": (_STATUS, [_P, _STR, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(_S)]),
-    "tsr_gguf_get_arr_info": (_STATUS, [_P, _STR, ctypes.POINTER(_I), ctypes.POINTER(_U64)]),
-    "tsr_gguf_get_arr_data": (_STATUS, [_P, _STR, ctypes.POINTER(_P)]),
-    "tsr_gguf_get_arr_str": (_STATUS, [_P, _STR, _U64, ctypes.POINTER(ctypes.c_void_p),
-                                       ctypes.POINTER(_S)]),
+    "tsr_gguf_get_str": (_STATUS, [_P, _STR, _PTR(_P), _PTR(_S)]),
+    "tsr_gguf_get_arr_info": (_STATUS, [_P, _STR, _PTR(_I), _PTR(_U64)]),
+    "tsr_gguf_get_arr_data": (_STATUS, [_P, _STR, _PTR(_P)]),
+    "tsr_gguf_get_arr_str": (_STATUS, [_P, _STR, _U64, _PTR(_P), _PTR(_S)]),
     "tsr_gguf_find_tensor": (_I64, [_P, _STR]),
     "tsr_gguf_tensor_name": (_STR, [_P, _I64]),
     "tsr_gguf_tensor_type": (_I, [_P, _I64]),
@@ -276,18 +238,37 @@ _SIGS = {
     "tsr_gguf_tensor_offset": (_U64, [_P, _I64]),
     "tsr_gguf_tensor_size": (_S, [_P, _I64]),
     "tsr_gguf_read_tensor": (_STATUS, [_P, _I64, _P, _S]),
-    "tsr_gguf_writer_new": (_STATUS, [ctypes.POINTER(_P)]),
+    "tsr_gguf_writer_new": (_STATUS, [_PTR(_P)]),
     "tsr_gguf_writer_free": (None, [_P]),
     "tsr_gguf_writer_set_alignment": (_STATUS, [_P, _S]),
     "tsr_gguf_writer_set": (_STATUS, [_P, _STR, _I, _P]),
     "tsr_gguf_writer_set_str": (_STATUS, [_P, _STR, _STR]),
     "tsr_gguf_writer_set_arr": (_STATUS, [_P, _STR, _I, _P, _U64]),
-    "tsr_gguf_writer_set_arr_str": (_STATUS, [_P, _STR, ctypes.POINTER(_STR), _U64]),
+    "tsr_gguf_writer_set_arr_str": (_STATUS, [_P, _STR, _PTR(_STR), _U64]),
     "tsr_gguf_writer_add_tensor": (_STATUS, [_P, _STR, _I, _I, _PI64, _P]),
     "tsr_gguf_writer_write_file": (_STATUS, [_P, _STR]),
     "tsr_gguf_writer_copy_keys": (_STATUS, [_P, _P]),
-    "tsr_gguf_writer_write_memory": (_STATUS, [_P, ctypes.POINTER(_P), ctypes.POINTER(_S)]),
+    "tsr_gguf_writer_write_memory": (_STATUS, [_P, _PTR(_P), _PTR(_S)]),
 }
+# graph ops of one and of two tensors
+for _name in ("softmax", "silu", "gelu", "argmax", "cont", "transpose"):
+    _SIGS["tsr_" + _name] = (_T, [_P, _T])
+for _name in ("add", "sub", "mul", "div", "mul_mat", "get_rows", "swiglu", "geglu", "cpy"):
+    _SIGS["tsr_" + _name] = (_T, [_P, _T, _T])
+# (restype, argtypes): functions of one handle
+for _res, _arg, _names in (
+        (_STR, _P, ("device_name", "device_description", "buffer_type_name")),
+        (_P, _P, ("device_buffer_type", "device_host_buffer_type", "buffer_type_device",
+                  "buffer_get_type", "tensor_buffer_type", "tensor_device")),
+        (_S, _P, ("buffer_size", "backend_n_devices", "backend_attn_max_batch",
+                  "backend_n_splits", "backend_n_copies", "backend_n_weights",
+                  "tensor_nbytes"))):
+    for _name in _names:
+        _SIGS["tsr_" + _name] = (_res, [_arg])
+# the typed GGUF getters: (handle, key, out value)
+for _name, _out in (("u32", _U32), ("i32", _I32), ("f32", ctypes.c_float), ("i64", _I64),
+                    ("u64", _U64), ("f64", ctypes.c_double), ("bool", _I)):
+    _SIGS["tsr_gguf_get_" + _name] = (_STATUS, [_P, _STR, _PTR(_out)])
 
 
 class _Lib:
@@ -374,6 +355,94 @@ def _cstr(s, what):
     return b
 
 
+def _call_out(what, fn, *args, types=(_P,)):
+    """fn(*args, &out...) for out values of the ctypes `types`: checks the
+    status and returns the values (the value itself when there is one)."""
+    outs = [t() for t in types]
+    _check(fn(*args, *[ctypes.byref(o) for o in outs]), what)
+    return outs[0].value if len(outs) == 1 else tuple(o.value for o in outs)
+
+
+def _found(h, what, fallback):
+    """h, unless it is NULL: then TSR_E_NOT_FOUND with the library's message."""
+    if not h:
+        raise Error(TSR_E_NOT_FOUND, _s(C.last_error()) or fallback, what)
+    return h
+
+
+def _init_params(struct, init):
+    """A params struct holding the library's defaults (init is its *_params_init)."""
+    p = struct()
+    init(ctypes.byref(p), ctypes.sizeof(p))
+    return p
+
+
+def _text(p, n):
+    return ctypes.string_at(p, n).decode("utf-8", "replace")
+
+
+def _buft_name(bt):
+    return _s(C.buffer_type_name(bt)) if bt else None
+
+
+class _Handle:
+    """A library object the binding owns: close() frees it (idempotent), and
+    so do the with statement and garbage collection. A subclass names the
+    object for messages (_what, _gone) and the function freeing it (_free);
+    one made from a parent (a Backend) is closed when the parent closes."""
+    _what = "object"
+    _gone = "closed"
+    _free = None  # name in C of the function that frees the handle
+    _h = None  # the handle; None once closed (or if opening failed)
+    _parent = None
+    _children = ()  # a parent's open objects (a WeakSet in a Backend)
+
+    def _own(self, h, parent=None):
+        self._h = h
+        if parent is not None:
+            self._parent = parent
+            parent._children.add(self)
+
+    def _closed(self):
+        return self._h is None
+
+    def _handle(self):
+        if self._h is None:
+            raise Error(TSR_E_STATE, "the %s is %s" % (self._what, self._gone))
+        return self._h
+
+    def close(self):
+        """Frees the object, closing what was made from it first. Idempotent."""
+        if self._h is None:
+            return
+        for child in list(self._children):
+            child.close()
+        getattr(C, self._free)(self._h)
+        self._h = None
+        if self._parent is not None:
+            self._parent._children.discard(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _getter(fn, conv=None, doc=None):
+    """A read-only property: conv(C.<fn>(handle)) (or the value itself)."""
+    def get(self):
+        v = getattr(C, fn)(self._handle())
+        return v if conv is None else conv(v)
+    return property(get, doc=doc)
+
+
 # ---------------------------------------------------------------------------
 # Version check: refuse a library with another major version
 # ---------------------------------------------------------------------------
@@ -395,20 +464,18 @@ if version_info()[0] != WRITTEN_FOR[0]:
                       "install a matching libtensr or binding (set LIBTENSR_PATH)"
                       % (WRITTEN_FOR[0], _lib_path, version()))
 
+
 # ---------------------------------------------------------------------------
 # Types, logging
 # ---------------------------------------------------------------------------
 
 
 def type_name(t):
-    n = C.type_name(int(t))
-    return _s(n)
+    return _s(C.type_name(int(t)))
 
 
 def type_by_name(name):
-    out = _I()
-    _check(C.type_by_name(_cstr(name, "type_by_name"), ctypes.byref(out)), "type_by_name")
-    return out.value
+    return _call_out("type_by_name", C.type_by_name, _cstr(name, "type_by_name"), types=(_I,))
 
 
 def _to_type(t):
@@ -423,6 +490,33 @@ def _to_type(t):
     if C.type_name(t) is None:
         raise Error(TSR_E_TYPE, "%d is not a libtensr type" % t)
     return t
+
+
+def _type_of_array(a, what):
+    """The libtensr type of a numpy array's dtype (float64 becomes F32)."""
+    dt = np.dtype(np.float32) if a.dtype == np.float64 else a.dtype
+    if dt == np.bool_:
+        raise Error(TSR_E_TYPE, "bool arrays have no libtensr type", what)
+    if dt not in _TYPE_OF_NP:
+        raise Error(TSR_E_TYPE, "numpy dtype %s has no libtensr type" % dt, what)
+    return _TYPE_OF_NP[dt]
+
+
+def _encode(array, t, what):
+    """array's values as type t, in contiguous memory (quantized types as bytes)."""
+    try:
+        if t in _NP_OF_TYPE:
+            return np.ascontiguousarray(array, dtype=_NP_OF_TYPE[t])
+        return np.frombuffer(quantize(array, t), np.uint8)
+    except (TypeError, ValueError) as e:
+        raise Error(TSR_E_TYPE, "cannot convert %s to %s: %s"
+                    % (getattr(array, "dtype", type(array).__name__), type_name(t), e), what)
+
+
+def _dims(shape):
+    """(n_dims, ne) of a numpy-order shape: ne is libtensr's order, innermost first."""
+    shape = tuple(shape)
+    return len(shape), _ne_array(reversed(shape))
 
 
 def type_info(type):
@@ -508,7 +602,7 @@ def set_log_callback(fn):
 
     def tramp(level, msg, fields, n, _user):
         try:
-            arr = ctypes.cast(fields, ctypes.POINTER(_Field))
+            arr = ctypes.cast(fields, _PTR(_Field))
             fn(level, _s(msg), {_s(arr[i].key): _s(arr[i].value) for i in range(n)})
         except Exception:  # never let a Python error unwind into C
             pass
@@ -532,13 +626,11 @@ class Device:
         self.name = _s(C.device_name(handle))
         self.description = _s(C.device_description(handle)) if hasattr(_lib, "tsr_device_description") else ""
         self.kind = {0: "cpu", 1: "gpu", 2: "accel"}.get(C.device_kind(handle), "?")
-        free, total = _S(), _S()
-        _check(C.device_memory(handle, ctypes.byref(free), ctypes.byref(total)), "device_memory")
-        self.free, self.total = free.value, total.value
+        self.free, self.total = _call_out("device_memory", C.device_memory, handle,
+                                          types=(_S, _S))
         self.index_in_model = C.device_index_in_model(handle)
-        bt, hbt = C.device_buffer_type(handle), C.device_host_buffer_type(handle)
-        self.buffer_type = _s(C.buffer_type_name(bt)) if bt else None
-        self.host_buffer_type = _s(C.buffer_type_name(hbt)) if hbt else None
+        self.buffer_type = _buft_name(C.device_buffer_type(handle))
+        self.host_buffer_type = _buft_name(C.device_host_buffer_type(handle))
 
     def __repr__(self):
         return "Device(%r, %r, free=%d, total=%d)" % (self.name, self.description, self.free,
@@ -550,57 +642,33 @@ def devices():
     return [Device(C.device_get(i)) for i in range(C.device_count())]
 
 
+def _device(d, what):
+    """The handle of a Device or of a device name (NULL when there is none)."""
+    return d._h if isinstance(d, Device) else C.device_by_name(_cstr(d, what))
+
+
 def _buft(name, what):
-    bt = C.buffer_type_by_name(_cstr(name, what))
-    if not bt:
-        raise Error(TSR_E_NOT_FOUND, _s(C.last_error()) or "no buffer type %r" % name, what)
-    return bt
+    return _found(C.buffer_type_by_name(_cstr(name, what)), what, "no buffer type %r" % name)
 
 
-class Buffer:
+class Buffer(_Handle):
     """Raw memory of a buffer type ('CPU', 'CUDA0', 'CUDA_Host'); closes on exit."""
+    _what, _gone, _free = "buffer", "freed", "buffer_free"
 
     def __init__(self, buffer_type, size):
-        out = _P()
-        self._h = None
-        _check(C.buffer_alloc(_buft(buffer_type, "buffer_alloc"), int(size), ctypes.byref(out)),
-               "buffer_alloc")
-        self._h = out.value
+        self._own(_call_out("buffer_alloc", C.buffer_alloc, _buft(buffer_type, "buffer_alloc"),
+                            int(size)))
 
-    def _handle(self):
-        if self._h is None:
-            raise Error(TSR_E_STATE, "the buffer is freed")
-        return self._h
-
-    @property
-    def size(self):
-        return C.buffer_size(self._handle())
+    size = _getter("buffer_size")
 
     @property
     def buffer_type(self):
-        return _s(C.buffer_type_name(C.buffer_get_type(self._handle())))
+        return _buft_name(C.buffer_get_type(self._handle()))
 
     @property
     def device(self):
         d = C.buffer_type_device(C.buffer_get_type(self._handle()))
         return Device(d) if d else None
-
-    def close(self):
-        if self._h is not None:
-            C.buffer_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 # ---------------------------------------------------------------------------
 # Tensors
@@ -628,6 +696,11 @@ class Tensor:
         return [C.tensor_ne(h, i) for i in range(4)]
 
     @property
+    def nb(self):
+        h = self._handle()
+        return [C.tensor_nb(h, i) for i in range(4)]
+
+    @property
     def ndim(self):
         return max(self._ndim, C.tensor_n_dims(self._handle()))
 
@@ -635,9 +708,13 @@ class Tensor:
     def shape(self):
         return tuple(reversed(self.ne[:self.ndim]))
 
-    @property
-    def type(self):
-        return C.tensor_type(self._handle())
+    type = _getter("tensor_type")
+    nbytes = _getter("tensor_nbytes")
+    is_contiguous = _getter("tensor_is_contiguous", bool)
+    buffer_type = _getter("tensor_buffer_type", _buft_name,
+                          "Name of the buffer type holding the data (None when not allocated).")
+    device = _getter("tensor_device", lambda d: _s(C.device_name(d)) if d else None,
+                     "Name of the device that ran this node in the last compute (or None).")
 
     @property
     def type_name(self):
@@ -651,68 +728,34 @@ class Tensor:
     def name(self, value):
         C.set_name(self._handle(), _cstr(value, "set_name"))
 
-    @property
-    def nbytes(self):
-        return C.tensor_nbytes(self._handle())
-
-    @property
-    def nb(self):
-        h = self._handle()
-        return [C.tensor_nb(h, i) for i in range(4)]
-
-    @property
-    def is_contiguous(self):
-        return bool(C.tensor_is_contiguous(self._handle()))
-
-    @property
-    def buffer_type(self):
-        """Name of the buffer type holding the data (None when not allocated)."""
-        bt = C.tensor_buffer_type(self._handle())
-        return _s(C.buffer_type_name(bt)) if bt else None
-
-    @property
-    def device(self):
-        """Name of the device that ran this node in the last compute (or None)."""
-        d = C.tensor_device(self._handle())
-        return _s(C.device_name(d)) if d else None
-
     def numpy(self):
         """Copies the tensor's contents out: a numpy array of .shape (quantized
         and BF16 tensors come out as float32)."""
         h = self._handle()
         t, n, size = C.tensor_type(h), C.tensor_nelements(h), C.tensor_nbytes(h)
-        if t in _NP_OF_TYPE:
-            out = np.empty(self.shape, _NP_OF_TYPE[t])
-            if size:
-                _check(C.tensor_read(h, out.ctypes.data, 0, size), "tensor_read")
-            return out
-        raw = ctypes.create_string_buffer(max(size, 1))
+        direct = t in _NP_OF_TYPE
+        out = np.empty(self.shape, _NP_OF_TYPE[t] if direct else np.float32)
+        raw = out if direct else np.empty(max(size, 1), np.uint8)
         if size:
-            _check(C.tensor_read(h, raw, 0, size), "tensor_read")
-        out = np.empty(self.shape, np.float32)
-        if n:
-            _check(C.dequantize(t, raw, out.ctypes.data, n), "dequantize")
+            _check(C.tensor_read(h, raw.ctypes.data, 0, size), "tensor_read")
+        if not direct and n:
+            _check(C.dequantize(t, raw.ctypes.data, out.ctypes.data, n), "dequantize")
         return out
 
     def write(self, array):
         """Copies a numpy array in (same number of elements; converted to the
         tensor's type, quantizing if needed), or `bytes` as they are."""
         h = self._handle()
-        t = C.tensor_type(h)
         if isinstance(array, (bytes, bytearray, memoryview)):
             x = np.frombuffer(bytes(array), np.uint8)
-            data = x.ctypes.data
-        elif t in _NP_OF_TYPE:
-            x = np.ascontiguousarray(array, dtype=_NP_OF_TYPE[t])
-            data = x.ctypes.data
         else:
-            x = np.frombuffer(quantize(array, t), np.uint8)
-            data = x.ctypes.data
-        if x.nbytes != C.tensor_nbytes(h):
+            x = _encode(array, C.tensor_type(h), "tensor_write")
+        size = C.tensor_nbytes(h)
+        if x.nbytes != size:
             raise Error(TSR_E_INVALID, "%d bytes given for a tensor of %d bytes (shape %s)"
-                        % (x.nbytes, C.tensor_nbytes(h), self.shape), "tensor_write")
-        if x.nbytes:
-            _check(C.tensor_write(h, data, 0, x.nbytes), "tensor_write")
+                        % (x.nbytes, size, self.shape), "tensor_write")
+        if size:
+            _check(C.tensor_write(h, x.ctypes.data, 0, size), "tensor_write")
 
     def __repr__(self):
         try:
@@ -773,59 +816,50 @@ def _ne_array(ne):
 # ---------------------------------------------------------------------------
 
 
-class Context:
+def _op_method(name, n_tensors, doc=None):
+    """Context.<name>(a[, b]): the graph op tsr_<name> of one or two tensors."""
+    if n_tensors == 1:
+        def op(self, a):
+            return self._op(name, (a,), None)
+    else:
+        def op(self, a, b):
+            return self._op(name, (a, b), None)
+    op.__name__, op.__qualname__, op.__doc__ = name, "Context." + name, doc
+    return op
+
+
+def _eps_method(name):
+    """Context.<name>(a, eps): a normalization op."""
+    def op(self, a, eps=1e-5):
+        return self._op(name, (a,), None, float(eps))
+    op.__name__, op.__qualname__ = name, "Context." + name
+    return op
+
+
+class Context(_Handle):
     """An arena for one forward pass: inputs, ops, compute; closes on exit."""
+    _what, _free = "context", "context_close"
 
     def __init__(self, backend):
-        self._backend = backend
         h = C.context_new(backend._handle())
         if not h:
             raise Error(TSR_E_NOMEM, _s(C.last_error()), "context_new")
-        self._h = h
-        backend._children.add(self)
-
-    def _closed(self):
-        return self._h is None
-
-    def _handle(self):
-        if self._h is None:
-            raise Error(TSR_E_STATE, "the context is closed")
-        return self._h
-
-    def close(self):
-        """Frees everything allocated through the context. Idempotent."""
-        if self._h is not None:
-            C.context_close(self._h)
-            self._h = None
-            self._backend._children.discard(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        self._own(h, backend)
 
     @property
     def backend(self):
-        return self._backend
+        return self._parent
 
-    @property
-    def error(self):
-        """The first op error recorded in the context, or None."""
-        return _s(C.context_error(self._handle()))
+    error = _getter("context_error", _s, "The first op error recorded in the context, or None.")
+
+    def _fail(self, status, what):
+        """Raises the context's recorded error (with `status`, TSR_E_INVALID if none)."""
+        raise Error(status if status != TSR_OK else TSR_E_INVALID,
+                    _s(C.context_error(self._h)) or _s(C.last_error()), what)
 
     def _wrap(self, h, ndim, what):
         if not h:
-            ctxh = self._handle()
-            st = C.context_status(ctxh)
-            raise Error(st if st != TSR_OK else TSR_E_INVALID,
-                        _s(C.context_error(ctxh)) or _s(C.last_error()), what)
+            self._fail(C.context_status(self._handle()), what)
         return Tensor(self, h, ndim)
 
     # -- tensors -----------------------------------------------------------
@@ -843,39 +877,22 @@ class Context:
             raise Error(TSR_E_INVALID, "at most 4 dimensions, got shape %s" % (array.shape,),
                         "input")
         shape = array.shape if array.ndim else (1,)
-        if type is None:
-            dt = np.dtype(np.float32) if array.dtype == np.float64 else array.dtype
-            if dt == np.bool_:
-                raise Error(TSR_E_TYPE, "bool arrays have no libtensr type", "input")
-            if dt not in _TYPE_OF_NP:
-                raise Error(TSR_E_TYPE, "numpy dtype %s has no libtensr type" % dt, "input")
-            t = _TYPE_OF_NP[dt]
-        else:
-            t = _to_type(type)
-        if t in _NP_OF_TYPE:
-            try:
-                x = np.ascontiguousarray(array, dtype=_NP_OF_TYPE[t])
-            except (TypeError, ValueError) as e:
-                raise Error(TSR_E_TYPE, "cannot convert %s to %s: %s"
-                            % (array.dtype, type_name(t), e), "input")
-            buf = x.ctypes.data
-        else:
-            x = np.frombuffer(quantize(array, t), np.uint8) if array.size else np.zeros(1, np.uint8)
-            buf = x.ctypes.data
-        ne = _ne_array(reversed(shape))
-        return self._wrap(C.input(h, t, len(shape), ne, buf), len(shape), "input")
+        t = _type_of_array(array, "input") if type is None else _to_type(type)
+        x = _encode(array, t, "input")
+        if not x.nbytes:  # never hand the library a NULL pointer
+            x = np.zeros(1, np.uint8)
+        return self._wrap(C.input(h, t, *_dims(shape), x.ctypes.data), len(shape), "input")
 
     def new_tensor(self, shape, type=F32, buffer_type=None):
         """A zero-filled tensor allocated now (numpy-order shape)."""
         bt = _buft(buffer_type, "new_tensor") if buffer_type is not None else None
-        shape = tuple(shape)
-        return self._wrap(C.new_tensor(self._handle(), bt, _to_type(type), len(shape),
-                                       _ne_array(reversed(shape))), len(shape), "new_tensor")
+        n, ne = _dims(shape)
+        return self._wrap(C.new_tensor(self._handle(), bt, _to_type(type), n, ne), n,
+                          "new_tensor")
 
     def empty(self, shape, type=F32):
-        shape = tuple(shape)
-        return self._wrap(C.empty(self._handle(), _to_type(type), len(shape),
-                                  _ne_array(reversed(shape))), len(shape), "empty")
+        n, ne = _dims(shape)
+        return self._wrap(C.empty(self._handle(), _to_type(type), n, ne), n, "empty")
 
     # -- ops -----------------------------------------------------------------
     def _op(self, name, args, ndim, *extra):
@@ -886,37 +903,28 @@ class Context:
             ndim = max([t._ndim for t in ts if t is not None] or [1])
         return self._wrap(getattr(C, name)(h, *hs, *extra), ndim, name)
 
-    def add(self, a, b):
-        return self._op("add", (a, b), None)
-
-    def sub(self, a, b):
-        return self._op("sub", (a, b), None)
-
-    def mul(self, a, b):
-        return self._op("mul", (a, b), None)
-
-    def div(self, a, b):
-        return self._op("div", (a, b), None)
+    add = _op_method("add", 2)
+    sub = _op_method("sub", 2)
+    mul = _op_method("mul", 2)
+    div = _op_method("div", 2)
+    mul_mat = _op_method("mul_mat", 2, """a [k, m] x b [k, n] -> [m, n]: result[j][i] =
+        sum_k a[i][k] b[j][k]; in numpy terms c.numpy() == b @ a.T.""")
+    swiglu = _op_method("swiglu", 2)
+    geglu = _op_method("geglu", 2)
+    silu = _op_method("silu", 1)
+    gelu = _op_method("gelu", 1)
+    cont = _op_method("cont", 1)
+    rms_norm = _eps_method("rms_norm")
+    norm = _eps_method("norm")
 
     def scale(self, a, s):
         return self._op("scale", (a,), None, float(s))
-
-    def mul_mat(self, a, b):
-        """a [k, m] x b [k, n] -> [m, n]: result[j][i] = sum_k a[i][k] b[j][k];
-        in numpy terms c.numpy() == b @ a.T."""
-        return self._op("mul_mat", (a, b), None)
 
     def get_rows(self, a, idx):
         return self._op("get_rows", (a, idx), None)
 
     def set_rows(self, dst, src, idx):
         return self._op("set_rows", (dst, src, idx), None)
-
-    def rms_norm(self, a, eps=1e-5):
-        return self._op("rms_norm", (a,), None, float(eps))
-
-    def norm(self, a, eps=1e-5):
-        return self._op("norm", (a,), None, float(eps))
 
     def rope(self, a, pos, n_dims, mode=ROPE_NORMAL, freq_base=10000.0, freq_scale=1.0,
              freq_factors=None, n_ctx_orig=0, ext_factor=0.0, attn_factor=1.0,
@@ -933,18 +941,6 @@ class Context:
             return self._op("softmax", (a,), None)
         return self._op("softmax_ext", (a, mask), None, float(scale))
 
-    def silu(self, a):
-        return self._op("silu", (a,), None)
-
-    def gelu(self, a):
-        return self._op("gelu", (a,), None)
-
-    def swiglu(self, a, b):
-        return self._op("swiglu", (a, b), None)
-
-    def geglu(self, a, b):
-        return self._op("geglu", (a, b), None)
-
     def concat(self, a, b, dim):
         """dim in libtensr's numbering (0 = innermost = numpy's last axis)."""
         return self._op("concat", (a, b), None, int(dim))
@@ -955,9 +951,6 @@ class Context:
 
     def cpy(self, a, b):
         return self._op("cpy", (a, b), _as_tensor(b, self, "cpy")._ndim)
-
-    def cont(self, a):
-        return self._op("cont", (a,), None)
 
     def cast(self, a, type):
         return self._op("cast", (a,), None, _to_type(type))
@@ -975,7 +968,7 @@ class Context:
     def reshape(self, a, shape):
         """Reshape to a numpy-order shape (same number of elements, contiguous a)."""
         shape = tuple(int(v) for v in shape)
-        return self._op("reshape", (a,), len(shape), len(shape), _ne_array(reversed(shape)))
+        return self._op("reshape", (a,), len(shape), *_dims(shape))
 
     def permute(self, a, axis0, axis1, axis2, axis3):
         return self._op("permute", (a,), 4, int(axis0), int(axis1), int(axis2), int(axis3))
@@ -999,33 +992,30 @@ class Context:
         return self._op("attention_nocache", (q, k, v, mask), 2, float(scale))
 
     # -- compute -------------------------------------------------------------
-    def _outs(self, outs, what):
+    def _graph(self, outs, what):
+        """(context handle, array of output handles, count) of compute's arguments."""
+        h = self._handle()
         if len(outs) == 1 and isinstance(outs[0], (list, tuple)):
             outs = outs[0]
         if not outs:
             raise Error(TSR_E_INVALID, "no outputs given", what)
         ts = [_as_tensor(t, self, what) for t in outs]
-        return (_T * len(ts))(*[t._h for t in ts]), len(ts)
+        return h, (_T * len(ts))(*[t._h for t in ts]), len(ts)
 
     def compute(self, *outs):
         """Runs the graph that produces the outputs (one or several tensors, or a list)."""
-        h = self._handle()
-        arr, n = self._outs(outs, "compute")
-        st = C.compute(h, arr, n)
+        st = C.compute(*self._graph(outs, "compute"))
         if st != TSR_OK:
-            raise Error(st, _s(C.context_error(h)) or _s(C.last_error()), "compute")
+            self._fail(st, "compute")
 
     def reserve(self, *outs):
-        h = self._handle()
-        arr, n = self._outs(outs, "reserve")
-        _check(C.reserve(h, arr, n), "reserve")
+        _check(C.reserve(*self._graph(outs, "reserve")), "reserve")
 
     def measure(self, *outs):
         """Peak compute bytes per backend device for this graph."""
-        h = self._handle()
-        arr, n = self._outs(outs, "measure")
-        sizes = (_S * max(1, C.backend_n_devices(self._backend._handle())))()
-        _check(C.measure(h, arr, n, sizes), "measure")
+        args = self._graph(outs, "measure")
+        sizes = (_S * max(1, C.backend_n_devices(self._parent._handle())))()
+        _check(C.measure(*args, sizes), "measure")
         return list(sizes)
 
 
@@ -1034,73 +1024,35 @@ class Context:
 # ---------------------------------------------------------------------------
 
 
-class Backend:
+class Backend(_Handle):
     """The engine: devices in use, one scheduler, the weights. Closes on exit
     (closing its contexts and KV caches first)."""
+    _what, _free = "backend", "backend_free"
 
     def __init__(self, n_threads=0, devices=None, flash_attn="auto", attn_max_batch=0):
-        p = _BackendParams()
-        C.backend_params_init(ctypes.byref(p), ctypes.sizeof(p))
+        p = _init_params(_BackendParams, C.backend_params_init)
         p.n_threads = int(n_threads)
         if flash_attn not in _FLASH:
             raise Error(TSR_E_INVALID, "flash_attn is 'auto', 'on' or 'off', not %r"
                         % (flash_attn,), "Backend")
         p.flash_attn = _FLASH[flash_attn]
         p.attn_max_batch = int(attn_max_batch)
-        self._devs = None
         if devices is not None:
-            hs = []
-            for d in devices:
-                h = d._h if isinstance(d, Device) else C.device_by_name(_cstr(d, "Backend"))
-                if not h:
-                    raise Error(TSR_E_NOT_FOUND, _s(C.last_error()) or "no device %r" % d,
-                                "Backend")
-                hs.append(h)
-            self._devs = (_P * (len(hs) + 1))(*hs, None)
-            p.devices = ctypes.cast(self._devs, _P)
-        out = _P()
-        self._h = None
+            hs = [_found(_device(d, "Backend"), "Backend", "no device %r" % d) for d in devices]
+            devs = (_P * (len(hs) + 1))(*hs, None)
+            p.devices = ctypes.cast(devs, _P)
         self._children = weakref.WeakSet()
-        _check(C.backend_new(ctypes.byref(p), ctypes.byref(out)), "backend_new")
-        self._h = out.value
-
-    def _closed(self):
-        return self._h is None
-
-    def _handle(self):
-        if self._h is None:
-            raise Error(TSR_E_STATE, "the backend is closed")
-        return self._h
-
-    def close(self):
-        if self._h is not None:
-            for c in list(self._children):
-                c.close()
-            C.backend_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        self._own(_call_out("backend_new", C.backend_new, ctypes.byref(p)))
 
     def context(self):
         return Context(self)
 
-    @property
-    def n_threads(self):
-        return C.backend_n_threads(self._handle())
-
-    @property
-    def flash_attn(self):
-        return bool(C.backend_flash_attn(self._handle()))
+    n_threads = _getter("backend_n_threads")
+    flash_attn = _getter("backend_flash_attn", bool)
+    n_layers = _getter("backend_n_layers")
+    attn_max_batch = _getter("backend_attn_max_batch")
+    n_splits = _getter("backend_n_splits", doc="Splits of the last compute/reserve.")
+    n_copies = _getter("backend_n_copies")
 
     @property
     def devices(self):
@@ -1111,16 +1063,12 @@ class Backend:
              use_mmap=False, n_io_threads=0, progress=None, verify=False):
         """Loads a GGUF file's tensors as weights. overrides: 'regex=BUFT,...';
         progress(done, total) -> True to cancel."""
-        p = _LoadParams()
-        C.load_params_init(ctypes.byref(p), ctypes.sizeof(p))
+        p = _init_params(_LoadParams, C.load_params_init)
         p.n_gpu_layers, p.main_gpu = int(n_gpu_layers), int(main_gpu)
         p.use_mmap, p.n_io_threads, p.verify = int(bool(use_mmap)), int(n_io_threads), int(verify)
-        keep = []
         if tensor_split is not None:
-            arr = (ctypes.c_float * len(tensor_split))(*tensor_split)
-            keep.append(arr)
-            p.tensor_split = arr
-        ov = ctypes.POINTER(_BuftOverride)()
+            p.tensor_split = (ctypes.c_float * len(tensor_split))(*tensor_split)
+        ov = _PTR(_BuftOverride)()
         if overrides:
             _check(C.buft_overrides_parse(_cstr(overrides, "load"), ctypes.byref(ov)), "overrides")
             p.overrides = ov
@@ -1130,9 +1078,7 @@ class Backend:
                     return 1 if progress(done, total) else 0
                 except Exception:
                     return 1
-            cb = _PROGRESS_FN(tramp)
-            keep.append(cb)
-            p.progress = cb
+            p.progress = _PROGRESS_FN(tramp)
         try:
             _check(C.backend_load_gguf(self._handle(), _cstr(os.fspath(path), "load"),
                                        ctypes.byref(p)), "load_gguf")
@@ -1141,64 +1087,42 @@ class Backend:
                 C.buft_overrides_free(ov)
 
     def declare_weight(self, name, shape, type=F32):
-        shape = tuple(shape)
         _check(C.backend_declare_weight(self._handle(), _cstr(name, "declare_weight"),
-                                        _to_type(type), len(shape), _ne_array(reversed(shape))),
-               "declare_weight")
+                                        _to_type(type), *_dims(shape)), "declare_weight")
 
     def place_weights(self):
-        p = _LoadParams()
-        C.load_params_init(ctypes.byref(p), ctypes.sizeof(p))
+        p = _init_params(_LoadParams, C.load_params_init)
         _check(C.backend_place_weights(self._handle(), ctypes.byref(p)), "place_weights")
 
-    def weight(self, name):
-        h = C.backend_weight(self._handle(), _cstr(name, "weight"))
-        if not h:
-            raise Error(TSR_E_NOT_FOUND, _s(C.last_error()) or "no weight %r" % name, "weight")
+    def _weight(self, h, name, what):
+        _found(h, what, "no weight %r" % name)
         return Tensor(self, h, C.tensor_n_dims(h))
+
+    def weight(self, name):
+        return self._weight(C.backend_weight(self._handle(), _cstr(name, "weight")), name,
+                            "weight")
+
+    def weight_on(self, name, device):
+        """The weight's copy on `device` (a Device or a name), else the weight."""
+        d = _device(device, "weight_on")
+        return self._weight(C.backend_weight_on(self._handle(), _cstr(name, "weight_on"), d),
+                            name, "weight_on")
 
     def weight_names(self):
         h = self._handle()
         return [_s(C.tensor_name(C.backend_weight_at(h, i))) for i in range(C.backend_n_weights(h))]
 
-    @property
-    def n_layers(self):
-        return C.backend_n_layers(self._handle())
-
-    @property
-    def attn_max_batch(self):
-        return C.backend_attn_max_batch(self._handle())
-
-    @property
-    def n_splits(self):
-        """Splits of the last compute/reserve."""
-        return C.backend_n_splits(self._handle())
-
-    @property
-    def n_copies(self):
-        return C.backend_n_copies(self._handle())
-
-    def weight_on(self, name, device):
-        d = device._h if isinstance(device, Device) else C.device_by_name(_cstr(device, "weight_on"))
-        h = C.backend_weight_on(self._handle(), _cstr(name, "weight_on"), d)
-        if not h:
-            raise Error(TSR_E_NOT_FOUND, _s(C.last_error()) or "no weight %r" % name, "weight_on")
-        return Tensor(self, h, C.tensor_n_dims(h))
-
     def layer_buffer_type(self, il):
-        bt = C.backend_layer_buffer_type(self._handle(), int(il))
-        return _s(C.buffer_type_name(bt)) if bt else None
+        return _buft_name(C.backend_layer_buffer_type(self._handle(), int(il)))
 
     def memory_plan(self):
         """Per device of the backend: {'device', 'weights', 'kv_cache', 'compute'} bytes."""
         h = self._handle()
         out = []
         for i in range(C.backend_n_devices(h)):
-            w, kv, c = _S(), _S(), _S()
-            _check(C.backend_memory_plan(h, i, ctypes.byref(w), ctypes.byref(kv), ctypes.byref(c)),
-                   "memory_plan")
-            out.append({"device": _s(C.device_name(C.backend_device(h, i))), "weights": w.value,
-                        "kv_cache": kv.value, "compute": c.value})
+            w, kv, c = _call_out("memory_plan", C.backend_memory_plan, h, i, types=(_S, _S, _S))
+            out.append({"device": _s(C.device_name(C.backend_device(h, i))), "weights": w,
+                        "kv_cache": kv, "compute": c})
         return out
 
     def log_plan(self):
@@ -1211,50 +1135,19 @@ class Backend:
                        type_k if type_v is None else type_v, n_seq, n_batch_max)
 
 
-class KVCache:
+class KVCache(_Handle):
     """Per-layer K/V of past tokens (see tsr_kv_cache_new(3))."""
+    _what, _free = "KV cache", "kv_cache_free"
 
     def __init__(self, backend, n_layers, n_ctx, n_head_kv, head_dim_k, head_dim_v, type_k,
                  type_v, n_seq, n_batch_max):
-        p = _KVCacheParams()
-        C.kv_cache_params_init(ctypes.byref(p), ctypes.sizeof(p))
+        p = _init_params(_KVCacheParams, C.kv_cache_params_init)
         p.n_layers, p.n_ctx, p.n_head_kv = int(n_layers), int(n_ctx), int(n_head_kv)
         p.head_dim_k, p.head_dim_v = int(head_dim_k), int(head_dim_v)
         p.type_k, p.type_v = _to_type(type_k), _to_type(type_v)
         p.n_seq, p.n_batch_max = int(n_seq), int(n_batch_max)
-        out = _P()
-        self._h = None
-        self._backend = backend
-        _check(C.kv_cache_new(backend._handle(), ctypes.byref(p), ctypes.byref(out)),
-               "kv_cache_new")
-        self._h = out.value
-        backend._children.add(self)
-
-    def _closed(self):
-        return self._h is None
-
-    def _handle(self):
-        if self._h is None:
-            raise Error(TSR_E_STATE, "the KV cache is closed")
-        return self._h
-
-    def close(self):
-        if self._h is not None:
-            C.kv_cache_free(self._h)
-            self._h = None
-            self._backend._children.discard(self)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        self._own(_call_out("kv_cache_new", C.kv_cache_new, backend._handle(), ctypes.byref(p)),
+                  backend)
 
     def begin(self, ctx, pos, seq=None):
         """Starts a batch at positions pos (sequence ids seq) in context ctx."""
@@ -1264,10 +1157,9 @@ class KVCache:
             seq = np.ascontiguousarray(seq, dtype=np.int32).reshape(-1)
             if seq.size != pos.size:
                 raise Error(TSR_E_INVALID, "seq and pos differ in length", "kv_cache_begin")
-            sp = seq.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+            sp = seq.ctypes.data_as(_PTR(_I32))
         _check(C.kv_cache_begin(self._handle(), ctx._handle(), pos.size,
-                                pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), sp),
-               "kv_cache_begin")
+                                pos.ctypes.data_as(_PTR(_I32)), sp), "kv_cache_begin")
 
     def begin_reserve(self, ctx, n_tokens):
         """Inputs of a worst-case batch over the whole cache, for ctx.reserve() or
@@ -1288,13 +1180,8 @@ class KVCache:
             raise Error(TSR_E_STATE, "no batch begun", "kv_cache_mask")
         return Tensor(ctx, h, 2)
 
-    @property
-    def used(self):
-        return C.kv_cache_used(self._handle())
-
-    @property
-    def n_ctx(self):
-        return C.kv_cache_n_ctx(self._handle())
+    used = _getter("kv_cache_used")
+    n_ctx = _getter("kv_cache_n_ctx")
 
 
 # ---------------------------------------------------------------------------
@@ -1314,72 +1201,48 @@ class TensorInfo:
         return "TensorInfo(%r, %s, ne=%s)" % (self.name, type_name(self.type), self.ne)
 
 
-class GGUF:
+# key type -> (typed getter, ctypes type of its value); other integers read as i64
+_GGUF_GET = {_G_BOOL: ("gguf_get_bool", _I), _G_F32: ("gguf_get_f32", ctypes.c_float),
+             _G_F64: ("gguf_get_f64", ctypes.c_double), _G_U64: ("gguf_get_u64", _U64),
+             _G_U32: ("gguf_get_u32", _U32)}
+_GGUF_GET.update({t: ("gguf_get_i32", _I32) for t in (_G_U8, _G_I8, _G_U16, _G_I16, _G_I32)})
+
+
+class GGUF(_Handle):
     """A GGUF file's metadata: g.keys(), g[key] / g.get(key), g.tensors(),
     g.read_tensor(name). Closes on exit."""
+    _what, _free = "GGUF file", "gguf_close"
 
     def __init__(self, path=None, data=None, name=None):
-        out = _P()
-        self._h = None
         if data is not None:  # from memory (copied by the library)
             buf = bytes(data)
-            _check(C.gguf_open_memory(buf, len(buf), _cstr(name or "<memory>", "gguf_open"), 0,
-                                      ctypes.byref(out)), "gguf_open_memory")
+            h = _call_out("gguf_open_memory", C.gguf_open_memory, buf, len(buf),
+                          _cstr(name or "<memory>", "gguf_open"), 0)
         else:
-            _check(C.gguf_open(_cstr(os.fspath(path), "gguf_open"), ctypes.byref(out)), "gguf_open")
-        self._h = out.value
+            h = _call_out("gguf_open", C.gguf_open, _cstr(os.fspath(path), "gguf_open"))
+        self._own(h)
 
     @classmethod
     def from_bytes(cls, data, name=None):
         return cls(data=data, name=name)
 
-    @property
-    def alignment(self):
-        return C.gguf_alignment(self._handle())
+    alignment = _getter("gguf_alignment")
+    data_offset = _getter("gguf_data_offset")
+    path = _getter("gguf_path", _s)
+    version = _getter("gguf_version")
 
-    @property
-    def data_offset(self):
-        return C.gguf_data_offset(self._handle())
-
-    @property
-    def path(self):
-        return _s(C.gguf_path(self._handle()))
+    def _key(self, key, what):
+        """(handle, key as bytes, key index); KeyError when absent."""
+        h, k = self._handle(), _cstr(key, what)
+        i = C.gguf_find_key(h, k)
+        if i < 0:
+            raise KeyError(key)
+        return h, k, i
 
     def raw(self, key):
         """The bytes of a scalar key's value as stored in the file."""
-        h = self._handle()
-        i = C.gguf_find_key(h, _cstr(key, "gguf_raw"))
-        if i < 0:
-            raise KeyError(key)
-        p, n = _P(), _S()
-        _check(C.gguf_get_raw(h, i, ctypes.byref(p), ctypes.byref(n)), key)
-        return ctypes.string_at(p, n.value)
-
-    def _handle(self):
-        if self._h is None:
-            raise Error(TSR_E_STATE, "the GGUF file is closed")
-        return self._h
-
-    def close(self):
-        if self._h is not None:
-            C.gguf_close(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @property
-    def version(self):
-        return C.gguf_version(self._handle())
+        h, k, i = self._key(key, "gguf_raw")
+        return ctypes.string_at(*_call_out(_s(k), C.gguf_get_raw, h, i, types=(_P, _S)))
 
     def keys(self):
         h = self._handle()
@@ -1389,43 +1252,15 @@ class GGUF:
         return C.gguf_find_key(self._handle(), _cstr(key, "gguf")) >= 0
 
     def __getitem__(self, key):
-        h = self._handle()
-        k = _cstr(key, "gguf_get")
-        i = C.gguf_find_key(h, k)
-        if i < 0:
-            raise KeyError(key)
+        h, k, i = self._key(key, "gguf_get")
         t = C.gguf_key_type(h, i)
         if t == _G_STR:
-            return self._str(k)
+            return _text(*_call_out(_s(k), C.gguf_get_str, h, k, types=(_P, _S)))
         if t == _G_ARR:
             return self._array(k)
-        if t == _G_BOOL:
-            v = _I()
-            _check(C.gguf_get_bool(h, k, ctypes.byref(v)), key)
-            return bool(v.value)
-        if t == _G_F32:
-            v = ctypes.c_float()
-            _check(C.gguf_get_f32(h, k, ctypes.byref(v)), key)
-            return v.value
-        if t == _G_F64:
-            v = ctypes.c_double()
-            _check(C.gguf_get_f64(h, k, ctypes.byref(v)), key)
-            return v.value
-        if t == _G_U64:
-            v = _U64()
-            _check(C.gguf_get_u64(h, k, ctypes.byref(v)), key)
-            return v.value
-        if t == _G_U32:
-            v = _U32()
-            _check(C.gguf_get_u32(h, k, ctypes.byref(v)), key)
-            return v.value
-        if t in (_G_U8, _G_I8, _G_U16, _G_I16, _G_I32):
-            v = ctypes.c_int32()
-            _check(C.gguf_get_i32(h, k, ctypes.byref(v)), key)
-            return v.value
-        v = _I64()
-        _check(C.gguf_get_i64(h, k, ctypes.byref(v)), key)
-        return v.value
+        fn, ctype = _GGUF_GET.get(t, ("gguf_get_i64", _I64))
+        v = _call_out(_s(k), getattr(C, fn), h, k, types=(ctype,))
+        return bool(v) if t == _G_BOOL else v
 
     def get(self, key, default=None):
         try:
@@ -1433,41 +1268,29 @@ class GGUF:
         except KeyError:
             return default
 
-    def _str(self, k):
-        p, n = ctypes.c_void_p(), _S()
-        _check(C.gguf_get_str(self._h, k, ctypes.byref(p), ctypes.byref(n)), _s(k))
-        return ctypes.string_at(p, n.value).decode("utf-8", "replace")
-
     def _array(self, k):
-        h = self._h
-        et, n = _I(), _U64()
-        _check(C.gguf_get_arr_info(h, k, ctypes.byref(et), ctypes.byref(n)), _s(k))
-        if et.value == _G_STR:
-            out = []
-            p, ln = ctypes.c_void_p(), _S()
-            for i in range(n.value):
-                _check(C.gguf_get_arr_str(h, k, i, ctypes.byref(p), ctypes.byref(ln)), _s(k))
-                out.append(ctypes.string_at(p, ln.value).decode("utf-8", "replace"))
-            return out
-        if et.value not in _G_NP:
-            raise Error(TSR_E_UNSUPPORTED, "array of type %d" % et.value, _s(k))
-        dt = np.dtype(_G_NP[et.value])
-        if n.value == 0:
+        h, what = self._h, _s(k)
+        et, n = _call_out(what, C.gguf_get_arr_info, h, k, types=(_I, _U64))
+        if et == _G_STR:
+            return [_text(*_call_out(what, C.gguf_get_arr_str, h, k, i, types=(_P, _S)))
+                    for i in range(n)]
+        if et not in _G_NP:
+            raise Error(TSR_E_UNSUPPORTED, "array of type %d" % et, what)
+        dt = np.dtype(_G_NP[et])
+        if n == 0:
             return np.empty(0, dt)
-        p = _P()
-        _check(C.gguf_get_arr_data(h, k, ctypes.byref(p)), _s(k))
-        arr = np.frombuffer(ctypes.string_at(p, n.value * dt.itemsize), dtype=dt.newbyteorder("<"))
-        return arr.astype(bool) if et.value == _G_BOOL else arr.astype(dt)
+        p = _call_out(what, C.gguf_get_arr_data, h, k)
+        arr = np.frombuffer(ctypes.string_at(p, n * dt.itemsize), dtype=dt.newbyteorder("<"))
+        return arr.astype(bool) if et == _G_BOOL else arr.astype(dt)
+
+    def _ne(self, h, i):
+        return [C.gguf_tensor_ne(h, i, d) for d in range(C.gguf_tensor_n_dims(h, i))]
 
     def tensors(self):
         h = self._handle()
-        out = []
-        for i in range(C.gguf_n_tensors(h)):
-            nd = C.gguf_tensor_n_dims(h, i)
-            out.append(TensorInfo(_s(C.gguf_tensor_name(h, i)), C.gguf_tensor_type(h, i),
-                                  [C.gguf_tensor_ne(h, i, d) for d in range(nd)],
-                                  C.gguf_tensor_offset(h, i), C.gguf_tensor_size(h, i)))
-        return out
+        return [TensorInfo(_s(C.gguf_tensor_name(h, i)), C.gguf_tensor_type(h, i),
+                           self._ne(h, i), C.gguf_tensor_offset(h, i), C.gguf_tensor_size(h, i))
+                for i in range(C.gguf_n_tensors(h))]
 
     def read_tensor(self, name, raw=False):
         """A tensor's data as numpy (quantized types dequantized to float32),
@@ -1477,84 +1300,57 @@ class GGUF:
         if i < 0:
             raise Error(TSR_E_NOT_FOUND, "no tensor %r" % name, "read_tensor")
         t, size = C.gguf_tensor_type(h, i), C.gguf_tensor_size(h, i)
-        nd = C.gguf_tensor_n_dims(h, i)
-        shape = tuple(reversed([C.gguf_tensor_ne(h, i, d) for d in range(nd)]))
+        shape = tuple(reversed(self._ne(h, i)))
         buf = ctypes.create_string_buffer(max(size, 1))
         _check(C.gguf_read_tensor(h, i, buf, size), "read_tensor")
+        data = buf.raw[:size]
         if raw:
-            return buf.raw[:size]
+            return data
         if t in _NP_OF_TYPE:
-            return np.frombuffer(buf.raw[:size], _NP_OF_TYPE[t]).reshape(shape).copy()
-        return dequantize(buf.raw[:size], t, int(np.prod(shape))).reshape(shape)
+            return np.frombuffer(data, _NP_OF_TYPE[t]).reshape(shape).copy()
+        return dequantize(data, t, int(np.prod(shape))).reshape(shape)
 
 
-class GGUFWriter:
+# GGUFWriter.set: Python type -> (gguf value type, ctypes type); bool before int
+_WRITER_SCALARS = ((bool, _G_BOOL, ctypes.c_uint8), (int, _G_I64, _I64),
+                   (float, _G_F32, ctypes.c_float))
+_G_OF_NP = {np.dtype(v): t for t, v in _G_NP.items() if t != _G_BOOL}
+
+
+class GGUFWriter(_Handle):
     """Collects keys and tensors; write(path)."""
+    _what, _free = "writer", "gguf_writer_free"
 
     def __init__(self):
-        out = _P()
-        self._h = None
-        _check(C.gguf_writer_new(ctypes.byref(out)), "gguf_writer_new")
-        self._h = out.value
-
-    def _handle(self):
-        if self._h is None:
-            raise Error(TSR_E_STATE, "the writer is closed")
-        return self._h
-
-    def close(self):
-        if self._h is not None:
-            C.gguf_writer_free(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+        self._own(_call_out("gguf_writer_new", C.gguf_writer_new))
 
     def set(self, key, value):
         """str, bool, int (INT64), float (FLOAT32), list of str, or numpy array."""
         h, k = self._handle(), _cstr(key, "gguf_writer_set")
         if isinstance(value, str):
             _check(C.gguf_writer_set_str(h, k, _cstr(value, key)), key)
-        elif isinstance(value, bool):
-            v = ctypes.c_uint8(value)
-            _check(C.gguf_writer_set(h, k, _G_BOOL, ctypes.byref(v)), key)
-        elif isinstance(value, int):
-            v = _I64(value)
-            _check(C.gguf_writer_set(h, k, _G_I64, ctypes.byref(v)), key)
-        elif isinstance(value, float):
-            v = ctypes.c_float(value)
-            _check(C.gguf_writer_set(h, k, _G_F32, ctypes.byref(v)), key)
-        elif isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
+            return
+        for pytype, gtype, ctype in _WRITER_SCALARS:
+            if isinstance(value, pytype):
+                _check(C.gguf_writer_set(h, k, gtype, ctypes.byref(ctype(value))), key)
+                return
+        if isinstance(value, (list, tuple)) and all(isinstance(x, str) for x in value):
             arr = (_STR * max(1, len(value)))(*[_cstr(x, key) for x in value])
             _check(C.gguf_writer_set_arr_str(h, k, arr, len(value)), key)
-        else:
-            a = np.ascontiguousarray(value)
-            rev = {np.dtype(v): t for t, v in _G_NP.items() if t != _G_BOOL}
-            if a.dtype not in rev:
-                raise Error(TSR_E_TYPE, "cannot store %s in GGUF" % a.dtype, key)
-            _check(C.gguf_writer_set_arr(h, k, rev[a.dtype], a.ctypes.data, a.size), key)
+            return
+        a = np.ascontiguousarray(value)
+        if a.dtype not in _G_OF_NP:
+            raise Error(TSR_E_TYPE, "cannot store %s in GGUF" % a.dtype, key)
+        _check(C.gguf_writer_set_arr(h, k, _G_OF_NP[a.dtype], a.ctypes.data, a.size), key)
 
     def add_tensor(self, name, array, type=None):
         a = np.asarray(array)
         if a.ndim == 0 or a.ndim > 4:
             raise Error(TSR_E_INVALID, "1 to 4 dimensions, got %d" % a.ndim, "add_tensor")
-        t = _to_type(type if type is not None else
-                     (np.float32 if a.dtype == np.float64 else a.dtype))
-        if t in _NP_OF_TYPE:
-            x = np.ascontiguousarray(a, dtype=_NP_OF_TYPE[t])
-        else:
-            x = np.frombuffer(quantize(a, t), np.uint8)
-        _check(C.gguf_writer_add_tensor(self._handle(), _cstr(name, "add_tensor"), t, a.ndim,
-                                        _ne_array(reversed(a.shape)), x.ctypes.data), name)
+        t = _type_of_array(a, "add_tensor") if type is None else _to_type(type)
+        x = _encode(a, t, "add_tensor")
+        _check(C.gguf_writer_add_tensor(self._handle(), _cstr(name, "add_tensor"), t,
+                                        *_dims(a.shape), x.ctypes.data), name)
 
     def set_alignment(self, alignment):
         _check(C.gguf_writer_set_alignment(self._handle(), int(alignment)), "set_alignment")
@@ -1568,10 +1364,9 @@ class GGUFWriter:
                "gguf_write")
 
     def to_bytes(self):
-        p, n = _P(), _S()
-        _check(C.gguf_writer_write_memory(self._handle(), ctypes.byref(p), ctypes.byref(n)),
-               "gguf_write_memory")
+        p, n = _call_out("gguf_write_memory", C.gguf_writer_write_memory, self._handle(),
+                         types=(_P, _S))
         try:
-            return ctypes.string_at(p, n.value)
+            return ctypes.string_at(p, n)
         finally:
             C.free(p)
