@@ -360,7 +360,10 @@ void tsr__cpu_op_get_rows(const tsr_compute_params *p, tsr_tensor *dst) {
 /* Writes n floats as a row of dst's type (quantized rows contiguous). */
 static void float_to_row(const tsr_cpu_kernels *k, const tsr_tensor *t, const float *x, char *row, int64_t n) {
     if (tsr_type_is_quantized(t->type) || (t->type != TSR_TYPE_I32 && t->nb[0] == tsr_type_block_bytes(t->type))) {
-        k->from_float[t->type](x, row, n);
+        /* stored quantized rows: the reference quantizer (the kernel table's
+         * 8-bit quantizers round like ggml's SIMD activation quantizers) */
+        if (tsr_type_is_quantized(t->type)) tsr__type_traits(t->type)->from_float(x, row, n);
+        else k->from_float[t->type](x, row, n);
         return;
     }
     for (int64_t i = 0; i < n; i++) store_f(t->type, row + i * (int64_t)t->nb[0], x[i]);

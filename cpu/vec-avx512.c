@@ -8,6 +8,7 @@
 #include "simd.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
@@ -33,22 +34,23 @@ static inline __m512 load_fp16x16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* F16 weights x F32 activations (the dot type of F16 from AVX2 up). */
-static void dot_f16_f32(int64_t n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx;
-    const float *y = vy;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(load_fp16x16(x + i), _mm512_loadu_ps(y + i), a0);
-        a1 = _mm512_fmadd_ps(load_fp16x16(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
-        a2 = _mm512_fmadd_ps(load_fp16x16(x + i + 32), _mm512_loadu_ps(y + i + 32), a2);
-        a3 = _mm512_fmadd_ps(load_fp16x16(x + i + 48), _mm512_loadu_ps(y + i + 48), a3);
-    }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load_fp16x16(x + i), _mm512_loadu_ps(y + i), a0);
-    float sum = hsum512(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    for (; i < n; i++) sum += TSR_FP16_TO_FP32(x[i]) * y[i];
-    *s = sum;
+/* F16 weights x F16 activations (rounded once per call, as in ggml), summed
+ * like ggml's ggml_vec_dot_f16 (see the AVX2 variant); the tail is masked,
+ * i.e. zero-padded to 64. */
+static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t i = 0; i < n; i += 64)
+        for (int q = 0; q < 4; q++) {
+            const int64_t o = i + 16 * q, left = n - o;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + (left > 0 ? o : 0)));
+            const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + (left > 0 ? o : 0)));
+            a[q] = _mm512_fmadd_ps(xv, yv, a[q]);
+        }
+    a[0] = _mm512_add_ps(a[0], a[2]);
+    a[1] = _mm512_add_ps(a[1], a[3]);
+    *s = hsum512(_mm512_add_ps(a[0], a[1]));
 }
 
 #define YROW(T, c) ((const T *)((const char *)vy + (c) * ystride))
@@ -307,10 +309,14 @@ static float scale_add_max(int64_t n, float *y, float scale, const float *mask) 
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->name = vnni ? "avx512_vnni" : "avx512";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
-    k->vec_dot[TSR_TYPE_F16] = dot_f16_f32; /* dot type F32, as set by the AVX2 table */
+    k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
     k->gemm_f32 = gemm_f32;
     k->scale_add_max = scale_add_max;
-    if (!vnni) return;
+    /* The 8-bit dots below pair two blocks per 512-bit vector, which sums in
+     * another order than ggml (one block per 256-bit step, as the AVX2
+     * kernels do bit for bit): they are kept for TSR_CPU_PAIRED_DOTS=1 only,
+     * since llama.cpp parity matters more here than their speed. */
+    if (!vnni || !getenv("TSR_CPU_PAIRED_DOTS")) return;
     k->vec_dot[TSR_TYPE_Q8_0] = dot_q8_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_1] = dot_q4_1_q8_1;
