@@ -379,7 +379,7 @@ TSR_API tsr_tensor *tsr_sub(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
 TSR_API tsr_tensor *tsr_mul(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
 TSR_API tsr_tensor *tsr_div(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
 TSR_API tsr_tensor *tsr_scale(tsr_context *ctx, tsr_tensor *a, float s);
-/* a: [k, m, ...] of any weight type; b: [k, n, ...] F32 (or F16);
+/* a: [k, m, ...] of any weight type; b: [k, n, ...] F32;
  * result [m, n, b->ne[2], b->ne[3]] F32, result[j][i] = sum_k a[i][k]*b[j][k];
  * a broadcasts over dims 2 and 3 (b->ne[2] % a->ne[2] == 0, same for 3). */
 TSR_API tsr_tensor *tsr_mul_mat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);

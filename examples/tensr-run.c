@@ -26,6 +26,7 @@
 typedef struct opts {
     const char *model, *prompt, *prompt_file, *ppl_file, *overrides, *devices;
     int cap_ctx, n_predict, n_threads, n_gpu_layers, main_gpu, flash_attn, chat, verbose, list_devices, n_chunks;
+    int mmap;
     int64_t n_ctx, n_batch, n_ubatch;
     size_t amb;
     float tensor_split[MAX_GPUS];
@@ -75,6 +76,7 @@ static void usage(FILE *f)
             "  --perplexity FILE         perplexity of FILE (chunks of -c tokens, default 512)\n"
             "  --chunks N                at most N perplexity chunks\n"
             "  --list-devices            list devices and exit\n"
+            "  --mmap, --no-mmap         map CPU-resident weights from the file, or copy them (default)\n"
             "  -v, --verbose             log at debug level (memory plan, devices, overrides)\n"
             "  -h, --help                this help\n",
             DEFAULT_MODEL);
@@ -198,6 +200,8 @@ static int parse_args(int argc, char **argv, opts *o)
         if (is(a, "--chat", NULL)) o->chat = 1;
         else if (is(a, "-v", "--verbose")) o->verbose = 1;
         else if (is(a, "--list-devices", NULL)) o->list_devices = 1;
+        else if (is(a, "--mmap", NULL)) o->mmap = 1;
+        else if (is(a, "--no-mmap", NULL)) o->mmap = 0;
         else {
             if (i + 1 >= argc) {
                 int known = parse_value_flag(o, a, "0") != -1;
@@ -301,6 +305,10 @@ static int open_model(const opts *o, int perplexity, tsr_backend **be, llm **m)
     lp.main_gpu = o->main_gpu;
     lp.tensor_split = o->n_split ? o->tensor_split : NULL;
     lp.overrides = ov;
+    /* copies are the default: they get huge pages, and with 4 KiB mapped
+     * pages the first pass and decoding measured slower (220 vs 21 prompt
+     * tokens/s on the first 5 tokens, 130 vs 100 generated tokens/s) */
+    lp.use_mmap = o->mmap;
     lp.progress = isatty(2) ? progress : NULL;
     lp.progress_user = &last;
 

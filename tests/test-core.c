@@ -326,19 +326,57 @@ static void test_graphs(tsr_backend *b) {
 static void test_allocator(tsr_backend *b) {
     tsr_context *ctx = tsr_context_new(b);
     int64_t ne[2] = {1024, 256};
-    tsr_tensor *t = tsr_input(ctx, TSR_TYPE_F32, 2, ne, NULL);
+    const size_t n = 1024 * 256;
+    float *in = malloc(n * sizeof *in), *got = malloc(n * sizeof *got);
+    double *ref = malloc(n * sizeof *ref);
+    tsrtest_fill(in, n, 21);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = in[i];
+    tsr_tensor *t = tsr_input(ctx, TSR_TYPE_F32, 2, ne, in);
     tsr_tensor *x = t;
-    for (int i = 0; i < 50; i++)
+    /* each result overwrites its dying source in place: the values must not suffer */
+    for (int i = 0; i < 50; i++) {
         x = (i % 2) ? tsr_silu(ctx, x) : tsr_scale(ctx, x, 0.9f);
+        for (size_t e = 0; e < n; e++)
+            ref[e] = (i % 2) ? ref[e] / (1.0 + exp(-ref[e])) : ref[e] * 0.9f;
+    }
     size_t sizes[8] = {0};
     CHECK_OK(tsr_measure(ctx, &x, 1, sizes));
     size_t cpu = tsr_backend_n_devices(b) - 1, one = 1024 * 256 * 4;
     CHECK(sizes[cpu] >= one && sizes[cpu] <= 2 * one);
     CHECK_OK(tsr_compute(ctx, &x, 1));
+    CHECK_OK(tsr_tensor_read(x, got, 0, n * sizeof *got));
+    CHECK(tsrtest_nmse(got, ref, n) < 1e-10);
+    CHECK_OK(tsr_tensor_read(t, got, 0, n * sizeof *got));
+    CHECK(memcmp(got, in, n * sizeof *got) == 0); /* inputs are never overwritten */
+    free(in), free(got), free(ref);
     size_t w, kv, comp;
     CHECK_OK(tsr_backend_memory_plan(b, cpu, &w, &kv, &comp));
     CHECK(comp >= sizes[cpu]);
     CHECK_STATUS(tsr_backend_memory_plan(b, 99, &w, &kv, &comp), TSR_E_RANGE);
+    tsr_context_close(ctx);
+}
+
+/* A result may take over a dying source only when no other source reads
+ * that memory through another view: x + transpose(x) must stay correct. */
+static void test_inplace_alias(tsr_backend *b) {
+    tsr_context *ctx = tsr_context_new(b);
+    float in[64], got[64];
+    tsrtest_fill(in, 64, 31);
+    int64_t ne[2] = {8, 8};
+    tsr_tensor *x = tsr_scale(ctx, tsr_input(ctx, TSR_TYPE_F32, 2, ne, in), 2.0f);
+    tsr_tensor *y = tsr_add(ctx, x, tsr_transpose(ctx, x));
+    tsr_tensor *z = tsr_mul(ctx, tsr_silu(ctx, y), y); /* y read twice by one node */
+    CHECK_OK(tsr_compute(ctx, &z, 1));
+    CHECK_OK(tsr_tensor_read(z, got, 0, sizeof got));
+    int bad = 0;
+    for (int r = 0; r < 8; r++)
+        for (int c = 0; c < 8; c++) {
+            double v = 2.0 * in[r * 8 + c] + 2.0 * in[c * 8 + r];
+            double want = v / (1.0 + exp(-v)) * v;
+            bad += fabs(got[r * 8 + c] - want) > 1e-5 * (1 + fabs(want));
+        }
+    CHECK(bad == 0);
     tsr_context_close(ctx);
 }
 
@@ -457,6 +495,7 @@ int main(void) {
     test_mul_mat(b);
     test_graphs(b);
     test_allocator(b);
+    test_inplace_alias(b);
     test_reserve(b);
     test_alloc_failures(b);
     test_leak_loop(b);
