@@ -186,10 +186,13 @@ static void rope_cache(const tsr_tensor *dst, float pos, const float *ff, float 
         lo = lo > 0 ? lo : 0;
         hi = hi < n_dims - 1 ? hi : n_dims - 1;
     }
-    for (int i0 = 0; i0 < n_dims; i0 += 2) {
-        /* theta per dimension directly (not by repeated multiplication): the
-         * error then stays at float rounding even for long positions */
-        const float theta_extrap = pos * powf(base, -(float)i0 / n_dims) / (ff ? ff[i0 / 2] : 1.0f);
+    /* theta by repeated multiplication with base^(-2/n_dims), in float, as
+     * ggml's rope cache does: llama.cpp parity (a per-dimension powf rounds
+     * differently from position 1 on) */
+    const float theta_scale = powf(base, -2.0f / n_dims);
+    float theta_i = pos;
+    for (int i0 = 0; i0 < n_dims; i0 += 2, theta_i *= theta_scale) {
+        const float theta_extrap = theta_i / (ff ? ff[i0 / 2] : 1.0f);
         float theta = freq_scale * theta_extrap, mscale = attn;
         if (ext != 0.0f) {
             const float y = (i0 / 2 - lo) / fmaxf(0.001f, hi - lo);
@@ -226,8 +229,10 @@ void tsr__cpu_op_rope(const tsr_compute_params *p, tsr_tensor *dst) {
             float x0, x1;
             memcpy(&x0, x + j0 * s0, 4);
             memcpy(&x1, x + j1 * s0, 4);
-            d[j0] = x0 * cache[i0] - x1 * cache[i0 + 1];
-            d[j1] = x0 * cache[i0 + 1] + x1 * cache[i0];
+            /* fused as GCC contracts ggml's rotate_pairs on FMA machines
+             * (llama.cpp parity): x0*c - x1*s and x0*s + x1*c */
+            d[j0] = fmaf(x0, cache[i0], -(x1 * cache[i0 + 1]));
+            d[j1] = fmaf(x0, cache[i0 + 1], x1 * cache[i0]);
         }
         for (int64_t i = n_dims; i < dst->ne[0]; i++) memcpy(&d[i], x + i * s0, 4);
     }
