@@ -154,6 +154,16 @@ void tsr__cpu_op_norm(const tsr_compute_params *p, tsr_tensor *dst) {
         row_coords(dst, r, &i1, &i2, &i3);
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const float *x = (const float *)at(a, 0, i1, i2, i3);
+        if (dst->op == TSR_OP_RMS_NORM) {
+            /* ggml's arithmetic (llama.cpp parity): squares in float summed
+             * in double, the mean and the scale in float */
+            double sum = 0;
+            for (int64_t i = 0; i < ne0; i++) sum += (double)(x[i] * x[i]);
+            const float ms = ne0 ? (float)(sum / ne0) : 0.0f;
+            const float scale = 1.0f / sqrtf(ms + eps);
+            for (int64_t i = 0; i < ne0; i++) d[i] = x[i] * scale;
+            continue;
+        }
         double mean = 0, sum2 = 0;
         if (dst->op == TSR_OP_NORM) {
             for (int64_t i = 0; i < ne0; i++) mean += x[i];

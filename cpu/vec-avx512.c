@@ -334,10 +334,62 @@ static float scale_add_max(int64_t n, float *y, float scale, const float *mask) 
     return _mm512_reduce_max_ps(mx);
 }
 
+
+/* e^x for 16 floats, as ggml's AVX-512 ggml_v_expf (its last step scales by
+ * 2^n with VSCALEFPS, which rounds differently from the AVX2 variant's
+ * k + k*j): the softmax and SiLU of llama.cpp on AVX-512 machines. */
+static inline __m512 exp16(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    if (!d) return res;
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(d, res, alt);
+}
+
+/* y = silu(x) * g (g NULL: silu), as ggml_vec_swiglu_f32 / ggml_v_silu. */
+static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 r = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+        if (g) r = _mm512_mul_ps(r, _mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(y + i, m, r);
+    }
+}
+
+/* Softmax exps as ggml_vec_soft_max_f32 on AVX-512: each 16 summed by
+ * _mm512_reduce_add_ps in float, the group sums in double; a tail is padded
+ * with -inf (llama.cpp's KV rows have none). */
+static double exp_sum(int64_t n, float *y, float max) {
+    const __m512 mx = _mm512_set1_ps(max);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, y + i);
+        const __m512 e = exp16(_mm512_sub_ps(v, mx));
+        _mm512_mask_storeu_ps(y + i, m, e);
+        sum += (double)_mm512_reduce_add_ps(e);
+    }
+    return sum;
+}
+
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->name = vnni ? "avx512_vnni" : "avx512";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
+    k->exp_sum = exp_sum;
+    k->silu_mul = silu_mul;
     k->sgemm_kn = 16;
     k->sgemm_dot_f16 = sgemm_dot_f16;
     k->sgemm_dot4_f16 = sgemm_dot4_f16;
