@@ -6,8 +6,6 @@
  * between nodes.
  */
 #include "cpu.h"
-#include <stdio.h>
-#include <stdlib.h>
 
 #include <stdio.h>
 #include <unistd.h>
@@ -209,15 +207,6 @@ static void run_job(void *arg, int ith, int nth) {
             fn(&p, node);
         }
         tsr__tp_barrier(s->tp);
-        if (ith == 0 && getenv("TSR_CPU_DUMP") && node->type == TSR_TYPE_F32) { /* DEBUG */
-            FILE *f = fopen(getenv("TSR_CPU_DUMP"), "ab");
-            if (f) {
-                int64_t h[6] = {node->op, node->ne[0], node->ne[1], node->ne[2], node->ne[3], (int64_t)tsr__nbytes(node)};
-                fwrite(h, sizeof h, 1, f);
-                fwrite(node->data, 1, tsr__nbytes(node), f);
-                fclose(f);
-            }
-        }
     }
 }
 
