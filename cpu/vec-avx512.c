@@ -101,163 +101,156 @@ static inline __m512i dot_s8s8_512(__m512i x, __m512i y) {
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x), sy);
 }
 
+/* The 8-bit dots below compute the integer sums of two blocks at once in a
+ * 512-bit vector, then apply the per-block scales to ONE 256-bit
+ * accumulator block after block, exactly as ggml's AVX2 kernels (and
+ * tinyBLAS's Q0 kernels) do: same bits as llama.cpp, about half the integer
+ * work. A last odd block goes through 256-bit VPDPBUSD. */
+static inline __m256 fma_pair(__m256 acc, float d0, float d1, __m512i p) {
+    const __m512 f = _mm512_cvtepi32_ps(p);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)),
+                           acc);
+}
+static inline __m256 fma_one(__m256 acc, float d, __m256i p) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+}
+static inline __m256i dot_s8s8_256(__m256i x, __m256i y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x), _mm256_sign_epi8(y, x));
+}
+static inline __m256i dot_u8s8_256(__m256i u, __m256i y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
+}
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+#define F16F(h) TSR_FP16_TO_FP32(h)
+
+/* sum (q - 8) * y = sum q * y - sum 8 * y: both unsigned x signed */
+static inline __m512i dot_q4_0_pair(__m512i ux, __m512i qy) {
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, qy),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), qy));
+}
+static inline __m256i dot_q4_0_one(const uint8_t *qs, const int8_t *yq) {
+    return dot_s8s8_256(_mm256_sub_epi8(nibbles32(qs), _mm256_set1_epi8(8)), load256(yq));
+}
+
 static void dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const tsr_block_q8_0 *x = vx, *y = vy;
     const int64_t nb = n / 32;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m512 d = pair_scale(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d),
-                                    TSR_FP16_TO_FP32(x[i + 1].d) * TSR_FP16_TO_FP32(y[i + 1].d));
-        const __m512i p = dot_s8s8_512(pair(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
-    }
-    float sum = hsum512(acc);
-    for (; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        sum += (float)sumi * TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d);
-    }
-    *s = sum;
+    for (; i + 2 <= nb; i += 2)
+        acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
+                       dot_s8s8_512(pair(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs)));
+    if (i < nb) acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_s8s8_256(load256(x[i].qs), load256(y[i].qs)));
+    *s = hsum_ps256(acc);
 }
 
 static void dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const tsr_block_q4_0 *x = vx;
     const tsr_block_q8_0 *y = vy;
     const int64_t nb = n / 32;
-    const __m512i eight = _mm512_set1_epi8(8);
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m512 d = pair_scale(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d),
-                                    TSR_FP16_TO_FP32(x[i + 1].d) * TSR_FP16_TO_FP32(y[i + 1].d));
-        const __m512i qy = pair(y[i].qs, y[i + 1].qs);
-        /* sum (q - 8) * y = sum q * y - sum 8 * y, both unsigned x signed */
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(x[i].qs, x[i + 1].qs), qy);
-        const __m512i o = _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, qy);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(p, o)), acc);
-    }
-    float sum = hsum512(acc);
-    for (; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += ((x[i].qs[j] & 0xF) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        sum += (float)sumi * TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d);
-    }
-    *s = sum;
+    for (; i + 2 <= nb; i += 2)
+        acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
+                       dot_q4_0_pair(pair_nibbles(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs)));
+    if (i < nb) acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
+    *s = hsum_ps256(acc);
 }
 
 static void dot_q4_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
     const tsr_block_q4_1 *x = vx;
     const tsr_block_q8_1 *y = vy;
     const int64_t nb = n / 32;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     float summs = 0;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        summs += TSR_FP16_TO_FP32(x[i].m) * TSR_FP16_TO_FP32(y[i].s) +
-                 TSR_FP16_TO_FP32(x[i + 1].m) * TSR_FP16_TO_FP32(y[i + 1].s);
-        const __m512 d = pair_scale(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d),
-                                    TSR_FP16_TO_FP32(x[i + 1].d) * TSR_FP16_TO_FP32(y[i + 1].d));
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(x[i].qs, x[i + 1].qs),
-                                              pair(y[i].qs, y[i + 1].qs));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+        summs += F16F(x[i].m) * F16F(y[i].s); /* one block at a time (ggml's order) */
+        summs += F16F(x[i + 1].m) * F16F(y[i + 1].s);
+        acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
+                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(x[i].qs, x[i + 1].qs),
+                                           pair(y[i].qs, y[i + 1].qs)));
     }
-    float sum = hsum512(acc) + summs;
-    for (; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) sumi += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        sum += (float)sumi * TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d) +
-               TSR_FP16_TO_FP32(x[i].m) * TSR_FP16_TO_FP32(y[i].s);
+    if (i < nb) {
+        summs += F16F(x[i].m) * F16F(y[i].s);
+        acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_u8s8_256(nibbles32(x[i].qs), load256(y[i].qs)));
     }
-    *s = sum;
+    *s = hsum_ps256(acc) + summs;
 }
 
-/* Four activation rows against one weight row, two blocks per VPDPBUSD.
- * ux: the weight values as unsigned bytes; off: a per-block offset applied
- * as -off * sum(y) (8 for Q4_0, 0 otherwise); signed weights (Q8_0) use the
- * sign trick instead. */
+/* Four activation rows against one weight row (same order per row). */
 static void dot4_q8_0(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
     const tsr_block_q8_0 *x = vx;
     const int64_t nb = n / 32;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
         const __m512i qx = pair(x[i].qs, x[i + 1].qs), ax = _mm512_abs_epi8(qx);
         const __mmask64 neg = _mm512_movepi8_mask(qx);
-        const float d0 = TSR_FP16_TO_FP32(x[i].d), d1 = TSR_FP16_TO_FP32(x[i + 1].d);
+        const float d0 = F16F(x[i].d), d1 = F16F(x[i + 1].d);
         for (int c = 0; c < 4; c++) {
             const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
             const __m512i qy = pair(y[i].qs, y[i + 1].qs);
             const __m512i sy = _mm512_mask_sub_epi8(qy, neg, _mm512_setzero_si512(), qy);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy);
-            acc[c] = _mm512_fmadd_ps(pair_scale(d0 * TSR_FP16_TO_FP32(y[i].d), d1 * TSR_FP16_TO_FP32(y[i + 1].d)),
-                                     _mm512_cvtepi32_ps(p), acc[c]);
+            acc[c] = fma_pair(acc[c], d0 * F16F(y[i].d), d1 * F16F(y[i + 1].d),
+                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy));
         }
     }
     for (int c = 0; c < 4; c++) {
-        s[c] = hsum512(acc[c]);
-        if (i < nb) {
-            float t;
-            dot_q8_0_q8_0(32, &t, x + i, YROW(tsr_block_q8_0, c) + i);
-            s[c] += t;
-        }
+        const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
+        if (i < nb)
+            acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_s8s8_256(load256(x[i].qs), load256(y[i].qs)));
+        s[c] = hsum_ps256(acc[c]);
     }
 }
 
 static void dot4_q4_0(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
     const tsr_block_q4_0 *x = vx;
     const int64_t nb = n / 32;
-    const __m512i eight = _mm512_set1_epi8(8);
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
         const __m512i ux = pair_nibbles(x[i].qs, x[i + 1].qs);
-        const float d0 = TSR_FP16_TO_FP32(x[i].d), d1 = TSR_FP16_TO_FP32(x[i + 1].d);
+        const float d0 = F16F(x[i].d), d1 = F16F(x[i + 1].d);
         for (int c = 0; c < 4; c++) {
             const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
-            const __m512i qy = pair(y[i].qs, y[i + 1].qs);
-            const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, qy),
-                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, qy));
-            acc[c] = _mm512_fmadd_ps(pair_scale(d0 * TSR_FP16_TO_FP32(y[i].d), d1 * TSR_FP16_TO_FP32(y[i + 1].d)),
-                                     _mm512_cvtepi32_ps(p), acc[c]);
+            acc[c] = fma_pair(acc[c], d0 * F16F(y[i].d), d1 * F16F(y[i + 1].d),
+                              dot_q4_0_pair(ux, pair(y[i].qs, y[i + 1].qs)));
         }
     }
     for (int c = 0; c < 4; c++) {
-        s[c] = hsum512(acc[c]);
-        if (i < nb) {
-            float t;
-            dot_q4_0_q8_0(32, &t, x + i, YROW(tsr_block_q8_0, c) + i);
-            s[c] += t;
-        }
+        const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
+        if (i < nb) acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
+        s[c] = hsum_ps256(acc[c]);
     }
 }
 
 static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
     const tsr_block_q4_1 *x = vx;
     const int64_t nb = n / 32;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     float summs[4] = {0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
         const __m512i ux = pair_nibbles(x[i].qs, x[i + 1].qs);
-        const float d0 = TSR_FP16_TO_FP32(x[i].d), d1 = TSR_FP16_TO_FP32(x[i + 1].d);
-        const float m0 = TSR_FP16_TO_FP32(x[i].m), m1 = TSR_FP16_TO_FP32(x[i + 1].m);
+        const float d0 = F16F(x[i].d), d1 = F16F(x[i + 1].d);
+        const float m0 = F16F(x[i].m), m1 = F16F(x[i + 1].m);
         for (int c = 0; c < 4; c++) {
             const tsr_block_q8_1 *y = YROW(tsr_block_q8_1, c);
-            summs[c] += m0 * TSR_FP16_TO_FP32(y[i].s) + m1 * TSR_FP16_TO_FP32(y[i + 1].s);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, pair(y[i].qs, y[i + 1].qs));
-            acc[c] = _mm512_fmadd_ps(pair_scale(d0 * TSR_FP16_TO_FP32(y[i].d), d1 * TSR_FP16_TO_FP32(y[i + 1].d)),
-                                     _mm512_cvtepi32_ps(p), acc[c]);
+            summs[c] += m0 * F16F(y[i].s);
+            summs[c] += m1 * F16F(y[i + 1].s);
+            acc[c] = fma_pair(acc[c], d0 * F16F(y[i].d), d1 * F16F(y[i + 1].d),
+                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, pair(y[i].qs, y[i + 1].qs)));
         }
     }
     for (int c = 0; c < 4; c++) {
-        s[c] = hsum512(acc[c]) + summs[c];
+        const tsr_block_q8_1 *y = YROW(tsr_block_q8_1, c);
         if (i < nb) {
-            float t;
-            dot_q4_1_q8_1(32, &t, x + i, YROW(tsr_block_q8_1, c) + i);
-            s[c] += t;
+            summs[c] += F16F(x[i].m) * F16F(y[i].s);
+            acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_u8s8_256(nibbles32(x[i].qs), load256(y[i].qs)));
         }
+        s[c] = hsum_ps256(acc[c]) + summs[c];
     }
 }
 
@@ -395,11 +388,8 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->sgemm_dot4_f16 = sgemm_dot4_f16;
     k->gemm_f32 = gemm_f32;
     k->scale_add_max = scale_add_max;
-    /* The 8-bit dots below pair two blocks per 512-bit vector, which sums in
-     * another order than ggml (one block per 256-bit step, as the AVX2
-     * kernels do bit for bit): they are kept for TSR_CPU_PAIRED_DOTS=1 only,
-     * since llama.cpp parity matters more here than their speed. */
-    if (!vnni || !getenv("TSR_CPU_PAIRED_DOTS")) return;
+    /* the paired 8-bit dots need VPDPBUSD; they sum in ggml's AVX2 order */
+    if (!vnni) return;
     k->vec_dot[TSR_TYPE_Q8_0] = dot_q8_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_1] = dot_q4_1_q8_1;
