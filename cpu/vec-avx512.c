@@ -40,7 +40,11 @@ static inline __m512 load_fp16x16(const uint16_t *p) {
 static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
     const uint16_t *x = vx, *y = vy;
     __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (int64_t i = 0; i < n; i += 64)
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) /* whole chunks: plain loads */
+        for (int q = 0; q < 4; q++)
+            a[q] = _mm512_fmadd_ps(load_fp16x16(x + i + 16 * q), load_fp16x16(y + i + 16 * q), a[q]);
+    for (; i < n; i += 64)
         for (int q = 0; q < 4; q++) {
             const int64_t o = i + 16 * q, left = n - o;
             const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
