@@ -53,6 +53,13 @@ typedef struct tsr_cpu_kernels {
                      int64_t ldb, float *c, int64_t ldc, bool acc);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
+    /* F16 x F16 dots of matmuls with >= 2 activation columns, summed as ggml's
+     * llamafile tinyBLAS does there (one accumulator of sgemm_kn lanes, FMA
+     * over k in steps of sgemm_kn, then one horizontal sum); ggml uses it when
+     * k % sgemm_kn == 0 and the weight rows m % 4 == 0. 0 / NULL: none. */
+    int sgemm_kn;
+    tsr_vec_dot_fn sgemm_dot_f16;
+    void (*sgemm_dot4_f16)(int64_t n, float s[4], const void *x, const void *y, size_t ystride);
 } tsr_cpu_kernels;
 
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);

@@ -48,8 +48,13 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     const tsr_tensor *a = dst->src[0], *b = dst->src[1];
     const tsr_cpu_kernels *k = p->k;
     const tsr_type dt = k->dot_type[a->type];
-    const tsr_vec_dot_fn dot = k->vec_dot[a->type];
-    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) = k->vec_dot4[a->type];
+    /* ggml hands F16 matmuls of >= 2 columns to llamafile's tinyBLAS, which
+     * sums in another order than its vec_dot: follow it (llama.cpp parity). */
+    const bool sgemm = a->type == TSR_TYPE_F16 && dt == TSR_TYPE_F16 && k->sgemm_kn > 0 && b->ne[1] >= 2 &&
+                       a->ne[0] % k->sgemm_kn == 0 && a->ne[1] % 4 == 0;
+    const tsr_vec_dot_fn dot = sgemm ? k->sgemm_dot_f16 : k->vec_dot[a->type];
+    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) =
+        sgemm ? k->sgemm_dot4_f16 : k->vec_dot4[a->type];
     size_t row_bytes;
     const size_t conv = conv_bytes(dst, &row_bytes);
     char *wdata = p->work;

@@ -154,6 +154,16 @@ void tsr__cpu_op_norm(const tsr_compute_params *p, tsr_tensor *dst) {
         row_coords(dst, r, &i1, &i2, &i3);
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const float *x = (const float *)at(a, 0, i1, i2, i3);
+        if (dst->op == TSR_OP_RMS_NORM) {
+            /* ggml's arithmetic (llama.cpp parity): squares in float summed
+             * in double, the mean and the scale in float */
+            double sum = 0;
+            for (int64_t i = 0; i < ne0; i++) sum += (double)(x[i] * x[i]);
+            const float ms = ne0 ? (float)(sum / ne0) : 0.0f;
+            const float scale = 1.0f / sqrtf(ms + eps);
+            for (int64_t i = 0; i < ne0; i++) d[i] = x[i] * scale;
+            continue;
+        }
         double mean = 0, sum2 = 0;
         if (dst->op == TSR_OP_NORM) {
             for (int64_t i = 0; i < ne0; i++) mean += x[i];
@@ -186,10 +196,13 @@ static void rope_cache(const tsr_tensor *dst, float pos, const float *ff, float 
         lo = lo > 0 ? lo : 0;
         hi = hi < n_dims - 1 ? hi : n_dims - 1;
     }
-    for (int i0 = 0; i0 < n_dims; i0 += 2) {
-        /* theta per dimension directly (not by repeated multiplication): the
-         * error then stays at float rounding even for long positions */
-        const float theta_extrap = pos * powf(base, -(float)i0 / n_dims) / (ff ? ff[i0 / 2] : 1.0f);
+    /* theta by repeated multiplication with base^(-2/n_dims), in float, as
+     * ggml's rope cache does: llama.cpp parity (a per-dimension powf rounds
+     * differently from position 1 on) */
+    const float theta_scale = powf(base, -2.0f / n_dims);
+    float theta_i = pos;
+    for (int i0 = 0; i0 < n_dims; i0 += 2, theta_i *= theta_scale) {
+        const float theta_extrap = theta_i / (ff ? ff[i0 / 2] : 1.0f);
         float theta = freq_scale * theta_extrap, mscale = attn;
         if (ext != 0.0f) {
             const float y = (i0 / 2 - lo) / fmaxf(0.001f, hi - lo);
@@ -226,8 +239,10 @@ void tsr__cpu_op_rope(const tsr_compute_params *p, tsr_tensor *dst) {
             float x0, x1;
             memcpy(&x0, x + j0 * s0, 4);
             memcpy(&x1, x + j1 * s0, 4);
-            d[j0] = x0 * cache[i0] - x1 * cache[i0 + 1];
-            d[j1] = x0 * cache[i0 + 1] + x1 * cache[i0];
+            /* fused as GCC contracts ggml's rotate_pairs on FMA machines
+             * (llama.cpp parity): x0*c - x1*s and x0*s + x1*c */
+            d[j0] = fmaf(x0, cache[i0], -(x1 * cache[i0 + 1]));
+            d[j1] = fmaf(x0, cache[i0 + 1], x1 * cache[i0]);
         }
         for (int64_t i = n_dims; i < dst->ne[0]; i++) memcpy(&d[i], x + i * s0, 4);
     }
@@ -360,7 +375,10 @@ void tsr__cpu_op_get_rows(const tsr_compute_params *p, tsr_tensor *dst) {
 /* Writes n floats as a row of dst's type (quantized rows contiguous). */
 static void float_to_row(const tsr_cpu_kernels *k, const tsr_tensor *t, const float *x, char *row, int64_t n) {
     if (tsr_type_is_quantized(t->type) || (t->type != TSR_TYPE_I32 && t->nb[0] == tsr_type_block_bytes(t->type))) {
-        k->from_float[t->type](x, row, n);
+        /* stored quantized rows: the reference quantizer (the kernel table's
+         * 8-bit quantizers round like ggml's SIMD activation quantizers) */
+        if (tsr_type_is_quantized(t->type)) tsr__type_traits(t->type)->from_float(x, row, n);
+        else k->from_float[t->type](x, row, n);
         return;
     }
     for (int64_t i = 0; i < n; i++) store_f(t->type, row + i * (int64_t)t->nb[0], x[i]);

@@ -7,6 +7,7 @@
 #include "simd.h"
 
 #include <math.h>
+#include <string.h>
 #include <stddef.h>
 
 static void dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
@@ -255,25 +256,31 @@ static inline void store4(float s[4], __m256 acc[4]) {
     for (int c = 0; c < 4; c++) s[c] = hsum_ps256(acc[c]);
 }
 
-/* F16 weights against F32 activations (no conversion of the activations).
- * There is deliberately no four-column F16 kernel: four F32 activation rows
- * stream from L2 at 4 bytes per element and measured slower (31 vs 54
- * GFLOP/s at k=2048) than one row at a time from L1. */
-static void dot_f16_f32(int64_t n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx;
-    const float *y = vy;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        a0 = _mm256_fmadd_ps(load_fp16x8(x + i), _mm256_loadu_ps(y + i), a0);
-        a1 = _mm256_fmadd_ps(load_fp16x8(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
-        a2 = _mm256_fmadd_ps(load_fp16x8(x + i + 16), _mm256_loadu_ps(y + i + 16), a2);
-        a3 = _mm256_fmadd_ps(load_fp16x8(x + i + 24), _mm256_loadu_ps(y + i + 24), a3);
+/* F16 weights against F16 activations (rounded to F16 once per call, F16's
+ * dot type, as in ggml), summed like ggml's AVX-512 ggml_vec_dot_f16: chunks
+ * of 64 into four 16-lane accumulators (here two 8-lane halves each),
+ * reduced (a0 + a2) + (a1 + a3), then the _mm512_reduce_add_ps tree; a tail
+ * counts as zero-padded to 64 (llama.cpp's KV rows are padded). */
+static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m256 a[8];
+    for (int q = 0; q < 8; q++) a[q] = _mm256_setzero_ps();
+    uint16_t tx[64], ty[64];
+    for (int64_t i = 0; i < n; i += 64) {
+        const uint16_t *px = x + i, *py = y + i;
+        if (n - i < 64) {
+            memset(tx, 0, sizeof tx), memset(ty, 0, sizeof ty);
+            memcpy(tx, px, (size_t)(n - i) * 2), memcpy(ty, py, (size_t)(n - i) * 2);
+            px = tx, py = ty;
+        }
+        for (int q = 0; q < 8; q++) a[q] = _mm256_fmadd_ps(load_fp16x8(px + 8 * q), load_fp16x8(py + 8 * q), a[q]);
     }
-    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(load_fp16x8(x + i), _mm256_loadu_ps(y + i), a0);
-    float sum = hsum_ps256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    for (; i < n; i++) sum += TSR_FP16_TO_FP32(x[i]) * y[i];
-    *s = sum;
+    for (int h = 0; h < 2; h++) { /* accumulator j = halves a[2j], a[2j+1] */
+        a[h] = _mm256_add_ps(a[h], a[4 + h]);
+        a[2 + h] = _mm256_add_ps(a[2 + h], a[6 + h]);
+        a[h] = _mm256_add_ps(a[h], a[2 + h]);
+    }
+    *s = hsum_ps256(_mm256_add_ps(a[1], a[0]));
 }
 
 /* Shared by Q4_0 and Q8_0 weights: signed 8-bit values qx per block. */
@@ -471,27 +478,28 @@ static inline float absmax32(const float *x, __m256 v[4]) {
     return _mm_cvtss_f32(r);
 }
 
-/* 32 floats * id rounded to int8 (round half away from zero, as roundf). */
+/* 32 floats * id rounded to int8, half to even: ggml's x86 activation
+ * quantizers (which the references were recorded with) round this way,
+ * unlike its reference quantizers (roundf). */
 static inline __m256i quant32(__m256 v[4], float id) {
-    const __m256 mul = _mm256_set1_ps(id), half = _mm256_set1_ps(0.5f), sign = _mm256_set1_ps(-0.0f);
+    const __m256 mul = _mm256_set1_ps(id);
     __m256i i32[4];
-    for (int k = 0; k < 4; k++) {
-        const __m256 x = _mm256_mul_ps(v[k], mul);
-        const __m256 r = _mm256_or_ps(_mm256_add_ps(_mm256_andnot_ps(sign, x), half), _mm256_and_ps(sign, x));
-        i32[k] = _mm256_cvttps_epi32(r);
-    }
+    for (int k = 0; k < 4; k++)
+        i32[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m256i p01 = _mm256_packs_epi32(i32[0], i32[1]), p23 = _mm256_packs_epi32(i32[2], i32[3]);
     const __m256i p = _mm256_packs_epi16(p01, p23);
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* The scale is max / 127 and the multiplier 127 / max (not 1 / d), as in
+ * ggml's x86 quantize_row_q8_0/q8_1: the multiplier decides the rounding. */
 static void quantize_q8_0(const float *x, void *vy, int64_t n) {
     tsr_block_q8_0 *y = vy;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
         __m256 v[4];
-        const float d = absmax32(x, v) / 127.0f;
-        y[i].d = tsr__fp32_to_fp16(d);
-        _mm256_storeu_si256((__m256i *)y[i].qs, quant32(v, d ? 1.0f / d : 0.0f));
+        const float amax = absmax32(x, v);
+        y[i].d = tsr__fp32_to_fp16(amax / 127.0f);
+        _mm256_storeu_si256((__m256i *)y[i].qs, quant32(v, amax != 0.0f ? 127.0f / amax : 0.0f));
     }
 }
 
@@ -499,15 +507,15 @@ static void quantize_q8_1(const float *x, void *vy, int64_t n) {
     tsr_block_q8_1 *y = vy;
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
         __m256 v[4];
-        const float d = absmax32(x, v) / 127.0f;
-        const __m256i q = quant32(v, d ? 1.0f / d : 0.0f);
+        const float amax = absmax32(x, v), d = amax / 127.0f;
+        const __m256i q = quant32(v, amax != 0.0f ? 127.0f / amax : 0.0f);
         _mm256_storeu_si256((__m256i *)y[i].qs, q);
         const __m256i s = dot_s8s8(_mm256_set1_epi8(1), q);
         __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
         y[i].d = tsr__fp32_to_fp16(d);
-        y[i].s = tsr__fp32_to_fp16((float)_mm_cvtsi128_si32(t) * d);
+        y[i].s = tsr__fp32_to_fp16(d * (float)_mm_cvtsi128_si32(t));
     }
 }
 
@@ -526,60 +534,87 @@ static void f16_to_float(const void *vx, float *y, int64_t n) {
     for (; i < n; i++) y[i] = TSR_FP16_TO_FP32(x[i]);
 }
 
-/* e^x for 8 floats: 2^n * e^r with n = round(x / ln 2), |r| <= ln2 / 2, e^r
- * by its Taylor polynomial to degree 7 (relative error < 1e-7); inputs below
- * -87.3 give 0 (so -inf gives exactly 0), above 88.7 give inf. */
+/* e^x for 8 floats, ggml's ggml_v_expf step for step (the references were
+ * recorded with it; any other exp, however accurate, rounds some values
+ * the other way, and the F16 rounding of the probabilities and the 8-bit
+ * activation quantization downstream turn one ulp into visible logit
+ * differences). -inf gives 0, overflow inf. */
 static inline __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.7f);
-    const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), overflow = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
-    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    /* 2^n in two halves so n = 128 (x near 88.7) does not overflow the exponent */
-    const __m256i ni = _mm256_cvtps_epi32(n);
-    const __m256i h = _mm256_srai_epi32(ni, 1);
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, _mm256_set1_epi32(127)), 23));
-    const __m256 s2 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), _mm256_set1_epi32(127)), 23));
-    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-    y = _mm256_andnot_ps(underflow, y);
-    return _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), overflow);
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256 c = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(126), _CMP_GT_OQ);
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(c)) return _mm256_fmadd_ps(j, k, k);
+    const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                       _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256 d = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(192), _CMP_GT_OQ);
+    return _mm256_or_ps(
+        _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                                         _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
 }
 
+/* Loads lanes [0, m) of 8 (m <= 8), the rest `fill`. */
+static inline __m256 load_part(const float *x, int64_t m, float fill) {
+    float t[8];
+    for (int q = 0; q < 8; q++) t[q] = q < m ? x[q] : fill;
+    return _mm256_loadu_ps(t);
+}
+
+/* Like ggml's AVX-512 softmax: the exps of each 16 elements are summed in
+ * float (the _mm512_reduce_add_ps tree), the group sums in double. The tail
+ * goes through the same exp and tree, padded with -inf (llama.cpp pads its
+ * KV rows with masked cells, so its rows have no tail). */
 static double exp_sum(int64_t n, float *y, float max) {
     const __m256 m = _mm256_set1_ps(max);
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(y + i), m));
-        _mm256_storeu_ps(y + i, e);
-        acc = _mm256_add_ps(acc, e);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        __m256 e[2];
+        for (int h = 0; h < 2; h++) {
+            const int64_t o = i + 8 * h, left = n - o;
+            if (left >= 8) {
+                e[h] = exp8(_mm256_sub_ps(_mm256_loadu_ps(y + o), m));
+                _mm256_storeu_ps(y + o, e[h]);
+            } else if (left > 0) {
+                e[h] = exp8(_mm256_sub_ps(load_part(y + o, left, -INFINITY), m));
+                float t[8];
+                _mm256_storeu_ps(t, e[h]);
+                memcpy(y + o, t, (size_t)left * sizeof(float));
+            } else {
+                e[h] = _mm256_setzero_ps();
+            }
+        }
+        sum += (double)hsum_ps256(_mm256_add_ps(e[1], e[0]));
     }
-    double sum = hsum_ps256(acc);
-    for (; i < n; i++) sum += (y[i] = expf(y[i] - max));
     return sum;
 }
 
 static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
-    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_xor_ps(v, sign))));
-        if (g) r = _mm256_mul_ps(r, _mm256_loadu_ps(g + i));
-        _mm256_storeu_ps(y + i, r);
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t left = n - i < 8 ? n - i : 8;
+        const __m256 v = left == 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, 0.0f);
+        __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, v))));
+        if (g) r = _mm256_mul_ps(r, left == 8 ? _mm256_loadu_ps(g + i) : load_part(g + i, left, 0.0f));
+        if (left == 8) {
+            _mm256_storeu_ps(y + i, r);
+        } else {
+            float t[8];
+            _mm256_storeu_ps(t, r);
+            memcpy(y + i, t, (size_t)left * sizeof(float));
+        }
     }
-    for (; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * (g ? g[i] : 1.0f);
 }
 
 /* ---- fused attention blocks ------------------------------------------------- */
@@ -688,8 +723,7 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot[TSR_TYPE_Q4_K] = dot_q4_K_q8_K;
     k->vec_dot[TSR_TYPE_Q5_K] = dot_q5_K_q8_K;
     k->vec_dot[TSR_TYPE_Q6_K] = dot_q6_K_q8_K;
-    k->vec_dot[TSR_TYPE_F16] = dot_f16_f32;
-    k->dot_type[TSR_TYPE_F16] = TSR_TYPE_F32;
+    k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;

@@ -8,6 +8,7 @@
 #include "simd.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
@@ -33,22 +34,55 @@ static inline __m512 load_fp16x16(const uint16_t *p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* F16 weights x F32 activations (the dot type of F16 from AVX2 up). */
-static void dot_f16_f32(int64_t n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx;
-    const float *y = vy;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+/* F16 weights x F16 activations (rounded once per call, as in ggml), summed
+ * like ggml's ggml_vec_dot_f16 (see the AVX2 variant); the tail is masked,
+ * i.e. zero-padded to 64. */
+static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_fmadd_ps(load_fp16x16(x + i), _mm512_loadu_ps(y + i), a0);
-        a1 = _mm512_fmadd_ps(load_fp16x16(x + i + 16), _mm512_loadu_ps(y + i + 16), a1);
-        a2 = _mm512_fmadd_ps(load_fp16x16(x + i + 32), _mm512_loadu_ps(y + i + 32), a2);
-        a3 = _mm512_fmadd_ps(load_fp16x16(x + i + 48), _mm512_loadu_ps(y + i + 48), a3);
+    for (; i + 64 <= n; i += 64) /* whole chunks: plain loads */
+        for (int q = 0; q < 4; q++)
+            a[q] = _mm512_fmadd_ps(load_fp16x16(x + i + 16 * q), load_fp16x16(y + i + 16 * q), a[q]);
+    for (; i < n; i += 64)
+        for (int q = 0; q < 4; q++) {
+            const int64_t o = i + 16 * q, left = n - o;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + (left > 0 ? o : 0)));
+            const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + (left > 0 ? o : 0)));
+            a[q] = _mm512_fmadd_ps(xv, yv, a[q]);
+        }
+    a[0] = _mm512_add_ps(a[0], a[2]);
+    a[1] = _mm512_add_ps(a[1], a[3]);
+    *s = hsum512(_mm512_add_ps(a[0], a[1]));
+}
+
+/* tinyBLAS order (llamafile sgemm, AVX-512): one 16-lane accumulator, then
+ * _mm512_reduce_add_ps; n % 16 == 0 (the caller checks). */
+static void sgemm_dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
+    const uint16_t *x = vx, *y = vy;
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 16) a = _mm512_fmadd_ps(load_fp16x16(x + i), load_fp16x16(y + i), a);
+    *s = _mm512_reduce_add_ps(a);
+}
+
+static void sgemm_dot4_f16(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
+    const uint16_t *x = vx;
+    const uint16_t *y0 = vy, *y1 = (const uint16_t *)((const char *)vy + ystride),
+                   *y2 = (const uint16_t *)((const char *)vy + 2 * ystride),
+                   *y3 = (const uint16_t *)((const char *)vy + 3 * ystride);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __m512 xv = load_fp16x16(x + i);
+        a0 = _mm512_fmadd_ps(xv, load_fp16x16(y0 + i), a0);
+        a1 = _mm512_fmadd_ps(xv, load_fp16x16(y1 + i), a1);
+        a2 = _mm512_fmadd_ps(xv, load_fp16x16(y2 + i), a2);
+        a3 = _mm512_fmadd_ps(xv, load_fp16x16(y3 + i), a3);
     }
-    for (; i + 16 <= n; i += 16) a0 = _mm512_fmadd_ps(load_fp16x16(x + i), _mm512_loadu_ps(y + i), a0);
-    float sum = hsum512(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    for (; i < n; i++) sum += TSR_FP16_TO_FP32(x[i]) * y[i];
-    *s = sum;
+    s[0] = _mm512_reduce_add_ps(a0);
+    s[1] = _mm512_reduce_add_ps(a1);
+    s[2] = _mm512_reduce_add_ps(a2);
+    s[3] = _mm512_reduce_add_ps(a3);
 }
 
 #define YROW(T, c) ((const T *)((const char *)vy + (c) * ystride))
@@ -71,163 +105,156 @@ static inline __m512i dot_s8s8_512(__m512i x, __m512i y) {
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(x), sy);
 }
 
+/* The 8-bit dots below compute the integer sums of two blocks at once in a
+ * 512-bit vector, then apply the per-block scales to ONE 256-bit
+ * accumulator block after block, exactly as ggml's AVX2 kernels (and
+ * tinyBLAS's Q0 kernels) do: same bits as llama.cpp, about half the integer
+ * work. A last odd block goes through 256-bit VPDPBUSD. */
+static inline __m256 fma_pair(__m256 acc, float d0, float d1, __m512i p) {
+    const __m512 f = _mm512_cvtepi32_ps(p);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)),
+                           acc);
+}
+static inline __m256 fma_one(__m256 acc, float d, __m256i p) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+}
+static inline __m256i dot_s8s8_256(__m256i x, __m256i y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x), _mm256_sign_epi8(y, x));
+}
+static inline __m256i dot_u8s8_256(__m256i u, __m256i y) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
+}
+static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+#define F16F(h) TSR_FP16_TO_FP32(h)
+
+/* sum (q - 8) * y = sum q * y - sum 8 * y: both unsigned x signed */
+static inline __m512i dot_q4_0_pair(__m512i ux, __m512i qy) {
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, qy),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(8), qy));
+}
+static inline __m256i dot_q4_0_one(const uint8_t *qs, const int8_t *yq) {
+    return dot_s8s8_256(_mm256_sub_epi8(nibbles32(qs), _mm256_set1_epi8(8)), load256(yq));
+}
+
 static void dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const tsr_block_q8_0 *x = vx, *y = vy;
     const int64_t nb = n / 32;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m512 d = pair_scale(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d),
-                                    TSR_FP16_TO_FP32(x[i + 1].d) * TSR_FP16_TO_FP32(y[i + 1].d));
-        const __m512i p = dot_s8s8_512(pair(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
-    }
-    float sum = hsum512(acc);
-    for (; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        sum += (float)sumi * TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d);
-    }
-    *s = sum;
+    for (; i + 2 <= nb; i += 2)
+        acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
+                       dot_s8s8_512(pair(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs)));
+    if (i < nb) acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_s8s8_256(load256(x[i].qs), load256(y[i].qs)));
+    *s = hsum_ps256(acc);
 }
 
 static void dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     const tsr_block_q4_0 *x = vx;
     const tsr_block_q8_0 *y = vy;
     const int64_t nb = n / 32;
-    const __m512i eight = _mm512_set1_epi8(8);
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m512 d = pair_scale(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d),
-                                    TSR_FP16_TO_FP32(x[i + 1].d) * TSR_FP16_TO_FP32(y[i + 1].d));
-        const __m512i qy = pair(y[i].qs, y[i + 1].qs);
-        /* sum (q - 8) * y = sum q * y - sum 8 * y, both unsigned x signed */
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(x[i].qs, x[i + 1].qs), qy);
-        const __m512i o = _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, qy);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(p, o)), acc);
-    }
-    float sum = hsum512(acc);
-    for (; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += ((x[i].qs[j] & 0xF) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
-        sum += (float)sumi * TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d);
-    }
-    *s = sum;
+    for (; i + 2 <= nb; i += 2)
+        acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
+                       dot_q4_0_pair(pair_nibbles(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs)));
+    if (i < nb) acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
+    *s = hsum_ps256(acc);
 }
 
 static void dot_q4_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
     const tsr_block_q4_1 *x = vx;
     const tsr_block_q8_1 *y = vy;
     const int64_t nb = n / 32;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     float summs = 0;
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        summs += TSR_FP16_TO_FP32(x[i].m) * TSR_FP16_TO_FP32(y[i].s) +
-                 TSR_FP16_TO_FP32(x[i + 1].m) * TSR_FP16_TO_FP32(y[i + 1].s);
-        const __m512 d = pair_scale(TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d),
-                                    TSR_FP16_TO_FP32(x[i + 1].d) * TSR_FP16_TO_FP32(y[i + 1].d));
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(x[i].qs, x[i + 1].qs),
-                                              pair(y[i].qs, y[i + 1].qs));
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
+        summs += F16F(x[i].m) * F16F(y[i].s); /* one block at a time (ggml's order) */
+        summs += F16F(x[i + 1].m) * F16F(y[i + 1].s);
+        acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
+                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), pair_nibbles(x[i].qs, x[i + 1].qs),
+                                           pair(y[i].qs, y[i + 1].qs)));
     }
-    float sum = hsum512(acc) + summs;
-    for (; i < nb; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) sumi += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
-        sum += (float)sumi * TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d) +
-               TSR_FP16_TO_FP32(x[i].m) * TSR_FP16_TO_FP32(y[i].s);
+    if (i < nb) {
+        summs += F16F(x[i].m) * F16F(y[i].s);
+        acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_u8s8_256(nibbles32(x[i].qs), load256(y[i].qs)));
     }
-    *s = sum;
+    *s = hsum_ps256(acc) + summs;
 }
 
-/* Four activation rows against one weight row, two blocks per VPDPBUSD.
- * ux: the weight values as unsigned bytes; off: a per-block offset applied
- * as -off * sum(y) (8 for Q4_0, 0 otherwise); signed weights (Q8_0) use the
- * sign trick instead. */
+/* Four activation rows against one weight row (same order per row). */
 static void dot4_q8_0(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
     const tsr_block_q8_0 *x = vx;
     const int64_t nb = n / 32;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
         const __m512i qx = pair(x[i].qs, x[i + 1].qs), ax = _mm512_abs_epi8(qx);
         const __mmask64 neg = _mm512_movepi8_mask(qx);
-        const float d0 = TSR_FP16_TO_FP32(x[i].d), d1 = TSR_FP16_TO_FP32(x[i + 1].d);
+        const float d0 = F16F(x[i].d), d1 = F16F(x[i + 1].d);
         for (int c = 0; c < 4; c++) {
             const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
             const __m512i qy = pair(y[i].qs, y[i + 1].qs);
             const __m512i sy = _mm512_mask_sub_epi8(qy, neg, _mm512_setzero_si512(), qy);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy);
-            acc[c] = _mm512_fmadd_ps(pair_scale(d0 * TSR_FP16_TO_FP32(y[i].d), d1 * TSR_FP16_TO_FP32(y[i + 1].d)),
-                                     _mm512_cvtepi32_ps(p), acc[c]);
+            acc[c] = fma_pair(acc[c], d0 * F16F(y[i].d), d1 * F16F(y[i + 1].d),
+                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, sy));
         }
     }
     for (int c = 0; c < 4; c++) {
-        s[c] = hsum512(acc[c]);
-        if (i < nb) {
-            float t;
-            dot_q8_0_q8_0(32, &t, x + i, YROW(tsr_block_q8_0, c) + i);
-            s[c] += t;
-        }
+        const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
+        if (i < nb)
+            acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_s8s8_256(load256(x[i].qs), load256(y[i].qs)));
+        s[c] = hsum_ps256(acc[c]);
     }
 }
 
 static void dot4_q4_0(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
     const tsr_block_q4_0 *x = vx;
     const int64_t nb = n / 32;
-    const __m512i eight = _mm512_set1_epi8(8);
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
         const __m512i ux = pair_nibbles(x[i].qs, x[i + 1].qs);
-        const float d0 = TSR_FP16_TO_FP32(x[i].d), d1 = TSR_FP16_TO_FP32(x[i + 1].d);
+        const float d0 = F16F(x[i].d), d1 = F16F(x[i + 1].d);
         for (int c = 0; c < 4; c++) {
             const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
-            const __m512i qy = pair(y[i].qs, y[i + 1].qs);
-            const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, qy),
-                                               _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, qy));
-            acc[c] = _mm512_fmadd_ps(pair_scale(d0 * TSR_FP16_TO_FP32(y[i].d), d1 * TSR_FP16_TO_FP32(y[i + 1].d)),
-                                     _mm512_cvtepi32_ps(p), acc[c]);
+            acc[c] = fma_pair(acc[c], d0 * F16F(y[i].d), d1 * F16F(y[i + 1].d),
+                              dot_q4_0_pair(ux, pair(y[i].qs, y[i + 1].qs)));
         }
     }
     for (int c = 0; c < 4; c++) {
-        s[c] = hsum512(acc[c]);
-        if (i < nb) {
-            float t;
-            dot_q4_0_q8_0(32, &t, x + i, YROW(tsr_block_q8_0, c) + i);
-            s[c] += t;
-        }
+        const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
+        if (i < nb) acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
+        s[c] = hsum_ps256(acc[c]);
     }
 }
 
 static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
     const tsr_block_q4_1 *x = vx;
     const int64_t nb = n / 32;
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     float summs[4] = {0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 2 <= nb; i += 2) {
         const __m512i ux = pair_nibbles(x[i].qs, x[i + 1].qs);
-        const float d0 = TSR_FP16_TO_FP32(x[i].d), d1 = TSR_FP16_TO_FP32(x[i + 1].d);
-        const float m0 = TSR_FP16_TO_FP32(x[i].m), m1 = TSR_FP16_TO_FP32(x[i + 1].m);
+        const float d0 = F16F(x[i].d), d1 = F16F(x[i + 1].d);
+        const float m0 = F16F(x[i].m), m1 = F16F(x[i + 1].m);
         for (int c = 0; c < 4; c++) {
             const tsr_block_q8_1 *y = YROW(tsr_block_q8_1, c);
-            summs[c] += m0 * TSR_FP16_TO_FP32(y[i].s) + m1 * TSR_FP16_TO_FP32(y[i + 1].s);
-            const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, pair(y[i].qs, y[i + 1].qs));
-            acc[c] = _mm512_fmadd_ps(pair_scale(d0 * TSR_FP16_TO_FP32(y[i].d), d1 * TSR_FP16_TO_FP32(y[i + 1].d)),
-                                     _mm512_cvtepi32_ps(p), acc[c]);
+            summs[c] += m0 * F16F(y[i].s);
+            summs[c] += m1 * F16F(y[i + 1].s);
+            acc[c] = fma_pair(acc[c], d0 * F16F(y[i].d), d1 * F16F(y[i + 1].d),
+                              _mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, pair(y[i].qs, y[i + 1].qs)));
         }
     }
     for (int c = 0; c < 4; c++) {
-        s[c] = hsum512(acc[c]) + summs[c];
+        const tsr_block_q8_1 *y = YROW(tsr_block_q8_1, c);
         if (i < nb) {
-            float t;
-            dot_q4_1_q8_1(32, &t, x + i, YROW(tsr_block_q8_1, c) + i);
-            s[c] += t;
+            summs[c] += F16F(x[i].m) * F16F(y[i].s);
+            acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_u8s8_256(nibbles32(x[i].qs), load256(y[i].qs)));
         }
+        s[c] = hsum_ps256(acc[c]) + summs[c];
     }
 }
 
@@ -304,12 +331,68 @@ static float scale_add_max(int64_t n, float *y, float scale, const float *mask) 
     return _mm512_reduce_max_ps(mx);
 }
 
+
+/* e^x for 16 floats, as ggml's AVX-512 ggml_v_expf (its last step scales by
+ * 2^n with VSCALEFPS, which rounds differently from the AVX2 variant's
+ * k + k*j): the softmax and SiLU of llama.cpp on AVX-512 machines. */
+static inline __m512 exp16(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    if (!d) return res;
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(d, res, alt);
+}
+
+/* y = silu(x) * g (g NULL: silu), as ggml_vec_swiglu_f32 / ggml_v_silu. */
+static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m512 r = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+        if (g) r = _mm512_mul_ps(r, _mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(y + i, m, r);
+    }
+}
+
+/* Softmax exps as ggml_vec_soft_max_f32 on AVX-512: each 16 summed by
+ * _mm512_reduce_add_ps in float, the group sums in double; a tail is padded
+ * with -inf (llama.cpp's KV rows have none). */
+static double exp_sum(int64_t n, float *y, float max) {
+    const __m512 mx = _mm512_set1_ps(max);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, y + i);
+        const __m512 e = exp16(_mm512_sub_ps(v, mx));
+        _mm512_mask_storeu_ps(y + i, m, e);
+        sum += (double)_mm512_reduce_add_ps(e);
+    }
+    return sum;
+}
+
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->name = vnni ? "avx512_vnni" : "avx512";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
-    k->vec_dot[TSR_TYPE_F16] = dot_f16_f32; /* dot type F32, as set by the AVX2 table */
+    k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
+    k->exp_sum = exp_sum;
+    k->silu_mul = silu_mul;
+    k->sgemm_kn = 16;
+    k->sgemm_dot_f16 = sgemm_dot_f16;
+    k->sgemm_dot4_f16 = sgemm_dot4_f16;
     k->gemm_f32 = gemm_f32;
     k->scale_add_max = scale_add_max;
+    /* the paired 8-bit dots need VPDPBUSD; they sum in ggml's AVX2 order */
     if (!vnni) return;
     k->vec_dot[TSR_TYPE_Q8_0] = dot_q8_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
