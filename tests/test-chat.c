@@ -11,19 +11,7 @@
 #include "examples/model/chat.h"
 #include "examples/model/tokenizer.h"
 
-static int n_fail, n_checks;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        n_checks++;                                                                            \
-        if (!(cond)) {                                                                         \
-            n_fail++;                                                                          \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
-    } while (0)
-
+#include "checkmsg.h"
 static const chat_msg conv[] = {
     {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
 
@@ -224,6 +212,5 @@ int main(void)
     } else {
         printf("note: %s absent, the SmolLM2 template check did not run\n", model);
     }
-    printf("%d checks, %d failed\n", n_checks, n_fail);
-    return n_fail ? 1 : 0;
+    return checks_done();
 }

@@ -7,19 +7,7 @@
 
 #include "examples/model/sampler.h"
 
-static int n_fail, n_checks;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        n_checks++;                                                                            \
-        if (!(cond)) {                                                                         \
-            n_fail++;                                                                          \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
-    } while (0)
-
+#include "checkmsg.h"
 static smp_cand buf[16];
 
 static smp_cands make(const double *logits, size_t n)
@@ -170,6 +158,5 @@ int main(void)
     test_penalties();
     test_greedy_and_window();
     test_draws();
-    printf("%d checks, %d failed\n", n_checks, n_fail);
-    return n_fail ? 1 : 0;
+    return checks_done();
 }

@@ -18,19 +18,7 @@
 #include "examples/model/tok-unicode.h"
 #include "examples/model/tokenizer.h"
 
-static int n_fail, n_checks;
-
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        n_checks++;                                                                            \
-        if (!(cond)) {                                                                         \
-            n_fail++;                                                                          \
-            fprintf(stderr, "%s:%d: FAIL %s: ", __FILE__, __LINE__, #cond);                    \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fputc('\n', stderr);                                                               \
-        }                                                                                      \
-    } while (0)
-
+#include "checkmsg.h"
 /* ---- helpers ------------------------------------------------------------- */
 
 /* Strict UTF-8 validity (no overlongs, surrogates or values past U+10FFFF). */
@@ -359,6 +347,5 @@ int main(int argc, char **argv)
         fclose(f);
         run_refs(refs, model);
     }
-    printf("%d checks, %d failed\n", n_checks, n_fail);
-    return n_fail ? 1 : 0;
+    return checks_done();
 }
