@@ -12,7 +12,7 @@
 #endif
 
 #include "backend.h"
-#include "quants.h"
+#include "quant/quants.h"
 
 #include <stdatomic.h>
 

@@ -11,7 +11,7 @@
  */
 #include "tsrtest.h"
 
-#include "libtensr/kvcache.h"
+#include "attention/kvcache.h"
 
 /* ---- configuration -------------------------------------------------------------- */
 

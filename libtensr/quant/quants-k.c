@@ -5,7 +5,7 @@
  * least squares over a few candidate scales), so files they write are as
  * accurate as llama.cpp's; dequantization is bit-exact.
  */
-#include "quants.h"
+#include "quant/quants.h"
 
 #include <math.h>
 

@@ -3,7 +3,7 @@
  * bytes per block, reference to_float/from_float) and the public type
  * functions: names, sizes, reference (de)quantization, half/bfloat16.
  */
-#include "quants.h"
+#include "quant/quants.h"
 
 #include <math.h>
 #include <pthread.h>

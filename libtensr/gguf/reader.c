@@ -1,14 +1,14 @@
 /*
- * gguf.c - GGUF v2/v3 reader. Every file is treated as hostile: each count,
+ * reader.c - GGUF v2/v3 reader. Every file is treated as hostile: each count,
  * length, dimension, type and offset is checked against the bytes left in
  * the file and against overflow before it is used or allocated, and every
  * error names the file, the byte offset, the key or tensor, and what was
  * expected versus found. Metadata is read through one buffer (a file is
  * read in large chunks, never one syscall per field); tensor data is read on
  * demand with pread, so concurrent tsr_gguf_read_tensor calls are safe.
- * Also holds the helpers the writer (gguf-write.c) shares.
+ * Also holds the helpers the writer (writer.c) shares.
  */
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

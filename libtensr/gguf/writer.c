@@ -1,5 +1,5 @@
 /*
- * gguf-write.c - GGUF v3 writer. Keys and tensors are collected (copied) in
+ * writer.c - GGUF v3 writer. Keys and tensors are collected (copied) in
  * the order they are added, then serialized in one pass to a file or to
  * memory. The same serializer feeds three sinks: a counter (to size the
  * memory image), a memory buffer, and a buffered file descriptor. A file
@@ -7,7 +7,7 @@
  * only once complete, so a reader never sees a half-written model.
  * Everything the writer produces passes the reader's checks.
  */
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

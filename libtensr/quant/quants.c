@@ -4,7 +4,7 @@
  * correct: byte-identical to llama.cpp's reference quantizer (same operation
  * order in float, no FMA contraction: this file is built without -mfma).
  */
-#include "quants.h"
+#include "quant/quants.h"
 
 #include <math.h>
 

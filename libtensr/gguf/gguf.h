@@ -1,6 +1,6 @@
 /*
- * gguf.h - private declarations shared by the GGUF reader (gguf.c), the
- * writer (gguf-write.c) and the weight loader: the in-memory form of a
+ * gguf.h - private declarations shared by the GGUF reader (reader.c), the
+ * writer (writer.c) and the weight loader: the in-memory form of a
  * key/value pair, the limits a file must respect, and small helpers.
  * Never installed.
  */

@@ -35,7 +35,7 @@
 #define _GNU_SOURCE /* preadv */
 #endif
 #include "core.h"
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,7 +17,7 @@
  *    chain of set_rows (no concat chain; the chain also orders the steps so
  *    each step's scores are freed before the next one's are allocated).
  */
-#include "kvcache.h"
+#include "attention/kvcache.h"
 
 /* Scores of one (query head, query token) pair: the K*Q row; its softmax
  * overwrites it in place (the graph allocator hands a dying source's memory

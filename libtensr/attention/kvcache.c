@@ -12,7 +12,7 @@
  * copy; on the flash path V is stored like K. A cell belongs to one
  * sequence.
  */
-#include "kvcache.h"
+#include "attention/kvcache.h"
 
 #include <stdio.h>
 
