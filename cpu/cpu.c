@@ -50,10 +50,42 @@ static tsr_status host_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const voi
 
 const tsr_buft_iface tsr__cpu_buft_iface = {host_alloc, host_free, host_set, host_get, host_memset, host_copy};
 
-/* ---- op support -------------------------------------------------------------- */
+/* ---- the op table: support, work buffer and kernel of every op ------------------
+ * What the CPU runs is stated here and nowhere else: the core's builders ask
+ * the devices (graph/ops.c) and the scheduler moves to the CPU what another
+ * device declines. Each entry: supports(node) with its sources' types and
+ * layouts, the kernel, and the work-buffer bytes with nth threads (NULL: none). */
+
+typedef void (*kernel_fn)(const tsr_compute_params *p, tsr_tensor *dst);
+
+typedef struct cpu_op {
+    bool (*supports)(const tsr_tensor *op);
+    kernel_fn kernel;
+    size_t (*work)(const tsr_tensor *node, int nth);
+} cpu_op;
 
 static bool is_float_type(tsr_type t) { return t == TSR_TYPE_F32 || t == TSR_TYPE_F16 || t == TSR_TYPE_BF16; }
 static bool is_cpy_type(tsr_type t) { return is_float_type(t) || t == TSR_TYPE_I32; }
+static bool is_f32(const tsr_tensor *t) { return t->type == TSR_TYPE_F32; }
+static bool is_mask(const tsr_tensor *m) { return !m || m->type == TSR_TYPE_F32 || m->type == TSR_TYPE_F16; }
+
+/* Types the quantized stores (cache writes, casts) write. */
+static bool is_store_type(tsr_type t) {
+    switch (t) {
+    case TSR_TYPE_F32: case TSR_TYPE_F16: case TSR_TYPE_BF16: case TSR_TYPE_Q8_0: case TSR_TYPE_Q4_0:
+    case TSR_TYPE_Q4_1: case TSR_TYPE_Q5_0: case TSR_TYPE_Q5_1:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Conversions a copy may do: float to float or store type, q8_0 to those, any type to itself. */
+static bool can_convert(tsr_type from, tsr_type to) {
+    if (from == to) return from != TSR_TYPE_Q8_K;
+    if (from == TSR_TYPE_I32 || to == TSR_TYPE_I32) return false;
+    return (is_float_type(from) || from == TSR_TYPE_Q8_0) && (is_float_type(to) || is_store_type(to));
+}
 
 static bool supports_copy(const tsr_tensor *op, const tsr_tensor *src) {
     const tsr_cpu_kernels *k = tsr__cpu_kernels();
@@ -65,55 +97,114 @@ static bool supports_copy(const tsr_tensor *op, const tsr_tensor *src) {
            op->nb[0] == tsr_type_block_bytes(op->type);
 }
 
-bool tsr__cpu_supports_op(const tsr_tensor *op) {
-    const tsr_cpu_kernels *k = tsr__cpu_kernels();
-    const tsr_tensor *a = op->src[0], *b = op->src[1];
-    switch (op->op) {
-    case TSR_OP_NONE:
-    case TSR_OP_VIEW: return true;
-    case TSR_OP_ADD: case TSR_OP_SUB: case TSR_OP_MUL: case TSR_OP_DIV:
-        return is_float_type(a->type) && is_float_type(b->type);
-    case TSR_OP_SCALE: case TSR_OP_SILU: case TSR_OP_GELU: return is_float_type(a->type);
-    case TSR_OP_SWIGLU: case TSR_OP_GEGLU: return is_float_type(a->type) && is_float_type(b->type);
-    case TSR_OP_RMS_NORM: case TSR_OP_NORM: case TSR_OP_ARGMAX: return a->type == TSR_TYPE_F32;
-    case TSR_OP_ROPE: return a->type == TSR_TYPE_F32 && b->type == TSR_TYPE_I32 &&
-                             (!op->src[2] || op->src[2]->type == TSR_TYPE_F32);
-    case TSR_OP_SOFTMAX: return a->type == TSR_TYPE_F32 && (!b || b->type == TSR_TYPE_F32 || b->type == TSR_TYPE_F16);
-    case TSR_OP_MUL_MAT:
-        return k->vec_dot[a->type] && is_float_type(b->type) && a->nb[0] == tsr_type_block_bytes(a->type);
-    case TSR_OP_GET_ROWS: return k->to_float[a->type] && b->type == TSR_TYPE_I32;
-    case TSR_OP_SET_ROWS:
-        return supports_copy(op, b) && b->type == TSR_TYPE_F32 &&
-               (op->src[2]->type == TSR_TYPE_I32 || op->src[2]->type == TSR_TYPE_I64);
-    case TSR_OP_CPY: case TSR_OP_CONT: return supports_copy(op, a);
-    case TSR_OP_CONCAT: return a->type == b->type && is_cpy_type(a->type);
-    case TSR_OP_FLASH_ATTN: {
-        const tsr_tensor *m = op->src[3];
-        const bool kv_ok = (b->type == TSR_TYPE_F32 || b->type == TSR_TYPE_F16 || b->type == TSR_TYPE_Q8_0) &&
-                           (op->src[2]->type == TSR_TYPE_F32 || op->src[2]->type == TSR_TYPE_F16 ||
-                            op->src[2]->type == TSR_TYPE_Q8_0);
-        return a->type == TSR_TYPE_F32 && kv_ok && (!m || m->type == TSR_TYPE_F32 || m->type == TSR_TYPE_F16) &&
-               (b->nb[0] == 0 || b->nb[0] == tsr_type_block_bytes(b->type)) &&
-               (op->src[2]->nb[0] == 0 || op->src[2]->nb[0] == tsr_type_block_bytes(op->src[2]->type)); /* 0: a type-only probe */
+static bool sup_leaf(const tsr_tensor *op) { (void)op; return true; }
+static bool sup_binary(const tsr_tensor *op) { return is_float_type(op->src[0]->type) && is_float_type(op->src[1]->type); }
+static bool sup_unary(const tsr_tensor *op) { return is_f32(op->src[0]); }
+static bool sup_glu(const tsr_tensor *op) { return is_f32(op->src[0]) && is_f32(op->src[1]); }
+
+static bool sup_mul_mat(const tsr_tensor *op) {
+    const tsr_tensor *a = op->src[0];
+    switch (a->type) { /* the weight types of the matmul kernels */
+    case TSR_TYPE_F32: case TSR_TYPE_F16: case TSR_TYPE_BF16: case TSR_TYPE_Q8_0: case TSR_TYPE_Q4_0:
+    case TSR_TYPE_Q4_1: case TSR_TYPE_Q5_0: case TSR_TYPE_Q5_1: case TSR_TYPE_Q4_K: case TSR_TYPE_Q5_K:
+    case TSR_TYPE_Q6_K:
+        break;
+    default:
+        return false;
     }
-    default: return false;
-    }
+    return tsr__cpu_kernels()->vec_dot[a->type] && is_f32(op->src[1]) && a->nb[0] == tsr_type_block_bytes(a->type);
 }
 
-/* ---- work buffer sizing -------------------------------------------------------- */
+static bool sup_get_rows(const tsr_tensor *op) {
+    const tsr_type_traits *tr = tsr__type_traits(op->src[0]->type);
+    return tr && tr->to_float && tsr__cpu_kernels()->to_float[op->src[0]->type] && op->src[1]->type == TSR_TYPE_I32;
+}
+
+static bool sup_set_rows(const tsr_tensor *op) {
+    return is_store_type(op->type) && supports_copy(op, op->src[1]) && is_f32(op->src[1]) &&
+           (op->src[2]->type == TSR_TYPE_I32 || op->src[2]->type == TSR_TYPE_I64);
+}
+
+static bool sup_rope(const tsr_tensor *op) {
+    return is_f32(op->src[0]) && op->src[1]->type == TSR_TYPE_I32 && (!op->src[2] || is_f32(op->src[2]));
+}
+
+static bool sup_softmax(const tsr_tensor *op) { return is_f32(op->src[0]) && is_mask(op->src[1]); }
+
+static bool sup_concat(const tsr_tensor *op) {
+    return op->src[0]->type == op->src[1]->type && is_cpy_type(op->src[0]->type);
+}
+
+static bool sup_cpy(const tsr_tensor *op) { return can_convert(op->src[0]->type, op->type) && supports_copy(op, op->src[0]); }
+
+static bool is_kv_type(const tsr_tensor *t) {
+    return (t->type == TSR_TYPE_F32 || t->type == TSR_TYPE_F16 || t->type == TSR_TYPE_Q8_0) &&
+           (t->nb[0] == 0 || t->nb[0] == tsr_type_block_bytes(t->type)); /* nb[0] 0: a type-only probe */
+}
+
+static bool sup_flash_attn(const tsr_tensor *op) {
+    return is_f32(op->src[0]) && is_kv_type(op->src[1]) && is_kv_type(op->src[2]) && is_mask(op->src[3]);
+}
+
+static size_t work_rope(const tsr_tensor *node, int nth) {
+    return (size_t)nth * tsr__pad(((size_t)node->op_params[TSR_ROPE_P_N_DIMS] + 2) * sizeof(float), TSR_ALIGN);
+}
+static size_t work_set_rows(const tsr_tensor *node, int nth) {
+    return (size_t)nth * tsr__pad((size_t)node->src[1]->ne[0] * sizeof(float), TSR_ALIGN);
+}
+static size_t work_cpy(const tsr_tensor *node, int nth) {
+    return (size_t)nth * tsr__pad((size_t)(node->ne[0] + node->src[0]->ne[0]) * sizeof(float), TSR_ALIGN);
+}
+
+static const cpu_op cpu_ops[] = {
+    [TSR_OP_NONE] = {sup_leaf, NULL, NULL},
+    [TSR_OP_VIEW] = {sup_leaf, NULL, NULL},
+    [TSR_OP_ADD] = {sup_binary, tsr__cpu_op_binary, NULL},
+    [TSR_OP_SUB] = {sup_binary, tsr__cpu_op_binary, NULL},
+    [TSR_OP_MUL] = {sup_binary, tsr__cpu_op_binary, NULL},
+    [TSR_OP_DIV] = {sup_binary, tsr__cpu_op_binary, NULL},
+    [TSR_OP_SCALE] = {sup_unary, tsr__cpu_op_scale, NULL},
+    [TSR_OP_MUL_MAT] = {sup_mul_mat, tsr__cpu_op_mul_mat, tsr__cpu_mul_mat_work},
+    [TSR_OP_GET_ROWS] = {sup_get_rows, tsr__cpu_op_get_rows, NULL},
+    [TSR_OP_SET_ROWS] = {sup_set_rows, tsr__cpu_op_set_rows, work_set_rows},
+    [TSR_OP_RMS_NORM] = {sup_unary, tsr__cpu_op_norm, NULL},
+    [TSR_OP_NORM] = {sup_unary, tsr__cpu_op_norm, NULL},
+    [TSR_OP_ROPE] = {sup_rope, tsr__cpu_op_rope, work_rope},
+    [TSR_OP_SOFTMAX] = {sup_softmax, tsr__cpu_op_softmax, NULL},
+    [TSR_OP_SILU] = {sup_unary, tsr__cpu_op_unary, NULL},
+    [TSR_OP_GELU] = {sup_unary, tsr__cpu_op_unary, NULL},
+    [TSR_OP_SWIGLU] = {sup_glu, tsr__cpu_op_glu, NULL},
+    [TSR_OP_GEGLU] = {sup_glu, tsr__cpu_op_glu, NULL},
+    [TSR_OP_CONCAT] = {sup_concat, tsr__cpu_op_concat, NULL},
+    [TSR_OP_ARGMAX] = {sup_unary, tsr__cpu_op_argmax, NULL},
+    [TSR_OP_CPY] = {sup_cpy, tsr__cpu_op_cpy, work_cpy},
+    [TSR_OP_CONT] = {sup_cpy, tsr__cpu_op_cpy, work_cpy},
+    [TSR_OP_FLASH_ATTN] = {sup_flash_attn, tsr__cpu_op_flash_attn, tsr__cpu_flash_attn_work},
+};
+/* A new op in TSR_OPS stops the build here until it has an entry above. */
+_Static_assert(TSR_OP_COUNT == 23, "cpu/cpu.c: give the new op an entry in cpu_ops");
+_Static_assert(sizeof cpu_ops / sizeof *cpu_ops == TSR_OP_COUNT, "cpu/cpu.c: one cpu_ops entry per op");
+
+size_t tsr__cpu_ops_missing(tsr_op *missing, size_t max) {
+    size_t n = 0;
+    for (int op = 0; op < TSR_OP_COUNT; op++) {
+        const cpu_op *e = &cpu_ops[op];
+        bool leaf = op == TSR_OP_NONE || op == TSR_OP_VIEW;
+        if (!e->supports || (!leaf && !e->kernel)) {
+            if (n < max) missing[n] = (tsr_op)op;
+            n++;
+        }
+    }
+    return n;
+}
+
+bool tsr__cpu_supports_op(const tsr_tensor *op) {
+    return (unsigned)op->op < TSR_OP_COUNT && cpu_ops[op->op].supports && cpu_ops[op->op].supports(op);
+}
 
 size_t tsr__cpu_work_size(const tsr_tensor *node, int nth) {
-    const size_t pt_align = TSR_ALIGN;
-    switch (node->op) {
-    case TSR_OP_MUL_MAT: return tsr__cpu_mul_mat_work(node, nth);
-    case TSR_OP_FLASH_ATTN: return tsr__cpu_flash_attn_work(node, nth);
-    case TSR_OP_ROPE:
-        return (size_t)nth * tsr__pad(((size_t)node->op_params[TSR_ROPE_P_N_DIMS] + 2) * sizeof(float), pt_align);
-    case TSR_OP_SET_ROWS: return (size_t)nth * tsr__pad((size_t)node->src[1]->ne[0] * sizeof(float), pt_align);
-    case TSR_OP_CPY: case TSR_OP_CONT:
-        return (size_t)nth * tsr__pad((size_t)(node->ne[0] + node->src[0]->ne[0]) * sizeof(float), pt_align);
-    default: return 0;
-    }
+    if ((unsigned)node->op >= TSR_OP_COUNT || !cpu_ops[node->op].work) return 0;
+    return cpu_ops[node->op].work(node, nth);
 }
 
 /* ---- streams -------------------------------------------------------------------- */
@@ -171,27 +262,7 @@ tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
     return ensure_work(s, nodes_work(s, nodes, n));
 }
 
-typedef void (*kernel_fn)(const tsr_compute_params *p, tsr_tensor *dst);
-
-static kernel_fn kernel_of(tsr_op op) {
-    switch (op) {
-    case TSR_OP_ADD: case TSR_OP_SUB: case TSR_OP_MUL: case TSR_OP_DIV: return tsr__cpu_op_binary;
-    case TSR_OP_SCALE: return tsr__cpu_op_scale;
-    case TSR_OP_MUL_MAT: return tsr__cpu_op_mul_mat;
-    case TSR_OP_GET_ROWS: return tsr__cpu_op_get_rows;
-    case TSR_OP_SET_ROWS: return tsr__cpu_op_set_rows;
-    case TSR_OP_RMS_NORM: case TSR_OP_NORM: return tsr__cpu_op_norm;
-    case TSR_OP_ROPE: return tsr__cpu_op_rope;
-    case TSR_OP_SOFTMAX: return tsr__cpu_op_softmax;
-    case TSR_OP_SILU: case TSR_OP_GELU: return tsr__cpu_op_unary;
-    case TSR_OP_SWIGLU: case TSR_OP_GEGLU: return tsr__cpu_op_glu;
-    case TSR_OP_CONCAT: return tsr__cpu_op_concat;
-    case TSR_OP_ARGMAX: return tsr__cpu_op_argmax;
-    case TSR_OP_CPY: case TSR_OP_CONT: return tsr__cpu_op_cpy;
-    case TSR_OP_FLASH_ATTN: return tsr__cpu_op_flash_attn;
-    default: return NULL;
-    }
-}
+static kernel_fn kernel_of(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? cpu_ops[op].kernel : NULL; }
 
 /* The job every thread runs: all nodes, a barrier after each. */
 static void run_job(void *arg, int ith, int nth) {

@@ -98,6 +98,10 @@ tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
  * work buffer only when reserve did not size it. */
 tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
 bool tsr__cpu_supports_op(const tsr_tensor *op);
+/* Ops of TSR_OPS without a complete CPU entry (support, and a kernel for
+ * every op but NONE and VIEW): writes up to max of them, returns the count.
+ * The tests require 0. */
+size_t tsr__cpu_ops_missing(tsr_op *missing, size_t max);
 /* Host buffer type operations (aligned malloc), for fake devices too. */
 extern const tsr_buft_iface tsr__cpu_buft_iface;
 

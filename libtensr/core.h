@@ -34,7 +34,8 @@ void tsr__graph_free(tsr_graph *g);
  * memory is reused once a tensor's last reader ran. */
 typedef struct tsr_galloc tsr_galloc;
 
-tsr_status tsr__galloc_new(size_t n_devices, tsr_galloc **out);
+/* host: the device index that holds tensors no node uses (unused leafs). */
+tsr_status tsr__galloc_new(size_t n_devices, int host, tsr_galloc **out);
 void tsr__galloc_free(tsr_galloc *ga);
 /* A tensor the scheduler adds to a plan: a copy, on device `dev`, of the
  * storage of `src_root` (another device's memory). It is allocated at node
@@ -48,7 +49,7 @@ typedef struct tsr_galloc_extra {
     int first;
 } tsr_galloc_extra;
 
-/* Plans the graph: for each tensor t needing memory, t->sched_scratch[1] gets
+/* Plans the graph: for each tensor t needing memory, t->alloc_id gets
  * its allocation id; returns the peak bytes per device in peak[]. A node's
  * memory is on node->device_id; a tsr_empty leaf on its device_id (set by the
  * scheduler), else where it is first used. */
@@ -86,8 +87,9 @@ typedef struct tsr_weight_set {
 } tsr_weight_set;
 
 struct tsr_backend {
-    tsr_device **devices;      /* devices in use; the CPU is always present and last */
+    tsr_device **devices;      /* devices in use; the host device (CPU) is always present */
     size_t n_devices;
+    size_t host;               /* index of the host device in devices[] */
     tsr_stream **streams;      /* one per device */
     int n_threads;
     int flash_attn;            /* resolved: 0 or 1 */
@@ -114,7 +116,7 @@ struct tsr_backend {
 };
 
 size_t tsr__backend_device_index(const tsr_backend *b, const tsr_device *d); /* n_devices when absent */
-size_t tsr__backend_cpu_index(const tsr_backend *b);
+size_t tsr__backend_host_index(const tsr_backend *b);
 
 /* ---- context -------------------------------------------------------------- */
 typedef struct tsr_tensor_chunk tsr_tensor_chunk;

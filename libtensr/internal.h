@@ -39,6 +39,8 @@ void tsr__error_prefix(const char *fmt, ...) TSR_PRINTF(1, 2);
 bool tsr__log_enabled(tsr_log_level level);
 /* fields: n_fields pairs of (key, value) strings. Formats into stack memory. */
 void tsr__log(tsr_log_level level, const char *msg, size_t n_fields, ...);
+/* Same, with the fields as an array of 2 * n_fields strings (key, value, ...). */
+void tsr__log_fields(tsr_log_level level, const char *msg, size_t n_fields, const char *const *kv);
 /* key/value where value is printf-formatted: tsr__logf(level, msg, "k1", "%d", x, NULL) is
  * not offered; format values with tsr__fmt into small stack buffers instead. */
 const char *tsr__fmt(char *buf, size_t size, const char *fmt, ...) TSR_PRINTF(3, 4);
@@ -54,6 +56,11 @@ char *tsr__strdup(const char *s);
 /* Aligned host memory (TSR_ALIGN or larger power of two); freed with tsr__aligned_free. */
 void *tsr__aligned_alloc(size_t alignment, size_t size);
 void tsr__aligned_free(void *p);
+/* Growable arrays: makes *arr (elements of elem bytes, *cap of them) hold at
+ * least need elements, doubling from 16; false, with nothing changed, on
+ * overflow or when memory runs out (the caller reports TSR_E_NOMEM). */
+bool tsr__grow(void **arr, size_t *cap, size_t need, size_t elem);
+#define TSR_GROW(arr, cap, need) tsr__grow((void **)&(arr), &(cap), (need), sizeof *(arr))
 /* Test hooks: exported for the test suite as tsr_test_* via a private header (tests/). */
 uint64_t tsr__alloc_count(void);
 void tsr__fail_alloc_after(int64_t n); /* -1 = never fail */
@@ -93,35 +100,62 @@ typedef struct tsr_type_traits {
 /* Traits of a type; NULL for a number that is not a known type. */
 const tsr_type_traits *tsr__type_traits(tsr_type type);
 
-/* ---- ops ---------------------------------------------------------------- */
+/* ---- ops ----------------------------------------------------------------
+ * The op table: every op is declared here once, and the enum, the names,
+ * the allocator's in-place rules and each backend's table follow from it.
+ * Adding an op is a line here, an entry in each backend's table (cpu/cpu.c),
+ * a builder in graph/ops.c, a kernel and its op-harness case.
+ *
+ * X(NAME, name, n_src, donors, writes, params)
+ *   n_src   sources the op reads (optional ones count; they are NULL when absent)
+ *   donors  bit mask of the sources whose memory the result may take over
+ *           when the source dies at the node: the kernel reads each element
+ *           (row) of them before it writes the same element (row) of the result
+ *   writes  the source the op writes in place (its result is a view of it), or -1
+ *   params  layout of op_params, one letter per 32-bit slot: 'i' int32, 'f' float */
+#define TSR_OPS(X)                                                        \
+    X(NONE, "none", 0, 0x0, -1, "")             /* leaf: input, weight, new_tensor, KV cache */ \
+    X(VIEW, "view", 0, 0x0, -1, "")             /* view/reshape/permute/transpose of view_src */ \
+    X(ADD, "add", 2, 0x3, -1, "")                                         \
+    X(SUB, "sub", 2, 0x3, -1, "")                                         \
+    X(MUL, "mul", 2, 0x3, -1, "")                                         \
+    X(DIV, "div", 2, 0x3, -1, "")                                         \
+    X(SCALE, "scale", 1, 0x1, -1, "f")          /* scale */               \
+    X(MUL_MAT, "mul_mat", 2, 0x0, -1, "")                                 \
+    X(GET_ROWS, "get_rows", 2, 0x0, -1, "")     /* a, idx */              \
+    X(SET_ROWS, "set_rows", 3, 0x0, 0, "")      /* dst (written), rows, idx */ \
+    X(RMS_NORM, "rms_norm", 1, 0x1, -1, "f")    /* eps */                 \
+    X(NORM, "norm", 1, 0x1, -1, "f")            /* eps */                 \
+    X(ROPE, "rope", 3, 0x1, -1, "iiiffffff")    /* a, pos, freq_factors|NULL; TSR_ROPE_P_* */ \
+    X(SOFTMAX, "softmax", 2, 0x1, -1, "f")      /* a, mask|NULL; scale */ \
+    X(SILU, "silu", 1, 0x1, -1, "")                                       \
+    X(GELU, "gelu", 1, 0x1, -1, "")                                       \
+    X(SWIGLU, "swiglu", 2, 0x3, -1, "")                                   \
+    X(GEGLU, "geglu", 2, 0x3, -1, "")                                     \
+    X(CONCAT, "concat", 2, 0x0, -1, "i")        /* dim */                 \
+    X(ARGMAX, "argmax", 1, 0x0, -1, "")                                   \
+    X(CPY, "cpy", 2, 0x0, 1, "")                /* from, to (written) */  \
+    X(CONT, "cont", 1, 0x0, -1, "")             /* contiguous copy, converting types */ \
+    X(FLASH_ATTN, "flash_attn", 4, 0x0, -1, "f") /* q, k, v, mask|NULL; scale */
+
 typedef enum tsr_op {
-    TSR_OP_NONE = 0,   /* leaf: input, weight, new_tensor, empty, KV cache */
-    TSR_OP_VIEW,       /* view/reshape/permute/transpose: metadata over view_src */
-    TSR_OP_ADD,
-    TSR_OP_SUB,
-    TSR_OP_MUL,
-    TSR_OP_DIV,
-    TSR_OP_SCALE,      /* f32 param 0: scale */
-    TSR_OP_MUL_MAT,
-    TSR_OP_GET_ROWS,
-    TSR_OP_SET_ROWS,   /* src0 = dst tensor (written in place), src1 = rows, src2 = idx */
-    TSR_OP_RMS_NORM,   /* f32 param 0: eps */
-    TSR_OP_NORM,       /* f32 param 0: eps */
-    TSR_OP_ROPE,       /* src0 a, src1 pos, src2 freq_factors|NULL; params below */
-    TSR_OP_SOFTMAX,    /* src0 a, src1 mask|NULL; f32 param 0: scale */
-    TSR_OP_SILU,
-    TSR_OP_GELU,
-    TSR_OP_SWIGLU,
-    TSR_OP_GEGLU,
-    TSR_OP_CONCAT,     /* i32 param 0: dim */
-    TSR_OP_ARGMAX,
-    TSR_OP_CPY,        /* src0 = from, src1 = to (written in place); result is a view of src1 */
-    TSR_OP_CONT,       /* contiguous copy, with type conversion when types differ */
-    TSR_OP_FLASH_ATTN, /* src0 q, src1 k, src2 v, src3 mask|NULL; f32 param 0: scale */
+#define TSR_OP_ENUM_(NAME, name, n_src, donors, writes, params) TSR_OP_##NAME,
+    TSR_OPS(TSR_OP_ENUM_)
+#undef TSR_OP_ENUM_
     TSR_OP_COUNT
 } tsr_op;
 
-const char *tsr__op_name(tsr_op op);
+typedef struct tsr_op_info {
+    const char *name;
+    int n_src;
+    unsigned donors;
+    int writes;
+    const char *params;
+} tsr_op_info;
+
+/* The table entry of op; NULL for a number that is not an op. */
+const tsr_op_info *tsr__op_info(tsr_op op);
+const char *tsr__op_name(tsr_op op); /* "?" for a number that is not an op */
 
 /* Rope op params: i32[0] n_dims, i32[1] mode, i32[2] n_ctx_orig,
  * f32[3] freq_base, f32[4] freq_scale, f32[5] ext_factor, f32[6] attn_factor,
@@ -158,7 +192,11 @@ struct tsr_tensor {
     tsr_context *ctx;           /* owning context; NULL for backend weights and cache tensors */
     uint32_t flags;
     int device_id;              /* scheduler: index of the backend device that runs/holds it; -1 = none */
-    int32_t sched_scratch[4];   /* scheduler/allocator bookkeeping */
+    /* Bookkeeping of one compute, each slot owned by one pass: */
+    uint32_t visit_mark;        /* graph.c: traversal mark (the backend's visit_mark when visited) */
+    int32_t alloc_id;           /* alloc.c: allocation id in the plan; -1 = no compute memory */
+    int32_t shadow_head;        /* sched.c: first shadow (per-device copy) entry ... */
+    uint32_t shadow_mark;       /* ... valid while this equals the backend's visit_mark */
     char name[TSR_MAX_NAME];
 };
 

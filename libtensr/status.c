@@ -137,6 +137,23 @@ void *tsr__realloc(void *p, size_t size) {
 
 void tsr__free(void *p) { free(p); }
 
+bool tsr__grow(void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return true;
+    size_t nc = *cap ? *cap : 16, bytes;
+    while (nc < need)
+        if (tsr__mul_overflow(nc, 2, &nc))
+            return false;
+    if (tsr__mul_overflow(nc, elem, &bytes))
+        return false;
+    void *p = tsr__realloc(*arr, bytes);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = nc;
+    return true;
+}
+
 char *tsr__strdup(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = tsr__malloc(n);

@@ -109,12 +109,12 @@ static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) 
 
 static tsr_buffer_type *tsr_layer_buft(const tsr_backend *b, int il) {
     tsr_buffer_type *bt = tsr_backend_layer_buffer_type(b, il);
-    return bt ? bt : tsr_device_buffer_type(tsr__cpu_device());
+    return bt ? bt : tsr_device_buffer_type(tsr__host_device());
 }
 
 static size_t tsr_dev_of(const tsr_backend *b, tsr_buffer_type *bt) {
     size_t d = tsr__backend_device_index(b, bt->device);
-    return d < b->n_devices ? d : tsr__backend_cpu_index(b);
+    return d < b->n_devices ? d : tsr__backend_host_index(b);
 }
 
 static size_t tsr_align_of(const tsr_buffer_type *bt) { return bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN; }

@@ -129,7 +129,7 @@ static tsr_buffer_type map_buft;
 static pthread_once_t map_buft_once = PTHREAD_ONCE_INIT;
 
 static void map_buft_init(void) {
-    tsr_device *cpu = tsr__cpu_device();
+    tsr_device *cpu = tsr__host_device();
     map_buft.iface = &map_iface;
     snprintf(map_buft.name, sizeof map_buft.name, "CPU_Mapped");
     map_buft.device = cpu;
@@ -139,14 +139,8 @@ static void map_buft_init(void) {
 
 static tsr_status add_weight_buffer(tsr_backend *b, tsr_buffer *buf) {
     tsr_weight_set *w = &b->weights;
-    if (w->n_buffers == w->cap_buffers) {
-        size_t nc = w->cap_buffers ? w->cap_buffers * 2 : 8;
-        tsr_buffer **p = tsr__realloc(w->buffers, nc * sizeof *p);
-        if (!p)
-            return tsr__error(TSR_E_NOMEM, "out of host memory");
-        w->buffers = p;
-        w->cap_buffers = nc;
-    }
+    if (!TSR_GROW(w->buffers, w->cap_buffers, w->n_buffers + 1))
+        return tsr__error(TSR_E_NOMEM, "out of host memory");
     w->buffers[w->n_buffers++] = buf;
     return TSR_OK;
 }
@@ -350,14 +344,8 @@ static size_t section_end(const load_item *items, size_t n, size_t k) {
 }
 
 static tsr_status push_chunk(load_chunk **chunks, size_t *n, size_t *cap, load_chunk c) {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 64;
-        load_chunk *p = tsr__realloc(*chunks, nc * sizeof *p);
-        if (!p)
-            return tsr__error(TSR_E_NOMEM, "out of host memory planning the reads");
-        *chunks = p;
-        *cap = nc;
-    }
+    if (!tsr__grow((void **)chunks, cap, *n + 1, sizeof **chunks))
+        return tsr__error(TSR_E_NOMEM, "out of host memory planning the reads");
     (*chunks)[(*n)++] = c;
     return TSR_OK;
 }
@@ -645,7 +633,7 @@ static tsr_status map_cpu_weights(tsr_backend *b, const tsr_gguf *g, const char 
                                   const tsr_load_params *prm, uint64_t file_size, size_t *mapped) {
     tsr_load_params plan = *prm;
     plan.plan_only = 1;
-    size_t cpu = tsr__backend_cpu_index(b);
+    size_t cpu = tsr__backend_host_index(b);
     *mapped = 0;
     tsr_status s = tsr__place_weights(b, &plan);
     if (s != TSR_OK)
@@ -780,7 +768,7 @@ static tsr_status load_weights(tsr_backend *b, const tsr_gguf *g, const char *pa
         return s;
     /* mapped bytes count as CPU weights, allocated (live) as much as planned,
      * so later plan checks stay neutral to them */
-    size_t cpu = tsr__backend_cpu_index(b);
+    size_t cpu = tsr__backend_host_index(b);
     b->plan_weights[cpu] += mapped;
     b->live_weights[cpu] += mapped;
     b->live[cpu] += mapped;

@@ -109,15 +109,9 @@ static tsr_status put_kv(tsr_gguf_writer *w, tsr__gguf_kv *kv) {
         w->kvs[i] = *kv;
         return TSR_OK;
     }
-    if (w->n_kv == w->cap_kv) {
-        size_t cap = w->cap_kv ? w->cap_kv * 2 : 16;
-        tsr__gguf_kv *nk = tsr__realloc(w->kvs, cap * sizeof *nk);
-        if (!nk) {
-            st = tsr__error(TSR_E_NOMEM, "gguf writer: out of memory for %zu keys", cap);
-            goto fail;
-        }
-        w->kvs = nk;
-        w->cap_kv = cap;
+    if (!TSR_GROW(w->kvs, w->cap_kv, w->n_kv + 1)) {
+        st = tsr__error(TSR_E_NOMEM, "gguf writer: out of memory for %zu keys", w->n_kv + 1);
+        goto fail;
     }
     w->kvs[w->n_kv] = *kv;
     names = w_kv_names(w);
@@ -289,12 +283,8 @@ static tsr_status check_tensor(const char *name, tsr_type type, int n_dims, cons
 }
 
 static tsr_status grow_tensors(tsr_gguf_writer *w) {
-    if (w->n_tensors < w->cap_tensors) return TSR_OK;
-    size_t cap = w->cap_tensors ? w->cap_tensors * 2 : 16;
-    wtensor *nt = tsr__realloc(w->tensors, cap * sizeof *nt);
-    if (!nt) return tsr__error(TSR_E_NOMEM, "gguf writer: out of memory for %zu tensors", cap);
-    w->tensors = nt;
-    w->cap_tensors = cap;
+    if (!TSR_GROW(w->tensors, w->cap_tensors, w->n_tensors + 1))
+        return tsr__error(TSR_E_NOMEM, "gguf writer: out of memory for %zu tensors", w->n_tensors + 1);
     return TSR_OK;
 }
 

@@ -22,6 +22,7 @@ typedef struct tsr_heap {
 
 struct tsr_galloc {
     size_t n_devices;
+    int host; /* device of tensors no node uses */
     tsr_heap *heaps;
     /* per allocation id */
     tsr_tensor **roots;
@@ -34,13 +35,14 @@ struct tsr_galloc {
     size_t cap_nodes;
 };
 
-tsr_status tsr__galloc_new(size_t n_devices, tsr_galloc **out) {
+tsr_status tsr__galloc_new(size_t n_devices, int host, tsr_galloc **out) {
     tsr_galloc *ga = tsr__calloc(1, sizeof *ga);
     if (!ga || !(ga->heaps = tsr__calloc(n_devices, sizeof *ga->heaps))) {
         tsr__free(ga);
         return tsr__error(TSR_E_NOMEM, "out of host memory creating the graph allocator");
     }
     ga->n_devices = n_devices;
+    ga->host = host;
     *out = ga;
     return TSR_OK;
 }
@@ -65,40 +67,28 @@ void tsr__galloc_free(tsr_galloc *ga) {
     tsr__free(ga);
 }
 
-/* Grows *p to hold n elements of size elem (keeps contents). */
-static bool tsr_grow(void **p, size_t n, size_t elem) {
-    void *q = tsr__realloc(*p, n * elem);
-    if (!q)
-        return false;
-    *p = q;
-    return true;
-}
+/* The per-id arrays share one capacity: each grows from the same cap to the
+ * same need, so tsr__grow gives each the same new capacity. */
+#define TSR_GROW_PARALLEL(arr, cap, need, out) (*(out) = (cap), tsr__grow((void **)&(arr), (out), (need), sizeof *(arr)))
 
 static tsr_status tsr_reserve_ids(tsr_galloc *ga, size_t n) {
-    if (n <= ga->cap)
-        return TSR_OK;
-    size_t nc = ga->cap ? ga->cap : 256;
-    while (nc < n)
-        nc *= 2;
-    if (!tsr_grow((void **)&ga->roots, nc, sizeof *ga->roots) || !tsr_grow((void **)&ga->dev, nc, sizeof(int)) ||
-        !tsr_grow((void **)&ga->first, nc, sizeof(int)) || !tsr_grow((void **)&ga->last, nc, sizeof(int)) ||
-        !tsr_grow((void **)&ga->next_alloc, nc, sizeof(int)) || !tsr_grow((void **)&ga->next_free, nc, sizeof(int)) ||
-        !tsr_grow((void **)&ga->donated, nc, sizeof(bool)) ||
-        !tsr_grow((void **)&ga->size, nc, sizeof(size_t)) || !tsr_grow((void **)&ga->offs, nc, sizeof(size_t)))
+    size_t c = ga->cap;
+    if (!TSR_GROW_PARALLEL(ga->roots, ga->cap, n, &c) || !TSR_GROW_PARALLEL(ga->dev, ga->cap, n, &c) ||
+        !TSR_GROW_PARALLEL(ga->first, ga->cap, n, &c) || !TSR_GROW_PARALLEL(ga->last, ga->cap, n, &c) ||
+        !TSR_GROW_PARALLEL(ga->next_alloc, ga->cap, n, &c) || !TSR_GROW_PARALLEL(ga->next_free, ga->cap, n, &c) ||
+        !TSR_GROW_PARALLEL(ga->donated, ga->cap, n, &c) || !TSR_GROW_PARALLEL(ga->size, ga->cap, n, &c) ||
+        !TSR_GROW_PARALLEL(ga->offs, ga->cap, n, &c))
         return tsr__error(TSR_E_NOMEM, "out of host memory planning the graph");
-    ga->cap = nc;
+    ga->cap = c;
     return TSR_OK;
 }
 
 static tsr_status tsr_reserve_nodes(tsr_galloc *ga, size_t n) {
-    if (n + 1 <= ga->cap_nodes)
-        return TSR_OK;
-    size_t nc = ga->cap_nodes ? ga->cap_nodes : 256;
-    while (nc < n + 1)
-        nc *= 2;
-    if (!tsr_grow((void **)&ga->head_alloc, nc, sizeof(int)) || !tsr_grow((void **)&ga->head_free, nc, sizeof(int)))
+    size_t c = ga->cap_nodes;
+    if (!TSR_GROW_PARALLEL(ga->head_alloc, ga->cap_nodes, n + 1, &c) ||
+        !TSR_GROW_PARALLEL(ga->head_free, ga->cap_nodes, n + 1, &c))
         return tsr__error(TSR_E_NOMEM, "out of host memory planning the graph");
-    ga->cap_nodes = nc;
+    ga->cap_nodes = c;
     return TSR_OK;
 }
 
@@ -147,12 +137,8 @@ static tsr_status tsr_heap_free(tsr_heap *h, size_t off, size_t size) {
         h->blocks[i].offset = off;
         h->blocks[i].size += size;
     } else {
-        if (h->n == h->cap) {
-            size_t nc = h->cap ? h->cap * 2 : 64;
-            if (!tsr_grow((void **)&h->blocks, nc, sizeof *h->blocks))
-                return tsr__error(TSR_E_NOMEM, "out of host memory planning the graph");
-            h->cap = nc;
-        }
+        if (!TSR_GROW(h->blocks, h->cap, h->n + 1))
+            return tsr__error(TSR_E_NOMEM, "out of host memory planning the graph");
         memmove(&h->blocks[i + 1], &h->blocks[i], (h->n - i) * sizeof *h->blocks);
         h->blocks[i] = (tsr_block){off, size};
         h->n++;
@@ -181,7 +167,7 @@ static tsr_status tsr_add_root(tsr_galloc *ga, tsr_tensor *t) {
     ga->last[id] = -1;
     ga->size[id] = tsr__pad(tsr_tensor_nbytes(t), TSR_ALIGN);
     ga->offs[id] = 0;
-    t->sched_scratch[1] = id;
+    t->alloc_id = id;
     return TSR_OK;
 }
 
@@ -190,7 +176,7 @@ static void tsr_use(tsr_galloc *ga, tsr_tensor *t, int i, int dev) {
     if (!t)
         return;
     tsr_tensor *r = tsr__view_root(t);
-    int id = r->sched_scratch[1];
+    int id = r->alloc_id;
     if (id < 0)
         return;
     if (i < ga->first[id]) {
@@ -205,11 +191,11 @@ static void tsr_use(tsr_galloc *ga, tsr_tensor *t, int i, int dev) {
 static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g, const tsr_galloc_extra *extras, size_t n_extras) {
     ga->n = 0;
     for (size_t i = 0; i < g->n_leafs; i++)
-        g->leafs[i]->sched_scratch[1] = -1;
+        g->leafs[i]->alloc_id = -1;
     for (size_t i = 0; i < g->n_views; i++)
-        g->views[i]->sched_scratch[1] = -1;
+        g->views[i]->alloc_id = -1;
     for (size_t i = 0; i < g->n_nodes; i++)
-        g->nodes[i]->sched_scratch[1] = -1;
+        g->nodes[i]->alloc_id = -1;
     tsr_status s = TSR_OK;
     for (size_t i = 0; i < g->n_leafs && s == TSR_OK; i++)
         if (tsr_needs_memory(g->leafs[i]))
@@ -218,39 +204,24 @@ static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g, const tsr_gall
         if (tsr_needs_memory(g->nodes[i]))
             s = tsr_add_root(ga, g->nodes[i]);
     for (size_t i = 0; i < n_extras && s == TSR_OK; i++) {
-        extras[i].t->sched_scratch[1] = -1;
+        extras[i].t->alloc_id = -1;
         if (tsr_tensor_nbytes(extras[i].t) > 0 && (s = tsr_add_root(ga, extras[i].t)) == TSR_OK)
-            ga->dev[extras[i].t->sched_scratch[1]] = extras[i].dev;
+            ga->dev[extras[i].t->alloc_id] = extras[i].dev;
     }
     return s;
-}
-
-/* Ops whose kernels read each element (row) before writing the same
- * element (row) of the result, so the result may overwrite a source of the
- * same layout: `max_src` is the last source index that may be overwritten. */
-static int tsr_inplace_srcs(tsr_op op) {
-    switch (op) {
-    case TSR_OP_ADD: case TSR_OP_SUB: case TSR_OP_MUL: case TSR_OP_DIV: case TSR_OP_SWIGLU: case TSR_OP_GEGLU:
-        return 2;
-    case TSR_OP_SCALE: case TSR_OP_SILU: case TSR_OP_GELU: case TSR_OP_SOFTMAX: case TSR_OP_RMS_NORM:
-    case TSR_OP_NORM: case TSR_OP_ROPE:
-        return 1;
-    default:
-        return 0;
-    }
 }
 
 /* A source of node i whose memory the node may take over: it dies at i, is
  * its own root with the node's layout on the node's device, and no other
  * source of the node reads the same memory through another view. */
 static int tsr_find_donor(const tsr_galloc *ga, const tsr_tensor *node, int i, int self) {
-    int n_src = tsr_inplace_srcs(node->op);
-    for (int j = 0; j < n_src; j++) {
+    const unsigned donors = tsr__op_info(node->op)->donors; /* the op table's in-place rule */
+    for (int j = 0; j < TSR_MAX_SRC; j++) {
         const tsr_tensor *src = node->src[j];
-        if (!src || src->view_src || src->sched_scratch[1] < 0 || src->type != node->type ||
+        if (!(donors & (1u << j)) || !src || src->view_src || src->alloc_id < 0 || src->type != node->type ||
             !tsr__same_shape(src, node) || !tsr__is_contiguous(src) || !tsr__is_contiguous(node))
             continue;
-        int d = src->sched_scratch[1];
+        int d = src->alloc_id;
         if ((size_t)d >= ga->n || ga->roots[d] != src || ga->last[d] != i || ga->first[d] >= i ||
             ga->donated[d] || ga->dev[d] != ga->dev[self] || ga->size[d] < ga->size[self])
             continue;
@@ -282,7 +253,7 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
         tsr_use(ga, extras[e].src_root, extras[e].first, extras[e].dev);
     }
     for (size_t o = 0; o < n_outs; o++) {
-        int id = tsr__view_root(outs[o])->sched_scratch[1];
+        int id = tsr__view_root(outs[o])->alloc_id;
         if (id >= 0)
             ga->last[id] = INT_MAX;
     }
@@ -292,7 +263,7 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
     for (int id = (int)ga->n - 1; id >= 0; id--) {
         int f = ga->first[id] == INT_MAX ? 0 : ga->first[id];
         if (ga->dev[id] < 0)
-            ga->dev[id] = (int)ga->n_devices - 1; /* unused leaf: the CPU (last device) */
+            ga->dev[id] = ga->host; /* unused leaf: the host device */
         ga->next_alloc[id] = ga->head_alloc[f];
         ga->head_alloc[f] = id;
         int l = ga->last[id] < f ? f : (ga->last[id] == INT_MAX ? n_nodes : ga->last[id]);
@@ -305,7 +276,7 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
     }
     memset(ga->donated, 0, ga->n * sizeof *ga->donated);
     for (int i = 0; i < (n_nodes > 0 ? n_nodes : 1); i++) {
-        int self = i < n_nodes ? g->nodes[i]->sched_scratch[1] : -1;
+        int self = i < n_nodes ? g->nodes[i]->alloc_id : -1;
         for (int id = ga->head_alloc[i]; id >= 0; id = ga->next_alloc[id]) {
             int donor = id == self ? tsr_find_donor(ga, g->nodes[i], i, id) : -1;
             if (donor >= 0) { /* the node overwrites a source that dies here: reuse its memory */
@@ -326,11 +297,11 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
 }
 
 size_t tsr__galloc_offset(const tsr_galloc *ga, const tsr_tensor *t) {
-    int id = t->sched_scratch[1];
+    int id = t->alloc_id;
     return id >= 0 && (size_t)id < ga->n ? ga->offs[id] : 0;
 }
 
 int tsr__galloc_device(const tsr_galloc *ga, const tsr_tensor *t) {
-    int id = t->sched_scratch[1];
+    int id = t->alloc_id;
     return id >= 0 && (size_t)id < ga->n ? ga->dev[id] : -1;
 }

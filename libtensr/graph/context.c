@@ -93,14 +93,8 @@ tsr_tensor *tsr__new_tensor_struct(tsr_context *ctx) {
 }
 
 static tsr_status tsr_context_own(tsr_context *ctx, void *ptr, int kind) {
-    if (ctx->n_owned == ctx->cap_owned) {
-        size_t cap = ctx->cap_owned ? ctx->cap_owned * 2 : 16;
-        tsr_owned *o = tsr__realloc(ctx->owned, cap * sizeof *o);
-        if (!o)
-            return tsr__error(TSR_E_NOMEM, "out of host memory");
-        ctx->owned = o;
-        ctx->cap_owned = cap;
-    }
+    if (!TSR_GROW(ctx->owned, ctx->cap_owned, ctx->n_owned + 1))
+        return tsr__error(TSR_E_NOMEM, "out of host memory");
     ctx->owned[ctx->n_owned].ptr = ptr;
     ctx->owned[ctx->n_owned].kind = kind;
     ctx->n_owned++;
@@ -173,7 +167,7 @@ tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type typ
         return NULL;
     t->flags = TSR_FLAG_PERSIST;
     if (!buft)
-        buft = tsr_device_buffer_type(tsr__cpu_device());
+        buft = tsr_device_buffer_type(tsr__host_device());
     size_t size = tsr_tensor_nbytes(t);
     if (size == 0)
         return t;

@@ -8,14 +8,8 @@
 #include "core.h"
 
 static tsr_status tsr_push(tsr_tensor ***arr, size_t *n, size_t *cap, tsr_tensor *t) {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 256;
-        tsr_tensor **p = tsr__realloc(*arr, nc * sizeof *p);
-        if (!p)
-            return tsr__error(TSR_E_NOMEM, "out of host memory building the graph (%zu nodes)", nc);
-        *arr = p;
-        *cap = nc;
-    }
+    if (!tsr__grow((void **)arr, cap, *n + 1, sizeof **arr))
+        return tsr__error(TSR_E_NOMEM, "out of host memory building the graph (%zu nodes)", *n + 1);
     (*arr)[(*n)++] = t;
     return TSR_OK;
 }
@@ -45,27 +39,19 @@ typedef struct tsr_frame {
 } tsr_frame;
 
 static tsr_status tsr_stack_reserve(tsr_graph *g, size_t n) {
-    if (n <= g->cap_stack)
-        return TSR_OK;
-    size_t nc = g->cap_stack ? g->cap_stack * 2 : 256;
-    while (nc < n)
-        nc *= 2;
-    tsr_frame *p = tsr__realloc(g->stack, nc * sizeof *p);
-    if (!p)
+    if (!tsr__grow(&g->stack, &g->cap_stack, n, sizeof(tsr_frame)))
         return tsr__error(TSR_E_NOMEM, "out of host memory building the graph");
-    g->stack = p;
-    g->cap_stack = nc;
     return TSR_OK;
 }
 
 static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
-    if ((uint32_t)root->sched_scratch[0] == mark)
+    if (root->visit_mark == mark)
         return TSR_OK;
     size_t sp = 0;
     tsr_status s = tsr_stack_reserve(g, 1);
     if (s != TSR_OK)
         return s;
-    root->sched_scratch[0] = (int32_t)mark;
+    root->visit_mark = mark;
     ((tsr_frame *)g->stack)[sp++] = (tsr_frame){root, 0};
     while (sp > 0) {
         tsr_frame *f = &((tsr_frame *)g->stack)[sp - 1];
@@ -76,9 +62,9 @@ static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
             continue;
         }
         tsr_tensor *c = tsr_child(f->t, f->next++);
-        if (!c || (uint32_t)c->sched_scratch[0] == mark)
+        if (!c || c->visit_mark == mark)
             continue;
-        c->sched_scratch[0] = (int32_t)mark;
+        c->visit_mark = mark;
         if ((s = tsr_stack_reserve(g, sp + 1)) != TSR_OK)
             return s;
         ((tsr_frame *)g->stack)[sp++] = (tsr_frame){c, 0};

@@ -9,13 +9,16 @@
 
 #include <stdio.h>
 
-static const char *const tsr_op_names[TSR_OP_COUNT] = {
-    "none",     "view",   "add",  "sub",    "mul",     "div",   "scale",  "mul_mat",
-    "get_rows", "set_rows", "rms_norm", "norm", "rope", "softmax", "silu", "gelu",
-    "swiglu",   "geglu",  "concat", "argmax", "cpy",   "cont",  "flash_attn",
+static const tsr_op_info tsr_op_table[] = {
+#define TSR_OP_INFO_(NAME, name, n_src, donors, writes, params) {name, n_src, donors, writes, params},
+    TSR_OPS(TSR_OP_INFO_)
+#undef TSR_OP_INFO_
 };
+_Static_assert(sizeof tsr_op_table / sizeof *tsr_op_table == TSR_OP_COUNT, "one op table entry per op");
+_Static_assert(TSR_MAX_OP_PARAMS >= 9, "op_params holds the longest params layout (rope)");
 
-const char *tsr__op_name(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? tsr_op_names[op] : "?"; }
+const tsr_op_info *tsr__op_info(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? &tsr_op_table[op] : NULL; }
+const char *tsr__op_name(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? tsr_op_table[op].name : "?"; }
 
 /* Context of an op from its first source; records a NULL-source error. */
 static bool tsr_srcs_ok(tsr_context *ctx, const char *op, int n, tsr_tensor *const *srcs) {
@@ -72,12 +75,25 @@ static tsr_tensor *tsr_node_like(tsr_context *ctx, tsr_op op, tsr_type type, con
     return tsr_node(ctx, op, type, a->n_dims, a->ne);
 }
 
-static bool tsr_is_float(tsr_type t) { return t == TSR_TYPE_F32 || t == TSR_TYPE_F16 || t == TSR_TYPE_BF16; }
-
-static tsr_tensor *tsr_type_error(tsr_context *ctx, const char *op, const char *which, tsr_type got,
-                                  const char *want) {
-    return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_%s: %s has type %s; expected %s", op, which,
-                         tsr_tname(got), want);
+/* Which types (and layouts) an op takes is each device's fact, stated in its
+ * op table (cpu/cpu.c): a finished node that no device of the backend runs is
+ * refused here, when it is built, instead of at compute. */
+static tsr_tensor *tsr_supported(tsr_context *ctx, tsr_tensor *t) {
+    if (!t)
+        return NULL;
+    const tsr_backend *b = ctx->backend;
+    for (size_t i = 0; i < b->n_devices; i++) {
+        const tsr_device *d = b->devices[i];
+        if (d->iface->supports_op && d->iface->supports_op(d, t))
+            return t;
+    }
+    char types[192] = "";
+    size_t len = 0;
+    for (int j = 0; j < tsr__op_info(t->op)->n_src && len < sizeof types; j++)
+        len += (size_t)snprintf(types + len, sizeof types - len, "%s%s", j ? ", " : "",
+                                t->src[j] ? tsr_tname(t->src[j]->type) : "none");
+    return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_%s: no device of the backend runs %s with sources of types (%s) "
+                         "and a %s result", tsr__op_name(t->op), tsr__op_name(t->op), types, tsr_tname(t->type));
 }
 
 /* ---- element-wise --------------------------------------------------------- */
@@ -85,10 +101,6 @@ static tsr_tensor *tsr_type_error(tsr_context *ctx, const char *op, const char *
 static tsr_tensor *tsr_binary(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tensor *b) {
     const char *name = tsr__op_name(op);
     TSR_CHECK_SRCS(ctx, name, a, b);
-    if (!tsr_is_float(a->type))
-        return tsr_type_error(ctx, name, "a", a->type, "f32, f16 or bf16");
-    if (!tsr_is_float(b->type))
-        return tsr_type_error(ctx, name, "b", b->type, "f32, f16 or bf16");
     if (!tsr__can_repeat(b, a)) {
         char sa[96], sb[96];
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: b %s does not broadcast over a %s", name,
@@ -99,7 +111,7 @@ static tsr_tensor *tsr_binary(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_te
         t->src[0] = a;
         t->src[1] = b;
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_add(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_binary(ctx, TSR_OP_ADD, a, b); }
@@ -111,8 +123,6 @@ tsr_tensor *tsr_div(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr
 static tsr_tensor *tsr_unary(tsr_context *ctx, tsr_op op, tsr_tensor *a, float param, bool rows) {
     const char *name = tsr__op_name(op);
     TSR_CHECK_SRCS(ctx, name, a);
-    if (a->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, name, "a", a->type, "f32");
     if (rows && !tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: rows of a must be contiguous (nb[0] = %zu)", name,
                              a->nb[0]);
@@ -121,7 +131,7 @@ static tsr_tensor *tsr_unary(tsr_context *ctx, tsr_op op, tsr_tensor *a, float p
         t->src[0] = a;
         tsr__set_f32_param(t, 0, param);
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_scale(tsr_context *ctx, tsr_tensor *a, float s) { return tsr_unary(ctx, TSR_OP_SCALE, a, s, false); }
@@ -140,9 +150,6 @@ tsr_tensor *tsr_norm(tsr_context *ctx, tsr_tensor *a, float eps) { return tsr_no
 static tsr_tensor *tsr_glu(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tensor *b) {
     const char *name = tsr__op_name(op);
     TSR_CHECK_SRCS(ctx, name, a, b);
-    if (a->type != TSR_TYPE_F32 || b->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, name, a->type != TSR_TYPE_F32 ? "a" : "b",
-                              a->type != TSR_TYPE_F32 ? a->type : b->type, "f32");
     if (!tsr__same_shape(a, b)) {
         char sa[96], sb[96];
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: a %s and b %s differ in shape", name,
@@ -153,7 +160,7 @@ static tsr_tensor *tsr_glu(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tenso
         t->src[0] = a;
         t->src[1] = b;
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_swiglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_glu(ctx, TSR_OP_SWIGLU, a, b); }
@@ -161,23 +168,8 @@ tsr_tensor *tsr_geglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return t
 
 /* ---- matrix multiplication ---------------------------------------------------- */
 
-static bool tsr_is_weight_type(tsr_type t) {
-    switch (t) {
-    case TSR_TYPE_F32: case TSR_TYPE_F16: case TSR_TYPE_BF16: case TSR_TYPE_Q8_0: case TSR_TYPE_Q4_0:
-    case TSR_TYPE_Q4_1: case TSR_TYPE_Q5_0: case TSR_TYPE_Q5_1: case TSR_TYPE_Q4_K: case TSR_TYPE_Q5_K:
-    case TSR_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
-
 tsr_tensor *tsr_mul_mat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
     TSR_CHECK_SRCS(ctx, "mul_mat", a, b);
-    if (!tsr_is_weight_type(a->type))
-        return tsr_type_error(ctx, "mul_mat", "a", a->type, "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K or q6_K");
-    if (b->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, "mul_mat", "b", b->type, "f32");
     char sa[96], sb[96];
     if (a->ne[0] != b->ne[0] || (a->ne[2] == 0 ? b->ne[2] != 0 : b->ne[2] % a->ne[2] != 0) ||
         (a->ne[3] == 0 ? b->ne[3] != 0 : b->ne[3] % a->ne[3] != 0))
@@ -193,15 +185,16 @@ tsr_tensor *tsr_mul_mat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
         t->src[0] = a;
         t->src[1] = b;
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 /* ---- rows ---------------------------------------------------------------- */
 
 /* Checks known index values (inputs already filled) against [0, limit). */
 static tsr_tensor *tsr_check_indices(tsr_context *ctx, const char *op, const tsr_tensor *idx, int64_t limit) {
-    if (!(idx->flags & TSR_FLAG_INPUT) || !idx->data || !tsr__is_contiguous(idx))
-        return (tsr_tensor *)idx;
+    if (!(idx->flags & TSR_FLAG_INPUT) || !idx->data || !tsr__is_contiguous(idx) ||
+        (idx->type != TSR_TYPE_I32 && idx->type != TSR_TYPE_I64))
+        return (tsr_tensor *)idx; /* other index types: refused by the devices (tsr_supported) */
     int64_t n = tsr__nelements(idx);
     for (int64_t i = 0; i < n; i++) {
         int64_t v = idx->type == TSR_TYPE_I32 ? ((const int32_t *)idx->data)[i] : ((const int64_t *)idx->data)[i];
@@ -214,11 +207,6 @@ static tsr_tensor *tsr_check_indices(tsr_context *ctx, const char *op, const tsr
 
 tsr_tensor *tsr_get_rows(tsr_context *ctx, tsr_tensor *a, tsr_tensor *idx) {
     TSR_CHECK_SRCS(ctx, "get_rows", a, idx);
-    const tsr_type_traits *tr = tsr__type_traits(a->type);
-    if (!tr || !tr->to_float)
-        return tsr_type_error(ctx, "get_rows", "a", a->type, "a type that converts to f32");
-    if (idx->type != TSR_TYPE_I32)
-        return tsr_type_error(ctx, "get_rows", "idx", idx->type, "i32");
     char sa[96], si[96];
     if (idx->ne[3] != 1 || a->ne[2] != idx->ne[1] || a->ne[3] != idx->ne[2])
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_get_rows: idx %s does not match a %s (need idx [n, a.ne[2], a.ne[3]])",
@@ -231,17 +219,7 @@ tsr_tensor *tsr_get_rows(tsr_context *ctx, tsr_tensor *a, tsr_tensor *idx) {
         t->src[0] = a;
         t->src[1] = idx;
     }
-    return t;
-}
-
-static bool tsr_is_store_type(tsr_type t) {
-    switch (t) {
-    case TSR_TYPE_F32: case TSR_TYPE_F16: case TSR_TYPE_BF16: case TSR_TYPE_Q8_0: case TSR_TYPE_Q4_0:
-    case TSR_TYPE_Q4_1: case TSR_TYPE_Q5_0: case TSR_TYPE_Q5_1:
-        return true;
-    default:
-        return false;
-    }
+    return tsr_supported(ctx, t);
 }
 
 /* The in-place result of SET_ROWS/CPY: a view of `target` carrying the op. */
@@ -262,12 +240,6 @@ static tsr_tensor *tsr_inplace_node(tsr_context *ctx, tsr_op op, tsr_tensor *tar
 
 tsr_tensor *tsr_set_rows(tsr_context *ctx, tsr_tensor *dst, tsr_tensor *src, tsr_tensor *idx) {
     TSR_CHECK_SRCS(ctx, "set_rows", dst, src, idx);
-    if (!tsr_is_store_type(dst->type))
-        return tsr_type_error(ctx, "set_rows", "dst", dst->type, "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1");
-    if (src->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, "set_rows", "src", src->type, "f32");
-    if (idx->type != TSR_TYPE_I32 && idx->type != TSR_TYPE_I64)
-        return tsr_type_error(ctx, "set_rows", "idx", idx->type, "i32 or i64");
     char sd[96], ss[96], si[96];
     if (dst->ne[0] != src->ne[0] || idx->ne[0] != src->ne[1] || dst->ne[2] != src->ne[2] ||
         dst->ne[3] != src->ne[3] || idx->ne[3] != 1 || (idx->ne[1] == 0 ? src->ne[2] != 0 : src->ne[2] % idx->ne[1]) ||
@@ -284,7 +256,7 @@ tsr_tensor *tsr_set_rows(tsr_context *ctx, tsr_tensor *dst, tsr_tensor *src, tsr
         t->src[1] = src;
         t->src[2] = idx;
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 /* ---- rope, softmax ------------------------------------------------------- */
@@ -293,10 +265,6 @@ tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, tsr_t
                          int mode, int n_ctx_orig, float freq_base, float freq_scale, float ext_factor,
                          float attn_factor, float beta_fast, float beta_slow) {
     TSR_CHECK_SRCS(ctx, "rope", a, pos);
-    if (a->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, "rope", "a", a->type, "f32");
-    if (pos->type != TSR_TYPE_I32)
-        return tsr_type_error(ctx, "rope", "pos", pos->type, "i32");
     if (mode != TSR_ROPE_NORMAL && mode != TSR_ROPE_NEOX)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: mode %d is neither normal (0) nor neox (2)", mode);
     if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > a->ne[0])
@@ -327,7 +295,7 @@ tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, tsr_t
     tsr__set_f32_param(t, TSR_ROPE_P_ATTN_FACTOR, attn_factor);
     tsr__set_f32_param(t, TSR_ROPE_P_BETA_FAST, beta_fast);
     tsr__set_f32_param(t, TSR_ROPE_P_BETA_SLOW, beta_slow);
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_rope(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, int n_dims, int mode, float freq_base,
@@ -337,14 +305,10 @@ tsr_tensor *tsr_rope(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, int n_dim
 
 tsr_tensor *tsr_softmax_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *mask, float scale) {
     TSR_CHECK_SRCS(ctx, "softmax", a);
-    if (a->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, "softmax", "a", a->type, "f32");
     if (!tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax: rows of a must be contiguous");
     if (mask) {
         char sa[96], sm[96];
-        if (mask->type != TSR_TYPE_F32 && mask->type != TSR_TYPE_F16)
-            return tsr_type_error(ctx, "softmax", "mask", mask->type, "f32 or f16");
         if (mask->ne[0] != a->ne[0] || mask->ne[1] < a->ne[1] || (mask->ne[2] == 0 ? a->ne[2] != 0 : a->ne[2] % mask->ne[2]) ||
             (mask->ne[3] == 0 ? a->ne[3] != 0 : a->ne[3] % mask->ne[3]))
             return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax: mask %s does not fit a %s",
@@ -358,7 +322,7 @@ tsr_tensor *tsr_softmax_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *mask, f
         t->src[1] = mask;
         tsr__set_f32_param(t, 0, scale);
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_softmax(tsr_context *ctx, tsr_tensor *a) { return tsr_softmax_ext(ctx, a, NULL, 1.0f); }
@@ -369,9 +333,6 @@ tsr_tensor *tsr_concat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b, int dim) 
     TSR_CHECK_SRCS(ctx, "concat", a, b);
     if (dim < 0 || dim >= TSR_MAX_DIMS)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_concat: dim %d is not 0..3", dim);
-    if (a->type != b->type || (!tsr_is_float(a->type) && a->type != TSR_TYPE_I32))
-        return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_concat: types %s and %s; expected one of f32, f16, bf16, i32 for both",
-                             tsr_tname(a->type), tsr_tname(b->type));
     int64_t ne[4];
     for (int i = 0; i < TSR_MAX_DIMS; i++) {
         if (i != dim && a->ne[i] != b->ne[i]) {
@@ -387,30 +348,18 @@ tsr_tensor *tsr_concat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b, int dim) 
         t->src[1] = b;
         t->op_params[0] = dim;
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_argmax(tsr_context *ctx, tsr_tensor *a) {
     TSR_CHECK_SRCS(ctx, "argmax", a);
-    if (a->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, "argmax", "a", a->type, "f32");
     if (!tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argmax: rows of a must be contiguous");
     int64_t ne[4] = {a->ne[1], a->ne[2], a->ne[3], 1};
     tsr_tensor *t = tsr_node(ctx, TSR_OP_ARGMAX, TSR_TYPE_I32, tsr_max_int(1, a->n_dims - 1), ne);
     if (t)
         t->src[0] = a;
-    return t;
-}
-
-static bool tsr_can_convert(tsr_type from, tsr_type to) {
-    if (from == to)
-        return from != TSR_TYPE_Q8_K;
-    if (from == TSR_TYPE_I32 || to == TSR_TYPE_I32)
-        return false;
-    bool from_ok = tsr_is_float(from) || from == TSR_TYPE_Q8_0;
-    bool to_ok = tsr_is_float(to) || tsr_is_store_type(to);
-    return from_ok && to_ok;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
@@ -418,9 +367,6 @@ tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
     if (tsr__nelements(a) != tsr__nelements(b))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cpy: a has %lld elements, b has %lld", (long long)tsr__nelements(a),
                              (long long)tsr__nelements(b));
-    if (!tsr_can_convert(a->type, b->type))
-        return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_cpy: no conversion from %s to %s", tsr_tname(a->type),
-                             tsr_tname(b->type));
     if ((tsr_type_is_quantized(b->type) && !tsr__is_contiguous_rows(b)) ||
         (tsr_type_is_quantized(a->type) && !tsr__is_contiguous_rows(a)))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cpy: quantized rows must be contiguous");
@@ -431,15 +377,15 @@ tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
         t->src[0] = a;
         t->src[1] = b;
     }
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_cast(tsr_context *ctx, tsr_tensor *a, tsr_type type) {
     TSR_CHECK_SRCS(ctx, "cont", a);
     const tsr_type_traits *tr = tsr__type_traits(type);
-    if (!tr || !tsr_can_convert(a->type, type))
-        return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_cast: no conversion from %s to %s", tsr_tname(a->type),
-                             tr ? tsr_tname(type) : "an unknown type");
+    if (!tr || !tr->block_size)
+        return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_cast: no conversion from %s to an unknown type",
+                             tsr_tname(a->type));
     if (a->ne[0] % tr->block_size != 0)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cast: ne[0] %lld is not a multiple of %s's block %lld",
                              (long long)a->ne[0], tr->name, (long long)tr->block_size);
@@ -448,7 +394,7 @@ tsr_tensor *tsr_cast(tsr_context *ctx, tsr_tensor *a, tsr_type type) {
     tsr_tensor *t = tsr_node_like(ctx, TSR_OP_CONT, type, a);
     if (t)
         t->src[0] = a;
-    return t;
+    return tsr_supported(ctx, t);
 }
 
 tsr_tensor *tsr_cont(tsr_context *ctx, tsr_tensor *a) { return a ? tsr_cast(ctx, a, a->type) : tsr_cast(ctx, a, TSR_TYPE_F32); }
@@ -589,13 +535,6 @@ tsr_tensor *tsr_transpose(tsr_context *ctx, tsr_tensor *a) { return tsr_permute(
 tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v, tsr_tensor *mask,
                            float scale) {
     TSR_CHECK_SRCS(ctx, "flash_attn", q, k, v);
-    if (q->type != TSR_TYPE_F32)
-        return tsr_type_error(ctx, "flash_attn", "q", q->type, "f32");
-    tsr_type kt = k->type, vt = v->type;
-    if ((kt != TSR_TYPE_F32 && kt != TSR_TYPE_F16 && kt != TSR_TYPE_Q8_0) ||
-        (vt != TSR_TYPE_F32 && vt != TSR_TYPE_F16 && vt != TSR_TYPE_Q8_0))
-        return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_flash_attn: k %s / v %s; expected f32, f16 or q8_0",
-                             tsr_tname(kt), tsr_tname(vt));
     char sq[96], sk[96], sv[96];
     if (q->ne[0] != k->ne[0] || k->ne[1] != v->ne[1] || k->ne[2] != v->ne[2] || k->ne[2] == 0 ||
         q->ne[2] % k->ne[2] != 0 || q->ne[3] != k->ne[3] || k->ne[3] != v->ne[3])
@@ -604,8 +543,6 @@ tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_t
     if (!tsr__is_contiguous_rows(q) || !tsr__is_contiguous_rows(k) || !tsr__is_contiguous_rows(v))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_flash_attn: rows of q, k and v must be contiguous");
     if (mask) {
-        if (mask->type != TSR_TYPE_F32 && mask->type != TSR_TYPE_F16)
-            return tsr_type_error(ctx, "flash_attn", "mask", mask->type, "f32 or f16");
         if (mask->ne[0] != k->ne[1] || mask->ne[1] < q->ne[1] || !tsr__is_contiguous_rows(mask))
             return tsr__op_error(ctx, TSR_E_INVALID, "tsr_flash_attn: mask %s must be [n_kv = %lld, >= n_q = %lld]",
                                  tsr_shape(sk, sizeof sk, mask), (long long)k->ne[1], (long long)q->ne[1]);
@@ -619,5 +556,5 @@ tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_t
         t->src[3] = mask;
         tsr__set_f32_param(t, 0, scale);
     }
-    return t;
+    return tsr_supported(ctx, t);
 }

@@ -35,16 +35,16 @@ size_t tsr__backend_device_index(const tsr_backend *b, const tsr_device *d) {
     return b->n_devices;
 }
 
-size_t tsr__backend_cpu_index(const tsr_backend *b) { return b->n_devices - 1; }
+size_t tsr__backend_host_index(const tsr_backend *b) { return b->host; }
 
-/* Fills b->devices from the NULL-terminated list (NULL = all); the CPU is
- * always present and last. */
+/* Fills b->devices from the NULL-terminated list (NULL = all); the host
+ * device (the CPU) is always present, after the others (b->host). */
 static tsr_status tsr_backend_pick_devices(tsr_backend *b, tsr_device *const *list) {
     size_t n_all = tsr_device_count(), n = 0;
     b->devices = tsr__calloc(n_all + 1, sizeof *b->devices);
     if (!b->devices)
         return tsr__error(TSR_E_NOMEM, "tsr_backend_new: out of host memory");
-    tsr_device *cpu = tsr__cpu_device();
+    tsr_device *cpu = tsr__host_device();
     for (size_t i = 0; i < n_all; i++) {
         tsr_device *d = tsr_device_get(i);
         bool want = !list;
@@ -65,6 +65,7 @@ static tsr_status tsr_backend_pick_devices(tsr_backend *b, tsr_device *const *li
             if (!known)
                 return tsr__error(TSR_E_INVALID, "tsr_backend_new: device list entry %zu is not a device", j);
         }
+    b->host = n;
     b->devices[n++] = cpu;
     b->n_devices = n;
     return TSR_OK;

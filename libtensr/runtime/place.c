@@ -99,15 +99,9 @@ tsr_status tsr_backend_declare_weight(tsr_backend *b, const char *name, tsr_type
                           name, (long long)ne[0], tr->name);
     }
     tsr_weight_set *w = &b->weights;
-    if (w->n == w->cap) {
-        size_t nc = w->cap ? w->cap * 2 : 64;
-        tsr_tensor **p = tsr__realloc(w->tensors, nc * sizeof *p);
-        if (!p) {
-            tsr__free(t);
-            return tsr__error(TSR_E_NOMEM, "out of host memory declaring weight '%s'", name);
-        }
-        w->tensors = p;
-        w->cap = nc;
+    if (!TSR_GROW(w->tensors, w->cap, w->n + 1)) {
+        tsr__free(t);
+        return tsr__error(TSR_E_NOMEM, "out of host memory declaring weight '%s'", name);
     }
     w->tensors[w->n++] = t;
     int il = tsr_layer_of(name);
@@ -196,7 +190,7 @@ static size_t tsr_gpu_of(const double *cum, size_t n_gpu, int j, int k, size_t m
 tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params *in) {
     tsr_load_params p;
     tsr__load_params_read(in, &p);
-    size_t n_gpu = b->n_devices - 1, cpu = tsr__backend_cpu_index(b);
+    size_t n_gpu = b->n_devices - 1 /* all but the host */, cpu = tsr__backend_host_index(b);
     tsr_status st = tsr_check_load_params(b, &p, n_gpu);
     if (st != TSR_OK)
         return st;
@@ -259,7 +253,7 @@ typedef struct tsr_placement {
 } tsr_placement;
 
 static size_t tsr_buft_dev(const tsr_backend *b, const tsr_buffer_type *bt) {
-    return bt->is_host ? tsr__backend_cpu_index(b) : tsr__backend_device_index(b, bt->device);
+    return bt->is_host ? tsr__backend_host_index(b) : tsr__backend_device_index(b, bt->device);
 }
 
 static void tsr_placement_release(tsr_placement *pl, bool keep_copies) {
@@ -292,7 +286,7 @@ static tsr_status tsr_add_copy(tsr_placement *pl, tsr_tensor *w, size_t dev) {
     if (!c)
         return tsr__error(TSR_E_NOMEM, "out of host memory placing weights");
     *c = *w;
-    c->sched_scratch[1] = -1;
+    c->alloc_id = -1;
     c->device_id = (int)dev;
     pl->copies[pl->n_copies++] = (tsr_weight_copy){w, c, (int)dev};
     pl->t[pl->n] = c;
@@ -319,7 +313,7 @@ static tsr_status tsr_share(tsr_placement *pl, tsr_tensor *w, const tsr_buffer_t
 
 static tsr_buffer_type *tsr_default_buft(const tsr_placement *pl, int role, int il) {
     const tsr_backend *b = pl->b;
-    tsr_buffer_type *cpu = b->devices[tsr__backend_cpu_index(b)]->buft;
+    tsr_buffer_type *cpu = b->devices[tsr__backend_host_index(b)]->buft;
     int n = b->n_layers;
     switch (role) {
     case ROLE_LAYER: return b->layer_buft[il];
@@ -439,20 +433,8 @@ static void tsr_commit(tsr_placement *pl) {
 static tsr_status tsr_reserve_lists(tsr_placement *pl) {
     tsr_weight_set *w = &pl->b->weights;
     size_t need_c = w->n_copies + pl->n_copies, need_b = w->n_buffers + pl->n_groups;
-    if (need_c > w->cap_copies) {
-        tsr_weight_copy *p = tsr__realloc(w->copies, need_c * sizeof *p);
-        if (!p)
-            return tsr__error(TSR_E_NOMEM, "out of host memory placing weights");
-        w->copies = p;
-        w->cap_copies = need_c;
-    }
-    if (need_b > w->cap_buffers) {
-        tsr_buffer **p = tsr__realloc(w->buffers, need_b * sizeof *p);
-        if (!p)
-            return tsr__error(TSR_E_NOMEM, "out of host memory placing weights");
-        w->buffers = p;
-        w->cap_buffers = need_b;
-    }
+    if (!TSR_GROW(w->copies, w->cap_copies, need_c) || !TSR_GROW(w->buffers, w->cap_buffers, need_b))
+        return tsr__error(TSR_E_NOMEM, "out of host memory placing weights");
     return TSR_OK;
 }
 

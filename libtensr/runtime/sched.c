@@ -89,20 +89,6 @@ struct tsr_sched {
     size_t staging_size, staging_need;
 };
 
-/* Makes *arr hold at least need elements (grows by doubling). */
-static bool tsr_grow(void **arr, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return true;
-    size_t nc = *cap ? *cap : 16;
-    while (nc < need)
-        nc *= 2;
-    void *p = tsr__realloc(*arr, nc * elem);
-    if (!p)
-        return false;
-    *arr = p;
-    *cap = nc;
-    return true;
-}
 
 static tsr_status tsr_oom(void) { return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph"); }
 
@@ -113,7 +99,7 @@ tsr_status tsr__sched_new(tsr_backend *b, tsr_sched **out) {
     s->b = b;
     s->bufs = tsr__calloc(b->n_devices, sizeof *s->bufs);
     s->peak = tsr__calloc(b->n_devices, sizeof *s->peak);
-    tsr_status st = s->bufs && s->peak ? tsr__galloc_new(b->n_devices, &s->ga)
+    tsr_status st = s->bufs && s->peak ? tsr__galloc_new(b->n_devices, (int)b->host, &s->ga)
                                        : tsr__error(TSR_E_NOMEM, "out of host memory creating the scheduler");
     if (st != TSR_OK) {
         tsr__sched_free(s);
@@ -150,7 +136,7 @@ void tsr__sched_free(tsr_sched *s) {
 
 /* ---- where memory lives ------------------------------------------------------ */
 
-static int tsr_cpu(const tsr_backend *b) { return (int)tsr__backend_cpu_index(b); }
+static int tsr_cpu(const tsr_backend *b) { return (int)tsr__backend_host_index(b); }
 
 static bool tsr_is_static(const tsr_tensor *r) {
     return r->op == TSR_OP_NONE && (r->flags & (TSR_FLAG_INPUT | TSR_FLAG_WEIGHT | TSR_FLAG_PERSIST));
@@ -233,7 +219,7 @@ static tsr_status tsr_check_leaf(const tsr_backend *b, const tsr_tensor *t, bool
 }
 
 static tsr_status tsr_add_split(tsr_sched *s, int dev, size_t first) {
-    if (!tsr_grow((void **)&s->splits, &s->cap_splits, s->n_splits + 1, sizeof *s->splits))
+    if (!TSR_GROW(s->splits, s->cap_splits, s->n_splits + 1))
         return tsr_oom();
     s->splits[s->n_splits++] = (tsr_split){dev, first, 0, 0, 0, 0, 0};
     return TSR_OK;
@@ -266,7 +252,7 @@ static tsr_status tsr_place_node(tsr_sched *s, tsr_tensor *n) {
     n->device_id = dev;
     if (n->view_src) {
         tsr_claim_empty(n->view_src, dev);
-        if (!tsr_grow((void **)&s->written, &s->cap_written, s->n_written + 1, sizeof *s->written))
+        if (!TSR_GROW(s->written, s->cap_written, s->n_written + 1))
             return tsr_oom();
         s->written[s->n_written++] = tsr__view_root(n->view_src);
     }
@@ -307,7 +293,7 @@ static tsr_status tsr_assign(tsr_sched *s, bool need_memory) {
 static tsr_tensor *tsr_pool_get(tsr_sched *s) {
     size_t ci = s->pool_used / POOL_CHUNK;
     if (ci == s->n_chunks) {
-        if (!tsr_grow((void **)&s->chunks, &s->cap_chunks, s->n_chunks + 1, sizeof *s->chunks))
+        if (!TSR_GROW(s->chunks, s->cap_chunks, s->n_chunks + 1))
             return NULL;
         tsr_pool_chunk *c = tsr__malloc(sizeof *c);
         if (!c)
@@ -316,7 +302,7 @@ static tsr_tensor *tsr_pool_get(tsr_sched *s) {
     }
     tsr_tensor *t = &s->chunks[ci]->t[s->pool_used++ % POOL_CHUNK];
     memset(t, 0, sizeof *t);
-    t->sched_scratch[1] = t->sched_scratch[2] = -1;
+    t->alloc_id = t->shadow_head = -1;
     return t;
 }
 
@@ -336,21 +322,21 @@ static size_t tsr_root_offset(const tsr_tensor *t) {
 }
 
 static tsr_tensor *tsr_shadow_find(const tsr_sched *s, const tsr_tensor *key, int dev, int split) {
-    if ((uint32_t)key->sched_scratch[3] != s->b->visit_mark)
+    if (key->shadow_mark != s->b->visit_mark)
         return NULL;
-    for (int e = key->sched_scratch[2]; e >= 0; e = s->shadows[e].next)
+    for (int e = key->shadow_head; e >= 0; e = s->shadows[e].next)
         if (s->shadows[e].dev == dev && s->shadows[e].split == split)
             return s->shadows[e].t;
     return NULL;
 }
 
 static bool tsr_shadow_add(tsr_sched *s, tsr_tensor *key, tsr_tensor *t, int dev, int split) {
-    if (!tsr_grow((void **)&s->shadows, &s->cap_shadows, s->n_shadows + 1, sizeof *s->shadows))
+    if (!TSR_GROW(s->shadows, s->cap_shadows, s->n_shadows + 1))
         return false;
-    int head = (uint32_t)key->sched_scratch[3] == s->b->visit_mark ? key->sched_scratch[2] : -1;
+    int head = key->shadow_mark == s->b->visit_mark ? key->shadow_head : -1;
     s->shadows[s->n_shadows] = (tsr_shadow){key, t, dev, split, head};
-    key->sched_scratch[2] = (int32_t)s->n_shadows++;
-    key->sched_scratch[3] = (int32_t)s->b->visit_mark;
+    key->shadow_head = (int32_t)s->n_shadows++;
+    key->shadow_mark = s->b->visit_mark;
     return true;
 }
 
@@ -358,7 +344,7 @@ static bool tsr_shadow_add(tsr_sched *s, tsr_tensor *key, tsr_tensor *t, int dev
 static tsr_tensor *tsr_new_copy(tsr_sched *s, tsr_tensor *r, int dev) {
     tsr_backend *b = s->b;
     tsr_tensor *c = tsr_pool_get(s);
-    if (!c || !tsr_grow((void **)&s->copies, &s->cap_copies, s->n_copies + 1, sizeof *s->copies))
+    if (!c || !TSR_GROW(s->copies, s->cap_copies, s->n_copies + 1))
         return NULL;
     c->type = r->type;
     c->n_dims = r->n_dims;
@@ -386,7 +372,7 @@ static tsr_tensor *tsr_shadow_of(tsr_sched *s, tsr_tensor *src, int dev, int k) 
     if (src == r) {
         t = (r->flags & TSR_FLAG_WEIGHT) ? tsr__weight_copy_on(s->b, r, dev) : NULL;
         if (t)
-            t->sched_scratch[1] = -1; /* static memory: nothing for the allocator */
+            t->alloc_id = -1; /* static memory: nothing for the allocator */
         else if (!(t = tsr_new_copy(s, r, dev)))
             return NULL;
     } else {
@@ -421,7 +407,7 @@ static tsr_status tsr_plan_node_copies(tsr_sched *s, tsr_tensor *n, int dev, int
             return tsr__error(TSR_E_STATE, "node '%s' reads '%s', which no node of the graph computes", n->name,
                               src->name);
         tsr_tensor *sh = tsr_shadow_of(s, src, dev, k);
-        if (!sh || !tsr_grow((void **)&s->swaps, &s->cap_swaps, s->n_swaps + 1, sizeof *s->swaps))
+        if (!sh || !TSR_GROW(s->swaps, s->cap_swaps, s->n_swaps + 1))
             return tsr_oom();
         s->swaps[s->n_swaps++] = (tsr_swap){n, j, sh, src};
     }
@@ -449,7 +435,7 @@ static tsr_status tsr_plan_copies(tsr_sched *s) {
             size > s->staging_need)
             s->staging_need = size < STAGING_MAX ? size : STAGING_MAX;
     }
-    if (!tsr_grow((void **)&s->extras, &s->cap_extras, s->n_copies + 1, sizeof *s->extras))
+    if (!TSR_GROW(s->extras, s->cap_extras, s->n_copies + 1))
         return tsr_oom();
     for (size_t k = 0; k < s->n_splits; k++)
         for (size_t c = s->splits[k].copy_begin; c < s->splits[k].copy_end; c++)
