@@ -16,8 +16,25 @@
  *    device's memory is an error here instead of a silent success;
  *  - runs every op the CPU runs except ARGMAX, so that the CPU fallback of an
  *    unsupported op is exercised too.
+ * It sees the CPU only as the host device, through its function tables, as
+ * any backend could. The same file also builds as a run-time module
+ * (TSR_FAKE_MODULE, tests/libtensr-fake.so): it then reaches the core only
+ * through the services the loader hands it (module.h), takes its devices
+ * from TSR_FAKE_MODULE_DEVICES (default FAKEMOD0:256MiB) and registers as
+ * "fake-module"; with TSR_FAKE_MODULE_ABI_SKEW it claims a wrong ABI
+ * version, so that the loader's refusal can be tested.
  */
-#include "cpu.h"
+#include "backend.h"
+#ifdef TSR_FAKE_MODULE
+#include "module.h"
+#define FAKE_ENV "TSR_FAKE_MODULE_DEVICES"
+#define FAKE_DEFAULT "FAKEMOD0:256MiB"
+#define FAKE_REG_NAME "fake-module"
+#else
+#define FAKE_ENV "TSR_FAKE_DEVICES"
+#define FAKE_DEFAULT NULL
+#define FAKE_REG_NAME "fake"
+#endif
 
 #include <pthread.h>
 #include <stdio.h>
@@ -36,6 +53,12 @@ typedef struct fake_dev {
 
 static fake_dev fakes[FAKE_MAX];
 static size_t n_fakes;
+
+/* A stream of the host device, remembered with the fake device it serves. */
+typedef struct fake_stream {
+    tsr_device *dev;
+    tsr_stream *host;
+} fake_stream;
 
 static fake_dev *fake_of(const tsr_device *d) { return (fake_dev *)d->impl; }
 
@@ -123,7 +146,8 @@ static tsr_status fake_memory(const tsr_device *d, size_t *free_b, size_t *total
 
 static bool fake_supports(const tsr_device *d, const tsr_tensor *op) {
     (void)d;
-    return op->op != TSR_OP_ARGMAX && tsr__cpu_supports_op(op);
+    const tsr_device *host = tsr__host_device_early();
+    return op->op != TSR_OP_ARGMAX && host && host->iface->supports_op(host, op);
 }
 
 /* Memory of t (following views) must be one of this device's buffers. */
@@ -134,8 +158,36 @@ static bool fake_owns(const tsr_device *d, const tsr_tensor *t) {
     return r->buffer && r->buffer->buft == d->buft && r->data;
 }
 
+static tsr_status fake_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
+    *out = NULL;
+    tsr_device *host = tsr__host_device_early();
+    fake_stream *fs = tsr__calloc(1, sizeof *fs);
+    if (!fs)
+        return tsr__error(TSR_E_NOMEM, "%s: out of memory creating a stream", d->name);
+    tsr_status st = host->iface->stream_new(host, n_threads, &fs->host);
+    if (st != TSR_OK) {
+        tsr__free(fs);
+        return st;
+    }
+    fs->dev = d;
+    *out = (tsr_stream *)fs;
+    return TSR_OK;
+}
+
+static void fake_stream_free(tsr_stream *s) {
+    fake_stream *fs = (fake_stream *)s;
+    if (!fs)
+        return;
+    tsr__host_device_early()->iface->stream_free(fs->host);
+    tsr__free(fs);
+}
+
+static tsr_status fake_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
+    return tsr__host_device_early()->iface->reserve(((fake_stream *)s)->host, nodes, n);
+}
+
 static tsr_status fake_compute(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
-    const tsr_device *d = s->device;
+    const tsr_device *d = ((fake_stream *)s)->dev;
     for (size_t i = 0; i < n; i++) {
         const tsr_tensor *node = nodes[i];
         if (!fake_owns(d, node))
@@ -148,17 +200,13 @@ static tsr_status fake_compute(tsr_stream *s, tsr_tensor *const *nodes, size_t n
                                   tsr__op_name(node->op), node->src[j]->name, b ? b->buft->name : "system");
             }
     }
-    return tsr__cpu_run_nodes(s, nodes, n);
+    return tsr__host_device_early()->iface->compute(((fake_stream *)s)->host, nodes, n);
 }
 
-static tsr_status fake_sync(tsr_stream *s) {
-    (void)s;
-    return TSR_OK;
-}
+static tsr_status fake_sync(tsr_stream *s) { return tsr__host_device_early()->iface->synchronize(((fake_stream *)s)->host); }
 
-static const tsr_device_iface fake_dev_iface = {fake_memory,          fake_supports,    tsr__cpu_stream_new,
-                                                tsr__cpu_stream_free, tsr__cpu_reserve, fake_compute,
-                                                fake_sync};
+static const tsr_device_iface fake_dev_iface = {fake_memory,  fake_supports, fake_stream_new, fake_stream_free,
+                                                fake_reserve, fake_compute,  fake_sync};
 
 /* ---- enumeration from TSR_FAKE_DEVICES ------------------------------------- */
 
@@ -215,15 +263,17 @@ static bool add_fake(const char *item) {
     f->dev.host_buft = &f->host_buft;
     f->buft = (tsr_buffer_type){&fake_buft_iface, "", &f->dev, TSR_ALIGN, false, false, f};
     snprintf(f->buft.name, sizeof f->buft.name, "%.*s", (int)name_len, item);
-    f->host_buft = (tsr_buffer_type){&tsr__cpu_buft_iface, "", &f->dev, TSR_ALIGN, true, true, NULL};
+    f->host_buft = (tsr_buffer_type){tsr__host_device_early()->buft->iface, "", &f->dev, TSR_ALIGN, true, true, NULL};
     snprintf(f->host_buft.name, sizeof f->host_buft.name, "%.*s_Host", (int)name_len, item);
     n_fakes++;
     return true;
 }
 
 static size_t fake_enumerate(tsr_device **devs, size_t max) {
-    const char *env = getenv("TSR_FAKE_DEVICES");
-    if (!env || !*env)
+    const char *env = getenv(FAKE_ENV);
+    if (!env)
+        env = FAKE_DEFAULT;
+    if (!env || !*env || !tsr__host_device_early())
         return 0;
     char spec[512];
     snprintf(spec, sizeof spec, "%s", env);
@@ -236,6 +286,20 @@ static size_t fake_enumerate(tsr_device **devs, size_t max) {
     return n_fakes;
 }
 
-static const tsr_backend_reg fake_reg = {"fake", fake_enumerate, NULL};
+static const tsr_backend_reg fake_reg = {FAKE_REG_NAME, fake_enumerate, NULL};
 
+#ifdef TSR_FAKE_MODULE
+TSR_MODULE_SERVICES_DEFINE
+
+TSR_MODULE_EXPORT const tsr_backend_module *TSR_MODULE_ENTRY(const tsr_backend_services *svc) {
+    static tsr_backend_module mod = TSR_BACKEND_MODULE_INIT(&fake_reg);
+    if (!tsr__module_attach(svc))
+        return NULL;
+#ifdef TSR_FAKE_MODULE_ABI_SKEW
+    mod.abi_version = TSR_BACKEND_ABI_VERSION + 1;
+#endif
+    return &mod;
+}
+#else
 const tsr_backend_reg *tsr__fake_backend_reg(void) { return &fake_reg; }
+#endif

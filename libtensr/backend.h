@@ -83,10 +83,84 @@ typedef struct tsr_backend_reg {
     const char *(*features)(void);
 } tsr_backend_reg;
 
-/* device.c: the registry. */
-tsr_device *tsr__cpu_device(void);
+/* ---- run-time backend modules ------------------------------------------------
+ * A module is a shared object in the module folder ($(pkglibdir)/modules, or
+ * the directories and files listed in TSR_BACKEND_PATH, separated by ':')
+ * named libtensr-*.so. It exports one function, TSR_MODULE_ENTRY, which gets
+ * the core's services and returns its registration. The core loads a module
+ * only when the registration's abi_version, op count and struct sizes are
+ * the core's own, logs every module it loaded or skipped and why, and never
+ * fails because of one.
+ *
+ * Bump TSR_BACKEND_ABI_VERSION whenever a struct or function table shared
+ * with modules (this file, the tensor struct and op table of internal.h,
+ * the services below) changes in a way the sizes do not show. */
+#define TSR_BACKEND_ABI_VERSION 1
+#define TSR_MODULE_ENTRY tsr_backend_module_init
+#define TSR_MODULE_ENTRY_NAME "tsr_backend_module_init"
+#if defined(__GNUC__)
+#define TSR_MODULE_EXPORT __attribute__((visibility("default")))
+#else
+#define TSR_MODULE_EXPORT
+#endif
+
+/* What the core lends a module: the library's error detail, logging, the
+ * allocation wrappers (so the failure-injection counter sees a module's
+ * allocations too), type traits, op names, tensor helpers and the host
+ * device (whose function tables a module may use to run nodes on the CPU). */
+typedef struct tsr_backend_services {
+    size_t size; /* sizeof(tsr_backend_services) of the core */
+    uint32_t abi_version;
+    tsr_status (*verror)(tsr_status s, const char *fmt, va_list ap);
+    bool (*log_enabled)(tsr_log_level level);
+    /* fields: n_fields (key, value) pairs as 2 * n_fields strings */
+    void (*log)(tsr_log_level level, const char *msg, size_t n_fields, const char *const *fields);
+    void *(*malloc)(size_t size);
+    void *(*calloc)(size_t n, size_t size);
+    void *(*realloc)(void *p, size_t size);
+    void (*free)(void *p);
+    void *(*aligned_alloc)(size_t alignment, size_t size);
+    void (*aligned_free)(void *p);
+    const tsr_type_traits *(*type_traits)(tsr_type type);
+    const tsr_op_info *(*op_info)(tsr_op op);
+    size_t (*tensor_nbytes)(const tsr_tensor *t);
+    tsr_device *(*host_device)(void);
+} tsr_backend_services;
+
+/* What a module hands back. The sizes are the module's own sizeof of the
+ * shared structs, so a module built against other headers is refused. */
+typedef struct tsr_backend_module {
+    uint32_t abi_version; /* TSR_BACKEND_ABI_VERSION the module was built with */
+    uint32_t op_count;    /* TSR_OP_COUNT the module was built with */
+    size_t sizeof_services, sizeof_tensor, sizeof_device, sizeof_device_iface, sizeof_buffer_type,
+        sizeof_buft_iface, sizeof_buffer, sizeof_reg;
+    const tsr_backend_reg *reg;
+} tsr_backend_module;
+
+/* Initializer of a module's registration (sizes filled from these headers). */
+#define TSR_BACKEND_MODULE_INIT(reg_ptr)                                                                  \
+    {TSR_BACKEND_ABI_VERSION, TSR_OP_COUNT, sizeof(tsr_backend_services), sizeof(tsr_tensor),           \
+     sizeof(tsr_device), sizeof(tsr_device_iface), sizeof(tsr_buffer_type), sizeof(tsr_buft_iface),    \
+     sizeof(tsr_buffer), sizeof(tsr_backend_reg), (reg_ptr)}
+
+/* The entry point: returns NULL when the module cannot work at all (after
+ * logging why through the services). */
+typedef const tsr_backend_module *(*tsr_backend_module_init_fn)(const tsr_backend_services *svc);
+
+/* device.c: the registry. The host device (the CPU) runs what no other
+ * device can and holds system-memory tensors. */
+tsr_device *tsr__host_device(void);
+/* The same without enumerating: what backends call while the registry
+ * enumerates them (the host is enumerated first); NULL before that. */
+tsr_device *tsr__host_device_early(void);
 const tsr_backend_reg *tsr__cpu_backend_reg(void);   /* cpu/ */
 const tsr_backend_reg *tsr__fake_backend_reg(void);  /* cpu/fake.c: TSR_FAKE_DEVICES */
+/* module.c: loads the modules of TSR_BACKEND_PATH (or the module folder)
+ * and adds their registrations through add() (which returns the number of
+ * devices it found); logs each one; returns the number of modules kept. */
+size_t tsr__modules_load(size_t (*add)(const tsr_backend_reg *reg));
+/* The services the core lends modules (also used by the built-in fake backend). */
+const tsr_backend_services *tsr__backend_services(void);
 /* Allocates a tensor's bytes inside a buffer: data = base + offset. */
 tsr_status tsr__buffer_set(tsr_buffer *buf, void *dst, const void *host, size_t size);
 tsr_status tsr__buffer_get(tsr_buffer *buf, const void *src, void *host, size_t size);

@@ -94,16 +94,27 @@ static void tsr_default_log(tsr_log_level level, const char *msg, const tsr_log_
 void tsr__log(tsr_log_level level, const char *msg, size_t n_fields, ...) {
     if (!tsr__log_enabled(level))
         return;
-    tsr_log_field fields[32];
+    const char *kv[64];
     if (n_fields > 32)
         n_fields = 32;
     va_list ap;
     va_start(ap, n_fields);
-    for (size_t i = 0; i < n_fields; i++) {
-        fields[i].key = va_arg(ap, const char *);
-        fields[i].value = va_arg(ap, const char *);
-    }
+    for (size_t i = 0; i < 2 * n_fields; i++)
+        kv[i] = va_arg(ap, const char *);
     va_end(ap);
+    tsr__log_fields(level, msg, n_fields, kv);
+}
+
+void tsr__log_fields(tsr_log_level level, const char *msg, size_t n_fields, const char *const *kv) {
+    if (!tsr__log_enabled(level))
+        return;
+    tsr_log_field fields[32];
+    if (n_fields > 32)
+        n_fields = 32;
+    for (size_t i = 0; i < n_fields; i++) {
+        fields[i].key = kv[2 * i];
+        fields[i].value = kv[2 * i + 1];
+    }
     if (tsr_log_cb)
         tsr_log_cb(level, msg, fields, n_fields, tsr_log_user);
     else

@@ -17,21 +17,20 @@ static size_t tsr_n_devices;
 static char tsr_backend_names[128];
 static pthread_once_t tsr_registry_once = PTHREAD_ONCE_INIT;
 
-/* Backends other than the CPU, in registry order. The CUDA module is
- * optional: a weak reference is NULL when not linked. The fake test backend
- * (cpu/fake.c, devices only when TSR_FAKE_DEVICES is set) is always linked:
- * a weak reference would not pull it out of the static library. */
-const tsr_backend_reg *tsr__cuda_backend_reg(void) __attribute__((weak));
+static tsr_device *tsr_host; /* the CPU: enumerated first, listed last */
 
-static void tsr_add_backend(const tsr_backend_reg *reg) {
-    if (!reg)
-        return;
-    size_t n = reg->enumerate(tsr_devices + tsr_n_devices, TSR_MAX_DEVICES - tsr_n_devices);
-    if (n == 0)
-        return;
-    tsr_n_devices += n;
+static void tsr_note_backend(const char *name) {
     size_t len = strlen(tsr_backend_names);
-    snprintf(tsr_backend_names + len, sizeof tsr_backend_names - len, "%s%s", len ? "," : "", reg->name);
+    snprintf(tsr_backend_names + len, sizeof tsr_backend_names - len, "%s%s", len ? "," : "", name);
+}
+
+/* Appends reg's devices (one slot stays free for the host); returns how many it found. */
+static size_t tsr_add_backend(const tsr_backend_reg *reg) {
+    size_t n = reg->enumerate(tsr_devices + tsr_n_devices, TSR_MAX_DEVICES - 1 - tsr_n_devices);
+    tsr_n_devices += n;
+    if (n)
+        tsr_note_backend(reg->name);
+    return n;
 }
 
 static void tsr_log_system_info(void) {
@@ -51,11 +50,19 @@ static void tsr_log_system_info(void) {
     }
 }
 
+/* Order: modules (GPUs), the fake test devices, then the CPU. The CPU is
+ * enumerated first all the same, so modules can use the host device while
+ * they enumerate (tsr__host_device_early). */
 static void tsr_enumerate(void) {
-    if (tsr__cuda_backend_reg)
-        tsr_add_backend(tsr__cuda_backend_reg());
+    const tsr_backend_reg *cpu = tsr__cpu_backend_reg();
+    tsr_device *host[1];
+    tsr_host = cpu->enumerate(host, 1) ? host[0] : NULL;
+    tsr__modules_load(tsr_add_backend);
     tsr_add_backend(tsr__fake_backend_reg());
-    tsr_add_backend(tsr__cpu_backend_reg());
+    if (tsr_host) {
+        tsr_devices[tsr_n_devices++] = tsr_host;
+        tsr_note_backend(cpu->name);
+    }
     /* per-model indices and registry order */
     for (size_t i = 0; i < tsr_n_devices; i++) {
         tsr_devices[i]->registry_index = i;
@@ -93,10 +100,12 @@ tsr_device *tsr_device_by_name(const char *name) {
     return NULL;
 }
 
-tsr_device *tsr__cpu_device(void) {
-    size_t n = tsr_device_count();
-    return n ? tsr_devices[n - 1] : NULL;
+tsr_device *tsr__host_device(void) {
+    tsr_device_count();
+    return tsr_host;
 }
+
+tsr_device *tsr__host_device_early(void) { return tsr_host; }
 
 const char *tsr_device_name(const tsr_device *d) { return d ? d->name : NULL; }
 const char *tsr_device_description(const tsr_device *d) { return d ? d->description : NULL; }
