@@ -1,8 +1,8 @@
 /*
  * ops.c - CPU kernels of the element-wise, normalization, rope, softmax,
- * row-gather/scatter and copy ops (semantics: TEAM.md op contract). Each
- * kernel handles general byte strides and splits its rows over the
- * stream's threads (thread ith of nth).
+ * row-gather/scatter and copy ops (semantics: each op's comment in
+ * libtensr.h). Each kernel handles general byte strides and splits its rows
+ * over the stream's threads (thread ith of nth).
  */
 #include "cpu.h"
 

@@ -4,7 +4,19 @@
 # existing page), the page's SYNOPSIS declares the function, and every
 # prototype in any page's SYNOPSIS is exactly the header's (whitespace and
 # roff font escapes aside). Also: every page is distributed (man/man.am) and,
-# when groff or mandoc is installed, renders without warnings.
+# when groff is installed, renders without warnings.
+#
+# Every page (each man/*.1 and man/*.7, each man/*.3 that is not a .so link)
+# has exactly one .TH, whose section is the file's, and NAME as its first
+# section. Then, each exactly once:
+#   section 3  NAME, SYNOPSIS, DESCRIPTION, RETURN VALUE (for a void
+#              function the page says it returns no value and what matters
+#              instead, e.g. that NULL is a no-op)
+#   section 1  NAME, SYNOPSIS, DESCRIPTION, EXIT STATUS (a command's return
+#              value, as man-pages(7) names it)
+#   section 7  NAME, DESCRIPTION (an overview has no call to return from;
+#              SYNOPSIS and the rest are optional)
+# A page pasted twice into one file fails here (two .TH, two NAME).
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
 man=$srcdir/man
@@ -62,6 +74,37 @@ while IFS= read -r proto; do
         err "$name: man/$name.3 resolves to $page, whose SYNOPSIS does not declare it"
 done < "$tmp/header"
 
+# page structure: one .TH, the sections its man section requires (above)
+structure() { # FILE SECTION REQUIRED ("A|B|...")
+    awk -v sec="$2" -v req="$3" '
+        /^\.TH([ \t]|$)/ { n_th++; if (n_th == 1) { split($0, a, /[ \t]+/); th_sec = a[3] } }
+        /^\.SH([ \t]|$)/ {
+            h = $0; sub(/^\.SH[ \t]*/, "", h); gsub(/"/, "", h); sub(/[ \t]+$/, "", h)
+            if (++n_sh == 1) first = h
+            seen[h]++
+        }
+        END {
+            if (n_th != 1) printf "%d .TH lines (want exactly one)\n", n_th
+            else if (th_sec != sec) printf ".TH says section %s, the file name says %s\n", th_sec, sec
+            if (first != "NAME") printf "first section is \"%s\", not NAME\n", first
+            n = split(req, r, "|")
+            for (i = 1; i <= n; i++)
+                if (!seen[r[i]]) printf "no %s section\n", r[i]
+                else if (seen[r[i]] > 1) printf "%d %s sections (want exactly one)\n", seen[r[i]], r[i]
+        }' "$1"
+}
+for f in "$man"/*.[137]; do
+    [ -f "$f" ] || continue
+    [ -n "$(link_of "$f")" ] && continue
+    case $f in
+    *.3) req="NAME|SYNOPSIS|DESCRIPTION|RETURN VALUE" ;;
+    *.1) req="NAME|SYNOPSIS|DESCRIPTION|EXIT STATUS" ;;
+    *.7) req="NAME|DESCRIPTION" ;;
+    esac
+    structure "$f" "${f##*.}" "$req" > "$tmp/struct"
+    while IFS= read -r why; do err "$(basename "$f"): $why"; done < "$tmp/struct"
+done
+
 # every file under man/ is distributed and installed
 if [ -f "$man/man.am" ]; then
     for f in "$man"/*.[137]; do
@@ -80,5 +123,5 @@ $out"
 fi
 
 echo "$(wc -l < "$tmp/header") functions, $n_pages section-3 pages, $n_links .so links"
-[ $rc -eq 0 ] && echo "ok: every exported function has a page whose synopsis matches libtensr.h"
+[ $rc -eq 0 ] && echo "ok: every exported function has a page whose synopsis matches libtensr.h; every page has one .TH and its sections"
 exit $rc

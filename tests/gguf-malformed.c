@@ -1,7 +1,9 @@
 /*
  * gguf-malformed.c - generator and checker of malformed GGUF files. Each
- * case builds a file byte by byte that breaks one rule of the format (see
- * FORMATS.md), opens it from memory and from a file, and checks the status
+ * case builds a file byte by byte that breaks one rule of the format (GGUF
+ * v2/v3, little-endian: counts and lengths within the file, keys and tensor
+ * names unique, 1..4 dimensions, known types, aligned offsets that do not
+ * overlap), opens it from memory and from a file, and checks the status
  * and that the error names the file, the offset and what was expected. It
  * also truncates a small valid file at every byte and mutates every byte,
  * and accepts a few unusual but valid files (zero-sized tensors, v2, gaps).

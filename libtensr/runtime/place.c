@@ -2,7 +2,7 @@
  * place.c - backend weights: declaration, placement on devices, the memory
  * plan, allocation (one buffer per buffer type) and lookup by name.
  *
- * Placement (DESIGN.md section 4), for every declared weight without memory:
+ * Placement, for every declared weight without memory:
  *  - repeating layers (names "blk.N.") go to devices by layer: the last
  *    n_gpu_layers of them to the backend's GPU devices (every non-CPU
  *    device), split in proportion to tensor_split or else to each GPU's free
@@ -14,11 +14,13 @@
  *    every layer) is "shared": it lives with layer 0 and has a copy on every
  *    other device holding layers (tsr_backend_weight_on, and the scheduler
  *    reads the copy of the node's device);
- *  - the override list comes last: the first pattern that matches the name
- *    sets the buffer type (no per-device copies for an overridden tensor).
+ *  - the override list comes last: the first pattern (POSIX extended regex,
+ *    matching anywhere in the name) that matches sets the buffer type (no
+ *    per-device copies for an overridden tensor).
  * Then the bytes per buffer type are summed with the same padding the
- * allocation uses, the plan is recorded and logged, every device is checked,
- * and only when all fit is anything allocated.
+ * allocation uses, the plan is recorded and logged, every device is checked
+ * against its free memory (TSR_E_DEVICE_NOMEM names the device that does not
+ * fit), and only when all fit is anything allocated or read.
  */
 #include "core.h"
 
