@@ -8,7 +8,7 @@
  */
 #include "tsrtest.h"
 
-#include "attention/kvcache.h"
+#include "internal.h"
 
 enum { N_LAYERS = 3, N_HEAD = 6, N_HEAD_KV = 2, HD = 32 };
 

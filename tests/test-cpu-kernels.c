@@ -6,7 +6,7 @@
  * quantizers, and the threadpool's barrier under many short jobs.
  * Links the static library (internal functions).
  */
-#include "cpu/cpu.h"
+#include "internal.h"
 
 #include <math.h>
 #include <stdio.h>

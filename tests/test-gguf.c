@@ -7,7 +7,7 @@
  * allocation failing in turn (no leak, TSR_E_NOMEM). Links the static
  * library for the allocation hook.
  */
-#include "gguf/gguf.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <float.h>
