@@ -15,6 +15,7 @@
  *   test-ops -o OP            only cases of OP (e.g. mul_mat)
  */
 #include "libtensr.h"
+#include "tsrtest.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -64,7 +65,7 @@ typedef struct source {
     int64_t ne[4];
 } source;
 
-static int n_fail, n_pass, n_skip;
+static int n_skip;
 static double worst_nmse[OP_COUNT];
 static const char *only_op;
 
@@ -857,13 +858,12 @@ static int mode_test(tsr_backend *b, int verbose) {
         int supported;
         const int r = run_case(b, &cases[i], (uint64_t)i + 1, verbose, &supported);
         if (!supported) n_skip++;
-        else if (r) n_fail++;
-        else n_pass++;
+        else CHECK(!r, "case %d (%s), see above", i, op_names[cases[i].op]);
     }
     printf("\nworst NMSE per op:\n");
     for (int o = 0; o < OP_COUNT; o++) printf("  %-10s %.3g\n", op_names[o], worst_nmse[o]);
-    printf("%d passed, %d failed, %d unsupported\n", n_pass, n_fail, n_skip);
-    return n_fail ? 1 : 0;
+    printf("%d passed, %d failed, %d unsupported\n", tsrtest_checks - tsrtest_failures, tsrtest_failures, n_skip);
+    return tsrtest_done("test-ops");
 }
 
 static int mode_list(tsr_backend *b) {
@@ -1015,10 +1015,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (device && !tsr_device_by_name(device)) {
-        printf("device %s not present: skipped\n", device);
-        return 77;
-    }
+    if (device && !tsr_device_by_name(device))
+        SKIP("device %s not present", device);
     make_cases();
     if (strcmp(mode, "perf") == 0) return mode_perf(device, threads);
     tsr_backend *b = make_backend(device, threads);
