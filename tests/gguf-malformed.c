@@ -13,6 +13,7 @@
  *                             for the fuzz corpus), then run the checks
  */
 #include "libtensr.h"
+#include "tsrtest.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -20,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int n_fail, verbose;
+static int verbose;
 static const char *write_dir;
 static char tmpdir[256];
 
@@ -296,11 +297,9 @@ static tsr_status open_both(const char *label, const void *p, size_t n, tsr_stat
             bad |= strstr(err, "case.gguf") == NULL || strstr(err, " at offset ") == NULL;
             if (expect) bad |= strstr(err, expect) == NULL;
         }
-        if (bad) {
-            fprintf(stderr, "FAIL %s (%s): status %d (want %d), error: %s\n  expected to contain: %s\n", label,
-                    via_file ? "file" : "memory", got[via_file], want, err, expect ? expect : "(any)");
-            n_fail++;
-        } else if (verbose && !quiet && via_file == 0) {
+        CHECK(!bad, "%s (%s): status %d (want %d), error: %s\n  expected to contain: %s", label,
+              via_file ? "file" : "memory", got[via_file], want, err, expect ? expect : "(any)");
+        if (!bad && verbose && !quiet && via_file == 0) {
             printf("%-44s %-18s %s\n", label, tsr_status_string(got[0]), want == TSR_OK ? "(opens)" : err);
         }
         tsr_gguf_close(g);
@@ -369,16 +368,14 @@ static void run_truncations(void) {
                 opened++;
                 for (int64_t t = 0; t < tsr_gguf_n_tensors(g); t++) {
                     static uint8_t dst[4096];
-                    if (tsr_gguf_tensor_size(g, t) <= sizeof dst && tsr_gguf_read_tensor(g, t, dst, sizeof dst)) {
-                        fprintf(stderr, "FAIL mutation %zu=%02x: read_tensor: %s\n", i, vals[v], tsr_last_error());
-                        n_fail++;
-                    }
+                    if (tsr_gguf_tensor_size(g, t) <= sizeof dst)
+                        CHECK(tsr_gguf_read_tensor(g, t, dst, sizeof dst) == TSR_OK, "mutation %zu=%02x: read_tensor",
+                              i, vals[v]);
                 }
-            } else if (!strstr(tsr_last_error(), "mut.gguf")) {
-                fprintf(stderr, "FAIL mutation %zu=%02x: bad error: %s\n", i, vals[v], tsr_last_error());
-                n_fail++;
             } else {
-                failed++;
+                const int named = strstr(tsr_last_error(), "mut.gguf") != NULL;
+                CHECK(named, "mutation %zu=%02x: the error does not name the file", i, vals[v]);
+                failed += named;
             }
             tsr_gguf_close(g);
             b.p[i] = old;
@@ -408,10 +405,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/case.gguf", tmpdir);
     unlink(path);
     rmdir(tmpdir);
-    if (n_fail) {
-        fprintf(stderr, "gguf-malformed: %d failures\n", n_fail);
-        return 1;
-    }
-    printf("gguf-malformed: %zu cases, truncations and mutations passed\n", sizeof cases / sizeof cases[0]);
-    return 0;
+    printf("gguf-malformed: %zu cases, then truncations and mutations of a valid file\n",
+           sizeof cases / sizeof cases[0]);
+    return tsrtest_done("gguf-malformed");
 }

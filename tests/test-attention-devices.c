@@ -8,7 +8,7 @@
  */
 #include "tsrtest.h"
 
-#include "attention/kvcache.h"
+#include "internal.h"
 
 enum { N_LAYERS = 3, N_HEAD = 6, N_HEAD_KV = 2, HD = 32 };
 
@@ -148,10 +148,8 @@ static void test_oom(void) {
 
 int main(void) {
     setenv("TSR_FAKE_DEVICES", "FAKE0:64MiB,FAKE1:64MiB,FAKE2:1MiB", 1);
-    if (!dev("FAKE0") || !dev("FAKE2")) {
-        printf("SKIP: fake devices are not available in this build\n");
-        return 77;
-    }
+    if (!dev("FAKE0") || !dev("FAKE2"))
+        SKIP("fake devices are not available in this build");
     test_split(0, 0);
     test_split(0, 16 * 1024); /* chunked */
     test_split(1, 0);

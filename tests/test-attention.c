@@ -11,7 +11,7 @@
  */
 #include "tsrtest.h"
 
-#include "attention/kvcache.h"
+#include "internal.h"
 
 /* ---- configuration -------------------------------------------------------------- */
 

@@ -11,7 +11,8 @@
 #include "examples/model/chat.h"
 #include "examples/model/tokenizer.h"
 
-#include "checkmsg.h"
+#include "tsrtest.h"
+
 static const chat_msg conv[] = {
     {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}};
 
@@ -212,5 +213,5 @@ int main(void)
     } else {
         printf("note: %s absent, the SmolLM2 template check did not run\n", model);
     }
-    return checks_done();
+    return tsrtest_done("test-chat");
 }

@@ -6,7 +6,7 @@
  */
 #include "tsrtest.h"
 
-#include "libtensr/internal.h"
+#include "internal.h"
 
 #include <unistd.h>
 

@@ -6,22 +6,12 @@
  * quantizers, and the threadpool's barrier under many short jobs.
  * Links the static library (internal functions).
  */
-#include "cpu/cpu.h"
+#include "internal.h"
+#include "tsrtest.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int failures;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-        }                                                        \
-    } while (0)
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) {
@@ -210,7 +200,5 @@ int main(void) {
     check_threadpool(1);
     check_threadpool(2);
     check_threadpool(5); /* more threads than cores: the futex path */
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
-    else printf("test-cpu-kernels: all passed\n");
-    return failures ? 1 : 0;
+    return tsrtest_done("test-cpu-kernels");
 }

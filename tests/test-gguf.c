@@ -7,7 +7,8 @@
  * allocation failing in turn (no leak, TSR_E_NOMEM). Links the static
  * library for the allocation hook.
  */
-#include "gguf/gguf.h"
+#include "internal.h"
+#include "tsrtest.h"
 
 #include <errno.h>
 #include <float.h>
@@ -17,17 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int n_fail;
-#define CHECK(c)                                                                            \
-    do {                                                                                    \
-        if (!(c)) {                                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, \
-                    #c, tsr_last_error());                                                  \
-            n_fail++;                                                                       \
-        }                                                                                   \
-    } while (0)
-#define CHECK_OK(e) CHECK((e) == TSR_OK)
 
 static char tmpdir[256];
 
@@ -526,10 +516,5 @@ int main(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    if (n_fail) {
-        fprintf(stderr, "test-gguf: %d checks failed\n", n_fail);
-        return 1;
-    }
-    printf("test-gguf: all checks passed\n");
-    return 0;
+    return tsrtest_done("test-gguf");
 }

@@ -8,23 +8,13 @@
  * Prints the table of RMSE ratios (ours / llama.cpp) per type and array.
  */
 #include "libtensr.h"
+#include "tsrtest.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            failures++;                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fputc('\n', stderr);                                      \
-        }                                                             \
-    } while (0)
 
 #define MAX_ARRAYS 16
 
@@ -159,10 +149,9 @@ int main(void) {
     snprintf(path, sizeof path, "%s/tests/data/kquant-ref.bin", top ? top : ".");
     size_t size = 0;
     unsigned char *buf = read_file(path, &size);
-    if (!buf) {
-        fprintf(stderr, "test-kquant-ref: cannot read %s\n", path);
-        return 1;
-    }
+    CHECK(buf, "cannot read %s", path);
+    if (!buf)
+        return tsrtest_done("test-kquant-ref");
     struct reader r = {buf, size, 0, 0};
     char magic[8], version[65] = {0};
     take(&r, magic, 8);
@@ -173,7 +162,7 @@ int main(void) {
     CHECK(n_arrays <= MAX_ARRAYS, "%s: %u arrays", path, n_arrays);
     struct array arrays[MAX_ARRAYS] = {{{0}, 0, NULL}};
     struct type_summary sum[TSR_TYPE_COUNT] = {{0, 0, 0}};
-    if (!failures) {
+    if (!tsrtest_failures) {
         printf("reference: llama.cpp %s\n", version);
         CHECK(read_arrays(&r, arrays, n_arrays), "%s: truncated arrays", path);
         uint32_t i = 0;
@@ -187,6 +176,5 @@ int main(void) {
                    sum[t].worst, sum[t].identical, sum[t].total);
     for (uint32_t i = 0; i < n_arrays && i < MAX_ARRAYS; i++) free(arrays[i].x);
     free(buf);
-    printf("test-kquant-ref: %d failures\n", failures);
-    return failures ? 1 : 0;
+    return tsrtest_done("test-kquant-ref");
 }

@@ -12,7 +12,7 @@
  * (test-load-model.c loads the real SmolLM2 model.)
  */
 #include "libtensr.h"
-#include "internal.h" /* tsr__fail_alloc_after (test links the static library) */
+#include "internal.h"
 #include "tsrtest.h"
 
 #include <errno.h>

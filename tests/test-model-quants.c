@@ -7,23 +7,13 @@
  * Model: $TSR_TEST_MODEL or ~/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf.
  */
 #include "libtensr.h"
+#include "tsrtest.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (!(cond)) {                                           \
-            failures++;                                          \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                        \
-            fputc('\n', stderr);                                 \
-        }                                                        \
-    } while (0)
 
 static void *read_tensor(tsr_gguf *g, int64_t i, size_t *size) {
     *size = tsr_gguf_tensor_size(g, i);
@@ -128,22 +118,18 @@ int main(void) {
     const char *env = getenv("TSR_TEST_MODEL"), *home = getenv("HOME");
     if (env) snprintf(path, sizeof path, "%s", env);
     else snprintf(path, sizeof path, "%s/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
-    if (access(path, R_OK) != 0) {
-        printf("model %s not found: skipped\n", path);
-        return 77;
-    }
+    if (access(path, R_OK) != 0)
+        SKIP("model %s not found", path);
     tsr_gguf *g = NULL;
-    if (tsr_gguf_open(path, &g) != TSR_OK) {
-        fprintf(stderr, "open %s: %s\n", path, tsr_last_error());
-        return 1;
-    }
+    const tsr_status st = tsr_gguf_open(path, &g);
+    CHECK(st == TSR_OK, "open %s", path);
+    if (st != TSR_OK)
+        return tsrtest_done("test-model-quants");
     check_all_finite(g);
     tsr_backend *b = NULL;
     CHECK(tsr_backend_new(NULL, &b) == TSR_OK, "backend: %s", tsr_last_error());
     if (b) check_real_rows(g, b);
     tsr_backend_free(b);
     tsr_gguf_close(g);
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
-    else printf("test-model-quants: all passed\n");
-    return failures ? 1 : 0;
+    return tsrtest_done("test-model-quants");
 }

@@ -14,8 +14,8 @@
  *   test-ops perf [-t N]      GFLOP/s and GB/s per op
  *   test-ops -o OP            only cases of OP (e.g. mul_mat)
  */
-#include "libtensr/internal.h" /* the op table; the test links the static library */
-#include "cpu/cpu.h"
+#include "internal.h" /* the op table; the test links the static library */
+#include "tsrtest.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -60,7 +60,7 @@ typedef struct source {
     int64_t ne[4];
 } source;
 
-static int n_fail, n_pass, n_skip;
+static int n_skip;
 static double worst_nmse[TSR_OP_COUNT];
 static const char *only_op;
 
@@ -847,36 +847,31 @@ static void make_cases(void) {
 /* ---- modes ------------------------------------------------------------------------------ */
 
 /* Every op of the table has cases here and a complete CPU entry. */
-static int check_coverage(void) {
-    int missing = 0;
+static void check_coverage(void) {
     for (int o = 0; o < TSR_OP_COUNT; o++) {
         int n = 0;
         for (int i = 0; i < n_cases; i++) n += cases[i].op == (tsr_op)o;
-        if (n == 0 && o != TSR_OP_NONE && o != TSR_OP_VIEW) {
-            printf("FAIL op %s has no case in the op harness\n", tsr__op_name(o));
-            missing++;
-        }
+        CHECK(n > 0 || o == TSR_OP_NONE || o == TSR_OP_VIEW, "op %s has no case in the op harness", tsr__op_name(o));
     }
     tsr_op no_cpu[TSR_OP_COUNT];
     size_t n_no_cpu = tsr__cpu_ops_missing(no_cpu, TSR_OP_COUNT);
-    for (size_t i = 0; i < n_no_cpu; i++) printf("FAIL op %s has no complete CPU entry\n", tsr__op_name(no_cpu[i]));
-    return missing + (int)n_no_cpu;
+    CHECK(n_no_cpu == 0, "%zu ops have no complete CPU entry, the first %s", n_no_cpu,
+          n_no_cpu ? tsr__op_name(no_cpu[0]) : "");
 }
 
 static int mode_test(tsr_backend *b, int verbose) {
-    n_fail += check_coverage();
+    check_coverage();
     for (int i = 0; i < n_cases; i++) {
         if (only_op && strcmp(only_op, tsr__op_name(cases[i].op)) != 0) continue;
         int supported;
         const int r = run_case(b, &cases[i], (uint64_t)i + 1, verbose, &supported);
         if (!supported) n_skip++;
-        else if (r) n_fail++;
-        else n_pass++;
+        else CHECK(!r, "case %d (%s), see above", i, tsr__op_name(cases[i].op));
     }
     printf("\nworst NMSE per op:\n");
     for (int o = 0; o < TSR_OP_COUNT; o++) printf("  %-10s %.3g\n", tsr__op_name(o), worst_nmse[o]);
-    printf("%d passed, %d failed, %d unsupported\n", n_pass, n_fail, n_skip);
-    return n_fail ? 1 : 0;
+    printf("%d passed, %d failed, %d unsupported\n", tsrtest_checks - tsrtest_failures, tsrtest_failures, n_skip);
+    return tsrtest_done("test-ops");
 }
 
 static int mode_list(tsr_backend *b) {
@@ -1028,10 +1023,8 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (device && !tsr_device_by_name(device)) {
-        printf("device %s not present: skipped\n", device);
-        return 77;
-    }
+    if (device && !tsr_device_by_name(device))
+        SKIP("device %s not present", device);
     make_cases();
     if (strcmp(mode, "perf") == 0) return mode_perf(device, threads);
     tsr_backend *b = make_backend(device, threads);

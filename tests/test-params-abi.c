@@ -12,7 +12,9 @@
  * library sees.
  */
 #include "libtensr.h"
+#include "tsrtest.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,18 +50,6 @@ static int skipped;
             printf("skip: %s is not exported yet\n", #fn);                      \
             skipped++;                                                          \
             return;                                                             \
-        }                                                                       \
-    } while (0)
-
-static int failures;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, " (last error: %s)\n", tsr_last_error());           \
-            failures++;                                                         \
         }                                                                       \
     } while (0)
 
@@ -159,7 +149,8 @@ static void load_gguf_old_params(void)
     NEED(tsr_backend_load_gguf);
     char path[] = "/tmp/tsr-params-abi-XXXXXX";
     int fd = mkstemp(path);
-    if (fd < 0) { perror("mkstemp"); failures++; return; }
+    CHECK(fd >= 0, "mkstemp %s: %s", path, strerror(errno));
+    if (fd < 0) return;
     close(fd);
     tsr_gguf_writer *w = NULL;
     float data[16];
@@ -198,11 +189,8 @@ int main(void)
         tsr_backend_free(be);
     }
     load_gguf_old_params();
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("ok: old-size parameter structs get defaults for the missing fields%s\n",
-           skipped ? " (some consumers skipped)" : "");
-    return 0;
+    if (!tsrtest_failures)
+        printf("ok: old-size parameter structs get defaults for the missing fields%s\n",
+               skipped ? " (some consumers skipped)" : "");
+    return tsrtest_done("test-params-abi");
 }

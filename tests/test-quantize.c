@@ -9,6 +9,7 @@
  * their cause and leave no output behind.
  */
 #include "libtensr.h"
+#include "tsrtest.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,16 +18,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-static int n_fail;
-#define CHECK(c)                                                                                      \
-    do {                                                                                              \
-        if (!(c)) {                                                                                   \
-            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #c,     \
-                    tsr_last_error());                                                                \
-            n_fail++;                                                                                 \
-        }                                                                                             \
-    } while (0)
 
 static char tmpdir[256], tool[1024];
 
@@ -138,11 +129,8 @@ static void check_output(const char *path, tsr_type target, int keep_f16, int ti
         CHECK(k >= 0);
         if (k < 0) continue;
         tsr_type t = tsr_gguf_tensor_type(g, k), want = expected_type(model[i].name, target, keep_f16, tied);
-        if (t != want) {
-            fprintf(stderr, "%s as %s: tensor %s is %s, expected %s\n", path, tsr_type_name(target), model[i].name,
-                    tsr_type_name(t), tsr_type_name(want));
-            n_fail++;
-        }
+        CHECK(t == want, "%s as %s: tensor %s is %s, expected %s", path, tsr_type_name(target), model[i].name,
+              tsr_type_name(t), tsr_type_name(want));
         for (int d = 0; d < 4; d++) CHECK(tsr_gguf_tensor_ne(g, k, d) == (d < model[i].n_dims ? model[i].ne[d] : 1));
         size_t size = tsr_gguf_tensor_size(g, k);
         int64_t n = nel(&model[i]);
@@ -157,11 +145,8 @@ static void check_output(const char *path, tsr_type target, int keep_f16, int ti
             ref += (double)model_data[i][e] * model_data[i][e];
         }
         double rel = sqrt(err / ref);
-        if (!(rel <= tolerance(t))) {
-            fprintf(stderr, "%s: tensor %s (%s): relative RMS error %.4g above %.4g\n", path, model[i].name,
-                    tsr_type_name(t), rel, tolerance(t));
-            n_fail++;
-        }
+        CHECK(rel <= tolerance(t), "%s: tensor %s (%s): relative RMS error %.4g above %.4g", path, model[i].name,
+              tsr_type_name(t), rel, tolerance(t));
         free(raw);
         free(back);
     }
@@ -241,10 +226,9 @@ static void test_failures(const char *in) {
 int main(void) {
     const char *top = getenv("top_builddir");
     snprintf(tool, sizeof tool, "%s/examples/tensr-quantize", top ? top : ".");
-    if (access(tool, X_OK) != 0) {
-        fprintf(stderr, "FAIL: %s not built\n", tool);
-        return 1;
-    }
+    CHECK(access(tool, X_OK) == 0, "%s not built", tool);
+    if (tsrtest_failures)
+        return tsrtest_done("test-quantize");
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof tmpdir, "%s/test-quantize-XXXXXX", base);
     if (!mkdtemp(tmpdir)) {
@@ -276,11 +260,7 @@ int main(void) {
     for (size_t i = 0; i < N_MODEL; i++) free(model_data[i]);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (n_fail == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
-    if (n_fail) {
-        fprintf(stderr, "test-quantize: %d checks failed (files kept in %s)\n", n_fail, tmpdir);
-        return 1;
-    }
-    printf("test-quantize: all checks passed\n");
-    return 0;
+    if (tsrtest_failures) fprintf(stderr, "test-quantize: files kept in %s\n", tmpdir);
+    else if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return tsrtest_done("test-quantize");
 }

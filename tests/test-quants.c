@@ -6,22 +6,12 @@
  * (exhaustive over halves, NaN/inf/denormals), size functions.
  */
 #include "libtensr.h"
+#include "tsrtest.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            failures++;                                               \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
-            fprintf(stderr, __VA_ARGS__);                             \
-            fputc('\n', stderr);                                      \
-        }                                                             \
-    } while (0)
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static double urand(void) { /* xorshift64*: deterministic across platforms */
@@ -268,7 +258,5 @@ int main(void) {
     test_bf16();
     test_round_trips();
     test_llama_criterion();
-    if (failures) fprintf(stderr, "%d failure(s)\n", failures);
-    else printf("test-quants: all passed\n");
-    return failures ? 1 : 0;
+    return tsrtest_done("test-quants");
 }

@@ -7,7 +7,8 @@
 
 #include "examples/model/sampler.h"
 
-#include "checkmsg.h"
+#include "tsrtest.h"
+
 static smp_cand buf[16];
 
 static smp_cands make(const double *logits, size_t n)
@@ -158,5 +159,5 @@ int main(void)
     test_penalties();
     test_greedy_and_window();
     test_draws();
-    return checks_done();
+    return tsrtest_done("test-sampler");
 }

@@ -6,7 +6,7 @@
  */
 #include "tsrtest.h"
 
-#include "libtensr/core.h"
+#include "internal.h"
 
 #include <math.h>
 

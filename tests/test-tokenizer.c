@@ -18,7 +18,8 @@
 #include "examples/model/tok-unicode.h"
 #include "examples/model/tokenizer.h"
 
-#include "checkmsg.h"
+#include "tsrtest.h"
+
 /* ---- helpers ------------------------------------------------------------- */
 
 /* Strict UTF-8 validity (no overlongs, surrogates or values past U+10FFFF). */
@@ -283,16 +284,15 @@ static int run_refs(const char *refs, const char *model)
     char *line = NULL;
     size_t cap = 0;
     stats st = {0};
-    int fails = n_fail;
+    int fails = tsrtest_failures;
 
-    if (!f) {
-        fprintf(stderr, "FAIL: cannot open %s\n", refs);
-        return ++n_fail, 1;
-    }
+    CHECK(f, "cannot open %s", refs);
+    if (!f)
+        return 1;
     if (tok_vocab_load_file(model, &v) != TSR_OK) {
-        fprintf(stderr, "FAIL: %s: %s\n", model, tok_last_error());
+        CHECK(0, "%s: %s", model, tok_last_error());
         fclose(f);
-        return ++n_fail, 1;
+        return 1;
     }
     while (getline(&line, &cap, f) > 0) {
         long nv = json_int(line, "n_vocab", -1);
@@ -309,7 +309,7 @@ static int run_refs(const char *refs, const char *model)
     free(line);
     fclose(f);
     tok_vocab_free(v);
-    return n_fail != fails;
+    return tsrtest_failures != fails;
 }
 
 static const char *default_model(char *buf, size_t n)
@@ -340,12 +340,13 @@ int main(int argc, char **argv)
         default_model(model, sizeof model);
         if (!(f = fopen(model, "rb"))) {
             const char *ci = getenv("CI");
-            printf("%s: model %s absent (run examples/get-model.sh)\n", ci && !strcmp(ci, "true") ? "FAIL" : "SKIP",
-                   model);
-            return ci && !strcmp(ci, "true") ? 1 : 77;
+            if (!ci || strcmp(ci, "true") != 0)
+                SKIP("model %s absent (run examples/get-model.sh)", model);
+            CHECK(0, "model %s absent (run examples/get-model.sh); CI=true requires it", model);
+            return tsrtest_done("test-tokenizer");
         }
         fclose(f);
         run_refs(refs, model);
     }
-    return checks_done();
+    return tsrtest_done("test-tokenizer");
 }

@@ -9,6 +9,7 @@
  * directories given as arguments).
  */
 #include "libtensr.h"
+#include "../tsrtest.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -130,6 +131,8 @@ int main(int argc, char **argv) {
     if (argc < 2) rc = replay(def, &count);
     for (int i = 1; i < argc; i++) rc |= replay(argv[i], &count);
     printf("fuzz-gguf: replayed %d inputs\n", count);
-    return rc || count == 0;
+    CHECK(rc == 0, "an input could not be read (see above)");
+    CHECK(count > 0, "no inputs");
+    return tsrtest_done("fuzz-gguf");
 }
 #endif
