@@ -274,7 +274,8 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
         ga->heaps[d].n = 0;
         ga->heaps[d].end = ga->heaps[d].peak = 0;
     }
-    memset(ga->donated, 0, ga->n * sizeof *ga->donated);
+    if (ga->n)
+        memset(ga->donated, 0, ga->n * sizeof *ga->donated);
     for (int i = 0; i < (n_nodes > 0 ? n_nodes : 1); i++) {
         int self = i < n_nodes ? g->nodes[i]->alloc_id : -1;
         for (int id = ga->head_alloc[i]; id >= 0; id = ga->next_alloc[id]) {
