@@ -132,6 +132,8 @@ size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth);
 size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth);
 
 /* Element of a non-quantized F32/F16/BF16/I32 tensor as a float. */
+/* one line per type */
+// clang-format off
 static inline float tsr__cpu_load_f(tsr_type t, const char *p) {
     switch (t) {
     case TSR_TYPE_F32: { float v; memcpy(&v, p, 4); return v; }
@@ -141,6 +143,7 @@ static inline float tsr__cpu_load_f(tsr_type t, const char *p) {
     default: return 0.0f;
     }
 }
+// clang-format on
 
 /* Rows [*r0, *r1) of nr that thread ith of nth handles. */
 static inline void tsr__cpu_split(int64_t nr, int ith, int nth, int64_t *r0, int64_t *r1) {

@@ -25,6 +25,8 @@ static inline float *work_f32(const tsr_compute_params *p, size_t per_thread) {
 }
 
 /* Stores v as an element of type t (non-quantized). */
+/* one line per type */
+// clang-format off
 static inline void store_f(tsr_type t, char *p, float v) {
     switch (t) {
     case TSR_TYPE_F32: memcpy(p, &v, 4); break;
@@ -34,6 +36,7 @@ static inline void store_f(tsr_type t, char *p, float v) {
     default: break;
     }
 }
+// clang-format on
 
 /* ---- binary ops --------------------------------------------------------- */
 

@@ -250,7 +250,7 @@ static void dot_q6_K_q8_K(int64_t n, float *s, const void *vx, const void *vy) {
 
 /* ---- one weight row x four activation rows (batched matmul) ----------------- */
 
-#define YROW(T, c) ((const T *)((const char *)vy + (c) * ystride))
+#define YROW(T, c) ((const T *)((const char *)vy + (c) * (ystride)))
 
 static inline void store4(float s[4], __m256 acc[4]) {
     for (int c = 0; c < 4; c++) s[c] = hsum_ps256(acc[c]);

@@ -85,7 +85,7 @@ static void sgemm_dot4_f16(int64_t n, float s[4], const void *vx, const void *vy
     s[3] = _mm512_reduce_add_ps(a3);
 }
 
-#define YROW(T, c) ((const T *)((const char *)vy + (c) * ystride))
+#define YROW(T, c) ((const T *)((const char *)vy + (c) * (ystride)))
 
 /* Two 32-byte blocks side by side in one 512-bit vector. */
 static inline __m512i pair(const void *a, const void *b) {

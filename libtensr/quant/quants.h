@@ -19,6 +19,8 @@
 
 typedef uint16_t tsr_half;
 
+/* one line per block layout, as GGUF documents them */
+// clang-format off
 typedef struct { tsr_half d; uint8_t qs[TSR_QK4_0 / 2]; } tsr_block_q4_0;
 typedef struct { tsr_half d, m; uint8_t qs[TSR_QK4_1 / 2]; } tsr_block_q4_1;
 typedef struct { tsr_half d; uint8_t qh[4]; uint8_t qs[TSR_QK5_0 / 2]; } tsr_block_q5_0;
@@ -26,6 +28,7 @@ typedef struct { tsr_half d, m; uint8_t qh[4]; uint8_t qs[TSR_QK5_1 / 2]; } tsr_
 typedef struct { tsr_half d; int8_t qs[TSR_QK8_0]; } tsr_block_q8_0;
 /* s = d * sum(qs): lets dot products with Q4_1/Q5_1 apply the min term once. */
 typedef struct { tsr_half d, s; int8_t qs[TSR_QK8_1]; } tsr_block_q8_1;
+// clang-format on
 typedef struct {
     tsr_half d, dmin;
     uint8_t scales[TSR_K_SCALE_SIZE]; /* 8 (scale, min) pairs of 6 bits */
@@ -59,7 +62,9 @@ typedef struct {
     uint8_t scales[12];
     tsr_half d;
 } tsr_block_q3_K;
+// clang-format off
 typedef struct { tsr_half d; uint8_t qs[16]; } tsr_block_iq4_nl;
+// clang-format on
 typedef struct {
     tsr_half d;
     uint16_t scales_h;
