@@ -67,19 +67,19 @@ TSR_API const char *tsr_version_string(void);
 /* Status codes. Numeric values are forever. */
 typedef enum tsr_status {
     TSR_OK = 0,
-    TSR_E_INVALID = 1,       /* invalid argument (NULL, bad shape, bad type, ...) */
-    TSR_E_NOMEM = 2,         /* host out of memory */
-    TSR_E_DEVICE_NOMEM = 3,  /* device out of memory (device, size asked, free memory in detail) */
-    TSR_E_IO = 4,            /* I/O error; detail carries the OS error text */
-    TSR_E_MALFORMED = 5,     /* malformed file or data */
-    TSR_E_UNSUPPORTED = 6,   /* type/op not supported (on this device) */
-    TSR_E_NOT_FOUND = 7,     /* no such tensor/device/buffer type/key */
-    TSR_E_DEVICE = 8,        /* device (driver) error */
-    TSR_E_CANCELLED = 9,     /* cancelled by a callback */
-    TSR_E_FULL = 10,         /* KV cache has no room for the batch */
-    TSR_E_TYPE = 11,         /* value has another type than the one asked for */
-    TSR_E_STATE = 12,        /* object not in a state that allows the call */
-    TSR_E_RANGE = 13         /* index or size out of range */
+    TSR_E_INVALID = 1,      /* invalid argument (NULL, bad shape, bad type, ...) */
+    TSR_E_NOMEM = 2,        /* host out of memory */
+    TSR_E_DEVICE_NOMEM = 3, /* device out of memory (device, size asked, free memory in detail) */
+    TSR_E_IO = 4,           /* I/O error; detail carries the OS error text */
+    TSR_E_MALFORMED = 5,    /* malformed file or data */
+    TSR_E_UNSUPPORTED = 6,  /* type/op not supported (on this device) */
+    TSR_E_NOT_FOUND = 7,    /* no such tensor/device/buffer type/key */
+    TSR_E_DEVICE = 8,       /* device (driver) error */
+    TSR_E_CANCELLED = 9,    /* cancelled by a callback */
+    TSR_E_FULL = 10,        /* KV cache has no room for the batch */
+    TSR_E_TYPE = 11,        /* value has another type than the one asked for */
+    TSR_E_STATE = 12,       /* object not in a state that allows the call */
+    TSR_E_RANGE = 13        /* index or size out of range */
 } tsr_status;
 
 /* Short constant description of a status ("invalid argument"); never NULL.
@@ -111,8 +111,8 @@ typedef struct tsr_log_field {
 
 /* Receives one record; the strings are valid only during the call. May be
  * called from any thread that calls into the library. */
-typedef void (*tsr_log_fn)(tsr_log_level level, const char *msg,
-                           const tsr_log_field *fields, size_t n_fields, void *user);
+typedef void (*tsr_log_fn)(tsr_log_level level, const char *msg, const tsr_log_field *fields, size_t n_fields,
+                           void *user);
 
 /* Sets the log callback (NULL restores the default, which writes logfmt lines
  * to stderr). Not thread-safe with concurrent logging: call it at start-up. */
@@ -158,7 +158,7 @@ typedef enum tsr_type {
     TSR_TYPE_F64 = 28,
     TSR_TYPE_IQ1_M = 29,
     TSR_TYPE_BF16 = 30,
-    TSR_TYPE_COUNT = 31   /* one past the largest number this version knows */
+    TSR_TYPE_COUNT = 31 /* one past the largest number this version knows */
 } tsr_type;
 
 /* Name of a type ("q4_K", "f32"); NULL for a number that is not a type. */
@@ -190,18 +190,14 @@ TSR_API float tsr_bf16_to_fp32(uint16_t h);
 /* Devices and buffer types                                                 */
 /* ------------------------------------------------------------------------ */
 
-typedef enum tsr_device_kind_t {
-    TSR_DEVICE_CPU = 0,
-    TSR_DEVICE_GPU = 1,
-    TSR_DEVICE_ACCEL = 2
-} tsr_device_kind_t;
+typedef enum tsr_device_kind_t { TSR_DEVICE_CPU = 0, TSR_DEVICE_GPU = 1, TSR_DEVICE_ACCEL = 2 } tsr_device_kind_t;
 
 /* Devices: GPUs in driver order, then the CPU. The first call enumerates
  * them (and logs system info once). Thread-safe. Device handles live until
  * the process ends. */
 TSR_API size_t tsr_device_count(void);
-TSR_API tsr_device *tsr_device_get(size_t i);              /* NULL when i >= count */
-TSR_API tsr_device *tsr_device_by_name(const char *name);  /* case-insensitive: "CPU", "CUDA0" */
+TSR_API tsr_device *tsr_device_get(size_t i);             /* NULL when i >= count */
+TSR_API tsr_device *tsr_device_by_name(const char *name); /* case-insensitive: "CPU", "CUDA0" */
 TSR_API const char *tsr_device_name(const tsr_device *d);
 TSR_API const char *tsr_device_description(const tsr_device *d);
 TSR_API tsr_device_kind_t tsr_device_kind(const tsr_device *d);
@@ -252,11 +248,11 @@ typedef enum tsr_flash_attn_t {
 } tsr_flash_attn_t;
 
 typedef struct tsr_backend_params {
-    size_t size;                   /* sizeof(tsr_backend_params), set by _init */
-    tsr_device *const *devices;    /* NULL-terminated devices to use; NULL = all */
-    int n_threads;                 /* CPU threads; 0 = number of cores */
-    int flash_attn;                /* tsr_flash_attn_t; default AUTO */
-    size_t attn_max_batch;         /* bytes of K*Q scores (with their softmax) per attention step; 0 = no limit */
+    size_t size;                /* sizeof(tsr_backend_params), set by _init */
+    tsr_device *const *devices; /* NULL-terminated devices to use; NULL = all */
+    int n_threads;              /* CPU threads; 0 = number of cores */
+    int flash_attn;             /* tsr_flash_attn_t; default AUTO */
+    size_t attn_max_batch;      /* bytes of K*Q scores (with their softmax) per attention step; 0 = no limit */
 } tsr_backend_params;
 
 TSR_API void tsr_backend_params_init(tsr_backend_params *p, size_t size); /* size = sizeof *p */
@@ -276,17 +272,17 @@ TSR_API size_t tsr_backend_attn_max_batch(const tsr_backend *b);
 typedef int (*tsr_progress_fn)(uint64_t done, uint64_t total, void *user);
 
 typedef struct tsr_load_params {
-    size_t size;                          /* sizeof(tsr_load_params), set by _init */
-    int n_gpu_layers;                     /* last N repeating layers on GPUs; -1 = all; default 0 */
-    int main_gpu;                         /* index among the backend's GPU devices */
-    const float *tensor_split;            /* one weight per GPU device of the backend; NULL = by free memory */
-    const tsr_buft_override *overrides;   /* NULL-terminated; NULL = none */
-    int use_mmap;                         /* mmap CPU-resident weights; default 0 */
-    int n_io_threads;                     /* 0 = automatic */
-    tsr_progress_fn progress;             /* may be NULL */
+    size_t size;                        /* sizeof(tsr_load_params), set by _init */
+    int n_gpu_layers;                   /* last N repeating layers on GPUs; -1 = all; default 0 */
+    int main_gpu;                       /* index among the backend's GPU devices */
+    const float *tensor_split;          /* one weight per GPU device of the backend; NULL = by free memory */
+    const tsr_buft_override *overrides; /* NULL-terminated; NULL = none */
+    int use_mmap;                       /* mmap CPU-resident weights; default 0 */
+    int n_io_threads;                   /* 0 = automatic */
+    tsr_progress_fn progress;           /* may be NULL */
     void *progress_user;
-    int verify;                           /* check float data and block scales for NaN/Inf */
-    int plan_only;                        /* compute and log the memory plan, allocate and read nothing */
+    int verify;    /* check float data and block scales for NaN/Inf */
+    int plan_only; /* compute and log the memory plan, allocate and read nothing */
 } tsr_load_params;
 
 TSR_API void tsr_load_params_init(tsr_load_params *p, size_t size);
@@ -297,8 +293,8 @@ TSR_API void tsr_load_params_init(tsr_load_params *p, size_t size);
 TSR_API tsr_status tsr_backend_load_gguf(tsr_backend *b, const char *path, const tsr_load_params *p);
 /* Declares a weight without data (for models built through the API); placed
  * and allocated by tsr_backend_place_weights. */
-TSR_API tsr_status tsr_backend_declare_weight(tsr_backend *b, const char *name, tsr_type type,
-                                              int n_dims, const int64_t *ne);
+TSR_API tsr_status tsr_backend_declare_weight(tsr_backend *b, const char *name, tsr_type type, int n_dims,
+                                              const int64_t *ne);
 /* Places and allocates every declared weight that has no buffer yet. */
 TSR_API tsr_status tsr_backend_place_weights(tsr_backend *b, const tsr_load_params *p);
 /* A weight by name (NULL and TSR_E_NOT_FOUND when absent). Owned by the backend. */
@@ -314,8 +310,8 @@ TSR_API tsr_buffer_type *tsr_backend_layer_buffer_type(const tsr_backend *b, int
 TSR_API int tsr_backend_n_layers(const tsr_backend *b);
 /* The memory plan / accounting of device i of the backend, in bytes. Any
  * pointer may be NULL. */
-TSR_API tsr_status tsr_backend_memory_plan(const tsr_backend *b, size_t i, size_t *weights,
-                                           size_t *kv_cache, size_t *compute);
+TSR_API tsr_status tsr_backend_memory_plan(const tsr_backend *b, size_t i, size_t *weights, size_t *kv_cache,
+                                           size_t *compute);
 /* Logs the memory plan at info level. */
 TSR_API void tsr_backend_log_plan(const tsr_backend *b);
 
@@ -339,23 +335,22 @@ TSR_API tsr_backend *tsr_context_backend(const tsr_context *ctx);
 /* A tensor in system memory, `data` copied in (may be NULL: zero-filled).
  * 1 <= n_dims <= 4; ne[i] >= 0. Freed when the context closes. NULL on error
  * (recorded in the context). */
-TSR_API tsr_tensor *tsr_input(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne,
-                              const void *data);
+TSR_API tsr_tensor *tsr_input(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne, const void *data);
 /* A tensor allocated now on buft (NULL = CPU), zero-filled, freed on close. */
-TSR_API tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type type,
-                                   int n_dims, const int64_t *ne);
+TSR_API tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type type, int n_dims,
+                                   const int64_t *ne);
 /* A tensor whose memory the graph allocator provides when it is computed
  * (a destination for tsr_cpy / tsr_set_rows inside one graph). */
 TSR_API tsr_tensor *tsr_empty(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne);
 
-TSR_API tsr_tensor *tsr_set_name(tsr_tensor *t, const char *name);  /* returns t; copies name (63 bytes max) */
-TSR_API const char *tsr_tensor_name(const tsr_tensor *t);            /* "" when unnamed */
+TSR_API tsr_tensor *tsr_set_name(tsr_tensor *t, const char *name); /* returns t; copies name (63 bytes max) */
+TSR_API const char *tsr_tensor_name(const tsr_tensor *t);          /* "" when unnamed */
 TSR_API tsr_type tsr_tensor_type(const tsr_tensor *t);
 TSR_API int tsr_tensor_n_dims(const tsr_tensor *t);
-TSR_API int64_t tsr_tensor_ne(const tsr_tensor *t, int dim);         /* 1 for dim >= n_dims; -1 for bad input */
-TSR_API size_t tsr_tensor_nb(const tsr_tensor *t, int dim);          /* byte stride; 0 for bad input */
+TSR_API int64_t tsr_tensor_ne(const tsr_tensor *t, int dim); /* 1 for dim >= n_dims; -1 for bad input */
+TSR_API size_t tsr_tensor_nb(const tsr_tensor *t, int dim);  /* byte stride; 0 for bad input */
 TSR_API int64_t tsr_tensor_nelements(const tsr_tensor *t);
-TSR_API size_t tsr_tensor_nbytes(const tsr_tensor *t);               /* bytes of its contents, contiguous */
+TSR_API size_t tsr_tensor_nbytes(const tsr_tensor *t); /* bytes of its contents, contiguous */
 TSR_API int tsr_tensor_is_contiguous(const tsr_tensor *t);
 /* Buffer type of the memory the tensor lives in; NULL when not allocated. */
 TSR_API tsr_buffer_type *tsr_tensor_buffer_type(const tsr_tensor *t);
@@ -394,19 +389,18 @@ TSR_API tsr_tensor *tsr_rms_norm(tsr_context *ctx, tsr_tensor *a, float eps);
 TSR_API tsr_tensor *tsr_norm(tsr_context *ctx, tsr_tensor *a, float eps);
 
 typedef enum tsr_rope_mode {
-    TSR_ROPE_NORMAL = 0,  /* adjacent pairs rotate together (llama GGUF) */
-    TSR_ROPE_NEOX = 2     /* first and second halves rotate together */
+    TSR_ROPE_NORMAL = 0, /* adjacent pairs rotate together (llama GGUF) */
+    TSR_ROPE_NEOX = 2    /* first and second halves rotate together */
 } tsr_rope_mode;
 
 /* Rotary embedding of a [head_dim, n_head, n_tokens] (F32) at positions pos
  * (I32 [n_tokens]); the first n_dims elements of each head rotate. */
-TSR_API tsr_tensor *tsr_rope(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, int n_dims,
-                             int mode, float freq_base, float freq_scale);
+TSR_API tsr_tensor *tsr_rope(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, int n_dims, int mode, float freq_base,
+                             float freq_scale);
 /* As tsr_rope, with per-dimension frequency factors (F32 [n_dims/2], may be
  * NULL) and YaRN parameters (ext_factor 0 = off; attn_factor 1 = none). */
-TSR_API tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos,
-                                 tsr_tensor *freq_factors, int n_dims, int mode, int n_ctx_orig,
-                                 float freq_base, float freq_scale, float ext_factor,
+TSR_API tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, tsr_tensor *freq_factors, int n_dims,
+                                 int mode, int n_ctx_orig, float freq_base, float freq_scale, float ext_factor,
                                  float attn_factor, float beta_fast, float beta_slow);
 /* softmax over rows of a. */
 TSR_API tsr_tensor *tsr_softmax(tsr_context *ctx, tsr_tensor *a);
@@ -431,23 +425,19 @@ TSR_API tsr_tensor *tsr_cast(tsr_context *ctx, tsr_tensor *a, tsr_type type);
 
 /* Views (metadata only). Offsets and strides in bytes. */
 TSR_API tsr_tensor *tsr_view_1d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, size_t offset);
-TSR_API tsr_tensor *tsr_view_2d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
-                                size_t nb1, size_t offset);
-TSR_API tsr_tensor *tsr_view_3d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
-                                int64_t ne2, size_t nb1, size_t nb2, size_t offset);
-TSR_API tsr_tensor *tsr_view_4d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
-                                int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3,
-                                size_t offset);
+TSR_API tsr_tensor *tsr_view_2d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset);
+TSR_API tsr_tensor *tsr_view_3d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1,
+                                size_t nb2, size_t offset);
+TSR_API tsr_tensor *tsr_view_4d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3,
+                                size_t nb1, size_t nb2, size_t nb3, size_t offset);
 /* Reshape a contiguous tensor to n_dims dims ne (same number of elements). */
 TSR_API tsr_tensor *tsr_reshape(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64_t *ne);
 TSR_API tsr_tensor *tsr_reshape_1d(tsr_context *ctx, tsr_tensor *a, int64_t ne0);
 TSR_API tsr_tensor *tsr_reshape_2d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1);
 TSR_API tsr_tensor *tsr_reshape_3d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2);
-TSR_API tsr_tensor *tsr_reshape_4d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1,
-                                   int64_t ne2, int64_t ne3);
+TSR_API tsr_tensor *tsr_reshape_4d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, int64_t ne3);
 /* Dim i of a becomes dim axis_i of the result (ggml's permute). */
-TSR_API tsr_tensor *tsr_permute(tsr_context *ctx, tsr_tensor *a, int axis0, int axis1, int axis2,
-                                int axis3);
+TSR_API tsr_tensor *tsr_permute(tsr_context *ctx, tsr_tensor *a, int axis0, int axis1, int axis2, int axis3);
 /* Swaps dims 0 and 1. */
 TSR_API tsr_tensor *tsr_transpose(tsr_context *ctx, tsr_tensor *a);
 
@@ -456,8 +446,8 @@ TSR_API tsr_tensor *tsr_transpose(tsr_context *ctx, tsr_tensor *a);
  * (F32, F16 or Q8_0; n_head % n_head_kv == 0); mask: F32/F16
  * [n_kv, >= n_tokens] or NULL. Result (ggml's flash_attn_ext layout):
  * F32 [head_dim_v, n_head, n_tokens, n_seq]. */
-TSR_API tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v,
-                                   tsr_tensor *mask, float scale);
+TSR_API tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v, tsr_tensor *mask,
+                                   float scale);
 
 /* ------------------------------------------------------------------------ */
 /* Compute                                                                  */
@@ -474,8 +464,7 @@ TSR_API tsr_status tsr_compute(tsr_context *ctx, tsr_tensor *const *outs, size_t
 TSR_API tsr_status tsr_reserve(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs);
 /* Peak compute-buffer bytes the graph needs per backend device (measure
  * mode: allocates nothing); sizes has tsr_backend_n_devices() entries. */
-TSR_API tsr_status tsr_measure(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs,
-                               size_t *sizes);
+TSR_API tsr_status tsr_measure(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs, size_t *sizes);
 /* Number of splits and copies of the last compute/reserve (for tests/logs). */
 TSR_API size_t tsr_backend_n_splits(const tsr_backend *b);
 TSR_API size_t tsr_backend_n_copies(const tsr_backend *b);
@@ -487,16 +476,16 @@ TSR_API tsr_device *tsr_tensor_device(const tsr_tensor *t);
 /* ------------------------------------------------------------------------ */
 
 typedef struct tsr_kv_cache_params {
-    size_t size;              /* sizeof(tsr_kv_cache_params), set by _init */
+    size_t size; /* sizeof(tsr_kv_cache_params), set by _init */
     int n_layers;
-    int64_t n_ctx;            /* cells */
-    int n_head_kv;            /* K/V heads (all layers) */
+    int64_t n_ctx; /* cells */
+    int n_head_kv; /* K/V heads (all layers) */
     int head_dim_k;
     int head_dim_v;
-    tsr_type type_k;          /* F16 default; F32; Q8_0 with flash attention */
+    tsr_type type_k; /* F16 default; F32; Q8_0 with flash attention */
     tsr_type type_v;
-    int n_seq;                /* sequences; default 1 */
-    int64_t n_batch_max;      /* largest batch begin() accepts (mask rows); default 512 */
+    int n_seq;           /* sequences; default 1 */
+    int64_t n_batch_max; /* largest batch begin() accepts (mask rows); default 512 */
     /* Per-layer shapes for models whose layers differ: n_layers entries each
      * (copied), NULL = the value above for every layer. */
     const int *n_head_kv_layer;
@@ -514,8 +503,8 @@ TSR_API void tsr_kv_cache_free(tsr_kv_cache *c);
  * marks them used, and builds the mask and cell indices as inputs of ctx.
  * TSR_E_RANGE when n_tokens > n_batch_max. Call it for every context before
  * tsr_attention; if the forward pass is abandoned, remove its positions. */
-TSR_API tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens,
-                                      const int32_t *pos, const int32_t *seq);
+TSR_API tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
+                                      const int32_t *seq);
 TSR_API void tsr_kv_cache_clear(tsr_kv_cache *c);
 /* Removes cells of seq (-1 = any) with p0 <= pos < p1 (p1 < 0 = infinity). */
 TSR_API tsr_status tsr_kv_cache_remove(tsr_kv_cache *c, int seq, int32_t p0, int32_t p1);
@@ -532,13 +521,13 @@ TSR_API tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx,
  * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]
  * (the batch of the last begin). Writes k/v into the cache and returns
  * [head_dim_v * n_head, n_tokens] F32. */
-TSR_API tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q,
-                                  tsr_tensor *k, tsr_tensor *v, float scale);
+TSR_API tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q, tsr_tensor *k,
+                                  tsr_tensor *v, float scale);
 /* Attention without a cache: q [head_dim_k, n_head, n_tokens], k
  * [head_dim_k, n_head_kv, n_kv], v [head_dim_v, n_head_kv, n_kv], mask
  * [n_kv, n_tokens] F32/F16 or NULL. Returns [head_dim_v * n_head, n_tokens]. */
-TSR_API tsr_tensor *tsr_attention_nocache(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k,
-                                          tsr_tensor *v, tsr_tensor *mask, float scale);
+TSR_API tsr_tensor *tsr_attention_nocache(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v,
+                                          tsr_tensor *mask, float scale);
 
 /* ------------------------------------------------------------------------ */
 /* GGUF                                                                     */
@@ -564,38 +553,35 @@ typedef enum tsr_gguf_type {
 TSR_API tsr_status tsr_gguf_open(const char *path, tsr_gguf **out);
 /* Same from memory; the bytes are copied unless keep is non-zero, in which
  * case data must outlive the handle. `name` is used in errors (may be NULL). */
-TSR_API tsr_status tsr_gguf_open_memory(const void *data, size_t size, const char *name, int keep,
-                                        tsr_gguf **out);
+TSR_API tsr_status tsr_gguf_open_memory(const void *data, size_t size, const char *name, int keep, tsr_gguf **out);
 TSR_API void tsr_gguf_close(tsr_gguf *g);
 TSR_API uint32_t tsr_gguf_version(const tsr_gguf *g);
 TSR_API int64_t tsr_gguf_n_tensors(const tsr_gguf *g);
 TSR_API int64_t tsr_gguf_n_keys(const tsr_gguf *g);
 TSR_API size_t tsr_gguf_alignment(const tsr_gguf *g);
-TSR_API uint64_t tsr_gguf_data_offset(const tsr_gguf *g);  /* absolute file offset of the data section */
+TSR_API uint64_t tsr_gguf_data_offset(const tsr_gguf *g); /* absolute file offset of the data section */
 TSR_API const char *tsr_gguf_path(const tsr_gguf *g);
 
 /* Keys: index by name (-1 when absent), name and type by index. */
 TSR_API int64_t tsr_gguf_find_key(const tsr_gguf *g, const char *key);
 TSR_API const char *tsr_gguf_key_name(const tsr_gguf *g, int64_t i);
-TSR_API tsr_gguf_type tsr_gguf_key_type(const tsr_gguf *g, int64_t i);  /* (tsr_gguf_type)-1 for bad i */
+TSR_API tsr_gguf_type tsr_gguf_key_type(const tsr_gguf *g, int64_t i); /* (tsr_gguf_type)-1 for bad i */
 /* Typed getters by key name: TSR_E_NOT_FOUND, TSR_E_TYPE on a type mismatch
  * (the integer getters accept any integer type whose value fits). */
 TSR_API tsr_status tsr_gguf_get_u32(const tsr_gguf *g, const char *key, uint32_t *out);
 TSR_API tsr_status tsr_gguf_get_i32(const tsr_gguf *g, const char *key, int32_t *out);
 TSR_API tsr_status tsr_gguf_get_u64(const tsr_gguf *g, const char *key, uint64_t *out);
 TSR_API tsr_status tsr_gguf_get_i64(const tsr_gguf *g, const char *key, int64_t *out);
-TSR_API tsr_status tsr_gguf_get_f32(const tsr_gguf *g, const char *key, float *out);  /* f32 or f64 */
+TSR_API tsr_status tsr_gguf_get_f32(const tsr_gguf *g, const char *key, float *out); /* f32 or f64 */
 TSR_API tsr_status tsr_gguf_get_f64(const tsr_gguf *g, const char *key, double *out);
 TSR_API tsr_status tsr_gguf_get_bool(const tsr_gguf *g, const char *key, int *out);
 /* String value (NUL-terminated, owned by g); *len may be NULL. */
 TSR_API tsr_status tsr_gguf_get_str(const tsr_gguf *g, const char *key, const char **out, size_t *len);
 /* Arrays: element type and length; raw elements (for numeric types; owned
  * by g); string elements by index. */
-TSR_API tsr_status tsr_gguf_get_arr_info(const tsr_gguf *g, const char *key, tsr_gguf_type *elem_type,
-                                         uint64_t *n);
+TSR_API tsr_status tsr_gguf_get_arr_info(const tsr_gguf *g, const char *key, tsr_gguf_type *elem_type, uint64_t *n);
 TSR_API tsr_status tsr_gguf_get_arr_data(const tsr_gguf *g, const char *key, const void **data);
-TSR_API tsr_status tsr_gguf_get_arr_str(const tsr_gguf *g, const char *key, uint64_t i, const char **out,
-                                        size_t *len);
+TSR_API tsr_status tsr_gguf_get_arr_str(const tsr_gguf *g, const char *key, uint64_t i, const char **out, size_t *len);
 /* Raw value of a scalar key (bytes of its type, little-endian as in the file). */
 TSR_API tsr_status tsr_gguf_get_raw(const tsr_gguf *g, int64_t i, const void **data, size_t *size);
 
@@ -605,7 +591,7 @@ TSR_API const char *tsr_gguf_tensor_name(const tsr_gguf *g, int64_t i);
 TSR_API tsr_type tsr_gguf_tensor_type(const tsr_gguf *g, int64_t i);
 TSR_API int tsr_gguf_tensor_n_dims(const tsr_gguf *g, int64_t i);
 TSR_API int64_t tsr_gguf_tensor_ne(const tsr_gguf *g, int64_t i, int dim);
-TSR_API uint64_t tsr_gguf_tensor_offset(const tsr_gguf *g, int64_t i);  /* relative to the data section */
+TSR_API uint64_t tsr_gguf_tensor_offset(const tsr_gguf *g, int64_t i); /* relative to the data section */
 TSR_API size_t tsr_gguf_tensor_size(const tsr_gguf *g, int64_t i);
 /* Reads tensor i's data (tsr_gguf_tensor_size bytes) into dst. */
 TSR_API tsr_status tsr_gguf_read_tensor(const tsr_gguf *g, int64_t i, void *dst, size_t size);
@@ -616,19 +602,18 @@ TSR_API void tsr_gguf_writer_free(tsr_gguf_writer *w);
 /* Sets general.alignment too. Power of two. */
 TSR_API tsr_status tsr_gguf_writer_set_alignment(tsr_gguf_writer *w, size_t alignment);
 /* Scalar keys (type given; value points at one value of that type). */
-TSR_API tsr_status tsr_gguf_writer_set(tsr_gguf_writer *w, const char *key, tsr_gguf_type type,
-                                       const void *value);
+TSR_API tsr_status tsr_gguf_writer_set(tsr_gguf_writer *w, const char *key, tsr_gguf_type type, const void *value);
 TSR_API tsr_status tsr_gguf_writer_set_str(tsr_gguf_writer *w, const char *key, const char *value);
 /* Numeric array of n elements of elem_type. */
 TSR_API tsr_status tsr_gguf_writer_set_arr(tsr_gguf_writer *w, const char *key, tsr_gguf_type elem_type,
                                            const void *data, uint64_t n);
-TSR_API tsr_status tsr_gguf_writer_set_arr_str(tsr_gguf_writer *w, const char *key,
-                                               const char *const *strs, uint64_t n);
+TSR_API tsr_status tsr_gguf_writer_set_arr_str(tsr_gguf_writer *w, const char *key, const char *const *strs,
+                                               uint64_t n);
 /* Copies all keys of g (except general.alignment). */
 TSR_API tsr_status tsr_gguf_writer_copy_keys(tsr_gguf_writer *w, const tsr_gguf *g);
 /* Adds a tensor; data (tsr_row_size(type, ne0) * rows bytes) is copied. */
-TSR_API tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *name, tsr_type type,
-                                              int n_dims, const int64_t *ne, const void *data);
+TSR_API tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *name, tsr_type type, int n_dims,
+                                              const int64_t *ne, const void *data);
 TSR_API tsr_status tsr_gguf_writer_write_file(tsr_gguf_writer *w, const char *path);
 /* Writes to a malloc'ed buffer owned by the caller (free with tsr_free). */
 TSR_API tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data, size_t *size);

@@ -47,8 +47,10 @@ static void make_plan(const tsr_tensor *dst, int nth, plan *pl) {
     const int64_t groups = q->ne[3] * kt->ne[2];
     const int64_t want = (pl->rows * groups + 2 * (int64_t)nth - 1) / (2 * (int64_t)nth);
     pl->rb = want > RB_MAX ? RB_MAX : want < RB_MIN ? RB_MIN : want;
-    if (pl->rb > pl->rows) pl->rb = pl->rows;
-    if (pl->rb < 1) pl->rb = 1;
+    if (pl->rb > pl->rows)
+        pl->rb = pl->rows;
+    if (pl->rb < 1)
+        pl->rb = 1;
     pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
     pl->direct = pl->rb <= DIRECT_MAX;
     const int64_t n_blk = (kt->ne[1] + BK - 1) / BK;
@@ -58,17 +60,18 @@ static void make_plan(const tsr_tensor *dst, int nth, plan *pl) {
         pl->n_split = n < n_blk ? n : n_blk;
     }
     pl->kv_split = (n_blk + pl->n_split - 1) / pl->n_split * BK;
-    if (pl->kv_split < BK) pl->kv_split = BK;
+    if (pl->kv_split < BK)
+        pl->kv_split = BK;
     pl->n_split = kt->ne[1] > 0 ? (kt->ne[1] + pl->kv_split - 1) / pl->kv_split : 1;
 }
 
 /* ---- work buffer ------------------------------------------------------------- */
 
 typedef struct scratch {
-    char *qconv;              /* rb query rows in K's dot type (direct) */
-    float *qf, *kt, *vb, *s;  /* rb x dk, dk x BK, BK x dv, rb x BK */
-    float *o, *m, *l, *mtmp;  /* rb x dv, rb, rb, rb x BK (converted mask rows) */
-    float *ktmp;              /* one K row as F32 */
+    char *qconv;             /* rb query rows in K's dot type (direct) */
+    float *qf, *kt, *vb, *s; /* rb x dk, dk x BK, BK x dv, rb x BK */
+    float *o, *m, *l, *mtmp; /* rb x dv, rb, rb, rb x BK (converted mask rows) */
+    float *ktmp;             /* one K row as F32 */
 } scratch;
 
 static size_t fbytes(int64_t n) { return tsr__pad((size_t)n * sizeof(float), TSR_ALIGN); }
@@ -81,10 +84,11 @@ static size_t qconv_row(const tsr_tensor *dst) {
 static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, char *base) {
     const int64_t dk = dst->src[0]->ne[0], dv = dst->src[2]->ne[0], rb = pl->rb;
     size_t off = 0;
-#define TAKE(field, T, bytes)                                              \
-    do {                                                                   \
-        if (sc) sc->field = (T)(base + off);                               \
-        off += (bytes);                                                    \
+#define TAKE(field, T, bytes)            \
+    do {                                 \
+        if (sc)                          \
+            sc->field = (T)(base + off); \
+        off += (bytes);                  \
     } while (0)
     TAKE(qconv, char *, tsr__pad(qconv_row(dst) * (size_t)rb, TSR_ALIGN));
     TAKE(qf, float *, fbytes(rb * dk));
@@ -105,8 +109,7 @@ static size_t partial_floats(const tsr_tensor *dst, const plan *pl) {
     return (size_t)pl->rb * (size_t)(dst->src[2]->ne[0] + 2);
 }
 static size_t partial_bytes(const tsr_tensor *dst, const plan *pl) {
-    return pl->n_split > 1 ? tsr__pad(partial_floats(dst, pl) * 4 * (size_t)(pl->n_tasks * pl->n_split), TSR_ALIGN)
-                           : 0;
+    return pl->n_split > 1 ? tsr__pad(partial_floats(dst, pl) * 4 * (size_t)(pl->n_tasks * pl->n_split), TSR_ALIGN) : 0;
 }
 
 size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) {
@@ -153,9 +156,12 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
         const char *row = (const char *)q->data + iq * (int64_t)q->nb[1] + h * (int64_t)q->nb[2] +
                           t->s * (int64_t)q->nb[3];
         float *qf = sc->qf + r * dk;
-        if (q->nb[0] == sizeof(float)) memcpy(qf, row, (size_t)dk * sizeof(float));
-        else for (int64_t i = 0; i < dk; i++) memcpy(&qf[i], row + i * (int64_t)q->nb[0], 4);
-        if (pl->direct) p->k->from_float[dt](qf, sc->qconv + (size_t)r * qrow, dk);
+        if (q->nb[0] == sizeof(float))
+            memcpy(qf, row, (size_t)dk * sizeof(float));
+        else
+            for (int64_t i = 0; i < dk; i++) memcpy(&qf[i], row + i * (int64_t)q->nb[0], 4);
+        if (pl->direct)
+            p->k->from_float[dt](qf, sc->qconv + (size_t)r * qrow, dk);
     }
 }
 
@@ -185,8 +191,8 @@ static int classify(const char *src, int64_t n, size_t esz) {
 /* Mask rows of the block [j0, j0 + n) as F32 (mrow[r]; NULL: nothing to
  * add), dead[r] when row r is fully masked there; returns false when every
  * row is. Rows of the same token and mask head share one look. */
-static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
-                      int64_t j0, int64_t n, const scratch *sc, const float **mrow, bool *dead) {
+static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t, int64_t j0,
+                      int64_t n, const scratch *sc, const float **mrow, bool *dead) {
     const tsr_tensor *mask = dst->src[3];
     if (!mask) {
         for (int64_t r = 0; r < t->nr; r++) mrow[r] = NULL, dead[r] = false;
@@ -218,8 +224,10 @@ static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const 
         const int c = classify(src, n, mask->nb[0] != esz ? 4 : esz);
         dead[r] = c == SEG_DEAD;
         any |= !dead[r];
-        if (c != SEG_MIXED) mrow[r] = NULL;
-        else if (mask->type == TSR_TYPE_F32 || mask->nb[0] != esz) mrow[r] = (const float *)src;
+        if (c != SEG_MIXED)
+            mrow[r] = NULL;
+        else if (mask->type == TSR_TYPE_F32 || mask->nb[0] != esz)
+            mrow[r] = (const float *)src;
         else {
             p->k->to_float[mask->type](src, m, n);
             mrow[r] = m;
@@ -249,8 +257,10 @@ static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const pla
     }
     for (int64_t j = 0; j < n; j++) { /* K block transposed: dk rows of BK keys */
         const float *x = sc->ktmp;
-        if (kt->type == TSR_TYPE_F32) x = (const float *)kv_row(kt, j0 + j, t);
-        else k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->ktmp, dk);
+        if (kt->type == TSR_TYPE_F32)
+            x = (const float *)kv_row(kt, j0 + j, t);
+        else
+            k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->ktmp, dk);
         for (int64_t d = 0; d < dk; d++) sc->kt[d * BK + j] = x[d];
     }
     k->gemm_f32(t->nr, n, dk, sc->qf, dk, sc->kt, false, BK, sc->s, BK, false);
@@ -287,8 +297,7 @@ static void v_block(const tsr_compute_params *p, const tsr_tensor *dst, const ta
     const int64_t dv = v->ne[0];
     if (v->type == TSR_TYPE_F32 || v->type == TSR_TYPE_F16) { /* read in place (F16 converted in registers) */
         const size_t esz = v->type == TSR_TYPE_F32 ? 4 : 2;
-        p->k->gemm_f32(t->nr, dv, n, sc->s, BK, kv_row(v, j0, t), esz == 2, (int64_t)(v->nb[1] / esz), sc->o, dv,
-                       true);
+        p->k->gemm_f32(t->nr, dv, n, sc->s, BK, kv_row(v, j0, t), esz == 2, (int64_t)(v->nb[1] / esz), sc->o, dv, true);
         return;
     }
     for (int64_t j = 0; j < n; j++) p->k->to_float[v->type](kv_row(v, j0 + j, t), sc->vb + j * dv, dv);
@@ -315,7 +324,8 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
     }
     for (int64_t j0 = t->j0; j0 < t->j1; j0 += BK) {
         const int64_t n = t->j1 - j0 < BK ? t->j1 - j0 : BK;
-        if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead)) continue;
+        if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead))
+            continue;
         scores(p, dst, pl, t, j0, n, sc);
         softmax_block(p, dst, t, n, sc, mrow, dead);
         v_block(p, dst, t, j0, n, sc);
@@ -343,15 +353,18 @@ static void merge_row(const tsr_tensor *dst, const plan *pl, const float *partia
     float mx = -INFINITY, l = 0;
     for (int64_t sp = 0; sp < pl->n_split; sp++) {
         const float m = base[sp * pf + pl->rb * dv + r];
-        if (m > mx) mx = m;
+        if (m > mx)
+            mx = m;
     }
     float *out = dst_row(dst, pl, &t, r);
     memset(out, 0, (size_t)dv * sizeof *out);
-    if (mx == -INFINITY) return; /* fully masked row: zeros */
+    if (mx == -INFINITY)
+        return; /* fully masked row: zeros */
     for (int64_t sp = 0; sp < pl->n_split; sp++) {
         const float *part = base + sp * pf;
         const float m = part[pl->rb * dv + r];
-        if (m == -INFINITY) continue;
+        if (m == -INFINITY)
+            continue;
         const float w = expf(m - mx);
         l += w * part[pl->rb * (dv + 1) + r];
         for (int64_t i = 0; i < dv; i++) out[i] += w * part[r * dv + i];
@@ -369,20 +382,23 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     per_thread(dst, &pl, &sc, (char *)p->work + pb + (size_t)p->ith * pt);
     float *partials = pl.n_split > 1 ? (float *)p->work : NULL;
     const int64_t n_items = pl.n_tasks * pl.n_split;
-    if (p->ith == 0) atomic_store(&p->stream->chunk, p->nth);
+    if (p->ith == 0)
+        atomic_store(&p->stream->chunk, p->nth);
     tsr__tp_barrier(p->stream->tp);
     for (int64_t c = p->ith; c < n_items; c = atomic_fetch_add(&p->stream->chunk, 1)) {
         task t;
         task_at(dst, &pl, c, &t);
         run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)c * pf : NULL);
     }
-    if (!partials) return;
+    if (!partials)
+        return;
     tsr__tp_barrier(p->stream->tp);
     int64_t r0, r1;
     tsr__cpu_split(pl.n_tasks * pl.rb, p->ith, p->nth, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         task t;
         task_at(dst, &pl, (i / pl.rb) * pl.n_split, &t);
-        if (i % pl.rb < t.nr) merge_row(dst, &pl, partials, i / pl.rb, i % pl.rb);
+        if (i % pl.rb < t.nr)
+            merge_row(dst, &pl, partials, i / pl.rb, i % pl.rb);
     }
 }

@@ -14,9 +14,11 @@
 
 static tsr_status host_alloc(tsr_buffer_type *bt, size_t size, void **base, void **handle) {
     size_t n = tsr__pad(size ? size : 1, bt->alignment);
-    if (n < size) return tsr__error(TSR_E_NOMEM, "%s: cannot allocate %zu bytes: size overflows", bt->name, size);
+    if (n < size)
+        return tsr__error(TSR_E_NOMEM, "%s: cannot allocate %zu bytes: size overflows", bt->name, size);
     void *p = tsr__aligned_alloc(bt->alignment, n);
-    if (!p) return tsr__error(TSR_E_NOMEM, "%s: cannot allocate %zu bytes of host memory", bt->name, size);
+    if (!p)
+        return tsr__error(TSR_E_NOMEM, "%s: cannot allocate %zu bytes of host memory", bt->name, size);
     *base = p;
     *handle = p;
     return TSR_OK;
@@ -28,23 +30,27 @@ static void host_free(tsr_buffer_type *bt, void *base, void *handle) {
 }
 static tsr_status host_set(tsr_buffer *buf, void *dst, const void *host, size_t size) {
     (void)buf;
-    if (size) memcpy(dst, host, size);
+    if (size)
+        memcpy(dst, host, size);
     return TSR_OK;
 }
 static tsr_status host_get(tsr_buffer *buf, const void *src, void *host, size_t size) {
     (void)buf;
-    if (size) memcpy(host, src, size);
+    if (size)
+        memcpy(host, src, size);
     return TSR_OK;
 }
 static tsr_status host_memset(tsr_buffer *buf, void *dst, int value, size_t size) {
     (void)buf;
-    if (size) memset(dst, value, size);
+    if (size)
+        memset(dst, value, size);
     return TSR_OK;
 }
 static tsr_status host_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const void *src, size_t size) {
     (void)db;
     (void)sb;
-    if (size) memmove(dst, src, size);
+    if (size)
+        memmove(dst, src, size);
     return TSR_OK;
 }
 
@@ -72,45 +78,65 @@ static bool is_mask(const tsr_tensor *m) { return !m || m->type == TSR_TYPE_F32 
 /* Types the quantized stores (cache writes, casts) write. */
 static bool is_store_type(tsr_type t) {
     switch (t) {
-    case TSR_TYPE_F32: case TSR_TYPE_F16: case TSR_TYPE_BF16: case TSR_TYPE_Q8_0: case TSR_TYPE_Q4_0:
-    case TSR_TYPE_Q4_1: case TSR_TYPE_Q5_0: case TSR_TYPE_Q5_1:
-        return true;
-    default:
-        return false;
+    case TSR_TYPE_F32:
+    case TSR_TYPE_F16:
+    case TSR_TYPE_BF16:
+    case TSR_TYPE_Q8_0:
+    case TSR_TYPE_Q4_0:
+    case TSR_TYPE_Q4_1:
+    case TSR_TYPE_Q5_0:
+    case TSR_TYPE_Q5_1: return true;
+    default: return false;
     }
 }
 
 /* Conversions a copy may do: float to float or store type, q8_0 to those, any type to itself. */
 static bool can_convert(tsr_type from, tsr_type to) {
-    if (from == to) return from != TSR_TYPE_Q8_K;
-    if (from == TSR_TYPE_I32 || to == TSR_TYPE_I32) return false;
+    if (from == to)
+        return from != TSR_TYPE_Q8_K;
+    if (from == TSR_TYPE_I32 || to == TSR_TYPE_I32)
+        return false;
     return (is_float_type(from) || from == TSR_TYPE_Q8_0) && (is_float_type(to) || is_store_type(to));
 }
 
 static bool supports_copy(const tsr_tensor *op, const tsr_tensor *src) {
     const tsr_cpu_kernels *k = tsr__cpu_kernels();
-    if (src->type == op->type && !tsr_type_is_quantized(op->type)) return tsr__type_traits(op->type) != NULL;
-    if (!is_cpy_type(src->type) && !(tsr_type_is_quantized(src->type) && k->to_float[src->type])) return false;
-    if (is_cpy_type(op->type)) return true;
+    if (src->type == op->type && !tsr_type_is_quantized(op->type))
+        return tsr__type_traits(op->type) != NULL;
+    if (!is_cpy_type(src->type) && !(tsr_type_is_quantized(src->type) && k->to_float[src->type]))
+        return false;
+    if (is_cpy_type(op->type))
+        return true;
     return tsr_type_is_quantized(op->type) && k->from_float[op->type] && op->type != TSR_TYPE_Q8_1 &&
            op->type != TSR_TYPE_Q8_K && op->ne[0] % tsr_type_block_size(op->type) == 0 &&
            op->nb[0] == tsr_type_block_bytes(op->type);
 }
 
-static bool sup_leaf(const tsr_tensor *op) { (void)op; return true; }
-static bool sup_binary(const tsr_tensor *op) { return is_float_type(op->src[0]->type) && is_float_type(op->src[1]->type); }
+static bool sup_leaf(const tsr_tensor *op) {
+    (void)op;
+    return true;
+}
+static bool sup_binary(const tsr_tensor *op) {
+    return is_float_type(op->src[0]->type) && is_float_type(op->src[1]->type);
+}
 static bool sup_unary(const tsr_tensor *op) { return is_f32(op->src[0]); }
 static bool sup_glu(const tsr_tensor *op) { return is_f32(op->src[0]) && is_f32(op->src[1]); }
 
 static bool sup_mul_mat(const tsr_tensor *op) {
     const tsr_tensor *a = op->src[0];
     switch (a->type) { /* the weight types of the matmul kernels */
-    case TSR_TYPE_F32: case TSR_TYPE_F16: case TSR_TYPE_BF16: case TSR_TYPE_Q8_0: case TSR_TYPE_Q4_0:
-    case TSR_TYPE_Q4_1: case TSR_TYPE_Q5_0: case TSR_TYPE_Q5_1: case TSR_TYPE_Q4_K: case TSR_TYPE_Q5_K:
-    case TSR_TYPE_Q6_K:
-        break;
-    default:
-        return false;
+    case TSR_TYPE_F32:
+    case TSR_TYPE_F16:
+    case TSR_TYPE_BF16:
+    case TSR_TYPE_Q8_0:
+    case TSR_TYPE_Q4_0:
+    case TSR_TYPE_Q4_1:
+    case TSR_TYPE_Q5_0:
+    case TSR_TYPE_Q5_1:
+    case TSR_TYPE_Q4_K:
+    case TSR_TYPE_Q5_K:
+    case TSR_TYPE_Q6_K: break;
+    default: return false;
     }
     return tsr__cpu_kernels()->vec_dot[a->type] && is_f32(op->src[1]) && a->nb[0] == tsr_type_block_bytes(a->type);
 }
@@ -135,7 +161,9 @@ static bool sup_concat(const tsr_tensor *op) {
     return op->src[0]->type == op->src[1]->type && is_cpy_type(op->src[0]->type);
 }
 
-static bool sup_cpy(const tsr_tensor *op) { return can_convert(op->src[0]->type, op->type) && supports_copy(op, op->src[0]); }
+static bool sup_cpy(const tsr_tensor *op) {
+    return can_convert(op->src[0]->type, op->type) && supports_copy(op, op->src[0]);
+}
 
 static bool is_kv_type(const tsr_tensor *t) {
     return (t->type == TSR_TYPE_F32 || t->type == TSR_TYPE_F16 || t->type == TSR_TYPE_Q8_0) &&
@@ -191,7 +219,8 @@ size_t tsr__cpu_ops_missing(tsr_op *missing, size_t max) {
         const cpu_op *e = &cpu_ops[op];
         bool leaf = op == TSR_OP_NONE || op == TSR_OP_VIEW;
         if (!e->supports || (!leaf && !e->kernel)) {
-            if (n < max) missing[n] = (tsr_op)op;
+            if (n < max)
+                missing[n] = (tsr_op)op;
             n++;
         }
     }
@@ -203,7 +232,8 @@ bool tsr__cpu_supports_op(const tsr_tensor *op) {
 }
 
 size_t tsr__cpu_work_size(const tsr_tensor *node, int nth) {
-    if ((unsigned)node->op >= TSR_OP_COUNT || !cpu_ops[node->op].work) return 0;
+    if ((unsigned)node->op >= TSR_OP_COUNT || !cpu_ops[node->op].work)
+        return 0;
     return cpu_ops[node->op].work(node, nth);
 }
 
@@ -216,10 +246,13 @@ static int default_threads(void) {
 
 tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
     *out = NULL;
-    if (n_threads < 0) return tsr__error(TSR_E_INVALID, "%s: n_threads must be >= 0, found %d", d ? d->name : "cpu", n_threads);
-    if (n_threads == 0) n_threads = default_threads();
+    if (n_threads < 0)
+        return tsr__error(TSR_E_INVALID, "%s: n_threads must be >= 0, found %d", d ? d->name : "cpu", n_threads);
+    if (n_threads == 0)
+        n_threads = default_threads();
     tsr_stream *s = tsr__calloc(1, sizeof *s);
-    if (!s) return tsr__error(TSR_E_NOMEM, "cpu: out of memory creating a stream");
+    if (!s)
+        return tsr__error(TSR_E_NOMEM, "cpu: out of memory creating a stream");
     tsr_status st = tsr__tp_new(n_threads, &s->tp);
     if (st != TSR_OK) {
         tsr__free(s);
@@ -233,16 +266,19 @@ tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
 }
 
 void tsr__cpu_stream_free(tsr_stream *s) {
-    if (!s) return;
+    if (!s)
+        return;
     tsr__tp_free(s->tp);
     tsr__aligned_free(s->work);
     tsr__free(s);
 }
 
 static tsr_status ensure_work(tsr_stream *s, size_t need) {
-    if (need <= s->work_size) return TSR_OK;
+    if (need <= s->work_size)
+        return TSR_OK;
     void *w = tsr__aligned_alloc(TSR_ALIGN, tsr__pad(need, TSR_ALIGN));
-    if (!w) return tsr__error(TSR_E_NOMEM, "cpu: cannot allocate %zu bytes of work buffer", need);
+    if (!w)
+        return tsr__error(TSR_E_NOMEM, "cpu: cannot allocate %zu bytes of work buffer", need);
     tsr__aligned_free(s->work);
     s->work = w;
     s->work_size = need;
@@ -253,7 +289,8 @@ static size_t nodes_work(const tsr_stream *s, tsr_tensor *const *nodes, size_t n
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
         size_t w = tsr__cpu_work_size(nodes[i], s->n_threads);
-        if (w > need) need = w;
+        if (w > need)
+            need = w;
     }
     return need;
 }
@@ -271,9 +308,11 @@ static void run_job(void *arg, int ith, int nth) {
     for (size_t i = 0; i < s->n_nodes; i++) {
         tsr_tensor *node = s->nodes[i];
         kernel_fn fn = kernel_of(node->op);
-        if (!fn || tsr__nelements(node) == 0) continue;
+        if (!fn || tsr__nelements(node) == 0)
+            continue;
         if (node->op == TSR_OP_MUL_MAT && node->src[0]->ne[0] == 0) {
-            if (ith == 0) memset(node->data, 0, tsr__nbytes(node)); /* empty sums */
+            if (ith == 0)
+                memset(node->data, 0, tsr__nbytes(node)); /* empty sums */
         } else {
             fn(&p, node);
         }
@@ -288,7 +327,8 @@ tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
                               tsr__op_name(nodes[i]->op));
     }
     tsr_status st = ensure_work(s, nodes_work(s, nodes, n));
-    if (st != TSR_OK) return st;
+    if (st != TSR_OK)
+        return st;
     s->nodes = nodes;
     s->n_nodes = n;
     tsr__tp_run(s->tp, run_job, s);
@@ -308,15 +348,18 @@ static tsr_status cpu_memory(const tsr_device *d, size_t *free_, size_t *total) 
         char line[256];
         unsigned long long kb;
         while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (size_t)kb * 1024;
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+                avail = (size_t)kb * 1024;
         fclose(f);
     }
     if (!avail) {
         long av = sysconf(_SC_AVPHYS_PAGES);
         avail = av > 0 && psize > 0 ? (size_t)av * (size_t)psize : tot;
     }
-    if (free_) *free_ = avail;
-    if (total) *total = tot;
+    if (free_)
+        *free_ = avail;
+    if (total)
+        *total = tot;
     return TSR_OK;
 }
 
@@ -329,8 +372,9 @@ static tsr_status cpu_sync(tsr_stream *s) {
     return TSR_OK;
 }
 
-static const tsr_device_iface cpu_dev_iface = {cpu_memory, cpu_supports, tsr__cpu_stream_new, tsr__cpu_stream_free,
-                                               tsr__cpu_reserve, tsr__cpu_run_nodes, cpu_sync};
+static const tsr_device_iface cpu_dev_iface = {
+    cpu_memory,         cpu_supports, tsr__cpu_stream_new, tsr__cpu_stream_free, tsr__cpu_reserve,
+    tsr__cpu_run_nodes, cpu_sync};
 
 static tsr_device cpu_device;
 static tsr_buffer_type cpu_buft;
@@ -338,11 +382,13 @@ static tsr_buffer_type cpu_buft;
 static void cpu_model_name(char *out, size_t size) {
     snprintf(out, size, "CPU");
     FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
+    if (!f)
+        return;
     char line[512];
     while (fgets(line, sizeof line, f)) {
         char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        if (strncmp(line, "model name", 10) != 0 || !colon)
+            continue;
         colon++;
         while (*colon == ' ' || *colon == '\t') colon++;
         colon[strcspn(colon, "\n")] = '\0';
@@ -353,7 +399,8 @@ static void cpu_model_name(char *out, size_t size) {
 }
 
 static size_t cpu_enumerate(tsr_device **devs, size_t max) {
-    if (max < 1) return 0;
+    if (max < 1)
+        return 0;
     if (!cpu_device.iface) { /* the registry enumerates once, under its lock */
         cpu_buft.iface = &tsr__cpu_buft_iface;
         snprintf(cpu_buft.name, sizeof cpu_buft.name, "CPU");

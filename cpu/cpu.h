@@ -34,11 +34,11 @@ void tsr__tp_barrier(tsr_threadpool *tp);
 typedef void (*tsr_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
 
 typedef struct tsr_cpu_kernels {
-    const char *name;                           /* "scalar", "avx2", "avx512", "avx512_vnni" */
-    tsr_type dot_type[TSR_TYPE_COUNT];          /* activation type of a weight type's dot product */
-    tsr_vec_dot_fn vec_dot[TSR_TYPE_COUNT];     /* NULL: matmul not supported for the type */
+    const char *name;                             /* "scalar", "avx2", "avx512", "avx512_vnni" */
+    tsr_type dot_type[TSR_TYPE_COUNT];            /* activation type of a weight type's dot product */
+    tsr_vec_dot_fn vec_dot[TSR_TYPE_COUNT];       /* NULL: matmul not supported for the type */
     tsr_from_float_fn from_float[TSR_TYPE_COUNT]; /* fast quantize (activations, cache writes) */
-    tsr_to_float_fn to_float[TSR_TYPE_COUNT];   /* fast dequantize */
+    tsr_to_float_fn to_float[TSR_TYPE_COUNT];     /* fast dequantize */
     /* Four dot products of one weight row with four activation rows y,
      * y + ystride, ...: the row is unpacked once (batched matmul). May be NULL. */
     void (*vec_dot4[TSR_TYPE_COUNT])(int64_t n, float s[4], const void *x, const void *y, size_t ystride);
@@ -64,7 +64,7 @@ typedef struct tsr_cpu_kernels {
 
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 #ifdef TSR_HAVE_AVX2_BUILD
-void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k);   /* overrides what it implements */
+void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
@@ -81,7 +81,7 @@ struct tsr_stream {
     tsr_device *device;
     tsr_threadpool *tp;
     int n_threads;
-    void *work;            /* per-stream scratch (aligned) */
+    void *work; /* per-stream scratch (aligned) */
     size_t work_size;
     const tsr_cpu_kernels *k;
     atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
@@ -108,7 +108,7 @@ extern const tsr_buft_iface tsr__cpu_buft_iface;
 /* ---- op kernels (ops.c, matmul.c, attn.c) ---------------------------------- */
 typedef struct tsr_compute_params {
     int ith, nth;
-    void *work;           /* shared work buffer (kernels partition it by ith) */
+    void *work; /* shared work buffer (kernels partition it by ith) */
     size_t work_size;
     tsr_stream *stream;
     const tsr_cpu_kernels *k;

@@ -203,7 +203,9 @@ static tsr_status fake_compute(tsr_stream *s, tsr_tensor *const *nodes, size_t n
     return tsr__host_device_early()->iface->compute(((fake_stream *)s)->host, nodes, n);
 }
 
-static tsr_status fake_sync(tsr_stream *s) { return tsr__host_device_early()->iface->synchronize(((fake_stream *)s)->host); }
+static tsr_status fake_sync(tsr_stream *s) {
+    return tsr__host_device_early()->iface->synchronize(((fake_stream *)s)->host);
+}
 
 static const tsr_device_iface fake_dev_iface = {fake_memory,  fake_supports, fake_stream_new, fake_stream_free,
                                                 fake_reserve, fake_compute,  fake_sync};
@@ -219,9 +221,17 @@ static bool parse_size(const char *s, size_t *out) {
     static const struct {
         const char *suffix;
         double mul;
-    } units[] = {{"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1024.0},
-                 {"M", 1048576.0}, {"MiB", 1048576.0}, {"MB", 1048576.0}, {"G", 1073741824.0},
-                 {"GiB", 1073741824.0}, {"GB", 1073741824.0}};
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"K", 1024.0},
+                 {"KiB", 1024.0},
+                 {"KB", 1024.0},
+                 {"M", 1048576.0},
+                 {"MiB", 1048576.0},
+                 {"MB", 1048576.0},
+                 {"G", 1073741824.0},
+                 {"GiB", 1073741824.0},
+                 {"GB", 1073741824.0}};
     for (size_t i = 0; i < sizeof units / sizeof *units; i++)
         if (strcasecmp(end, units[i].suffix) == 0) {
             double bytes = v * units[i].mul;
@@ -281,8 +291,7 @@ static size_t fake_enumerate(tsr_device **devs, size_t max) {
     for (char *item = strtok_r(spec, ",", &save); item && n_fakes < FAKE_MAX && n_fakes < max;
          item = strtok_r(NULL, ",", &save))
         add_fake(item);
-    for (size_t i = 0; i < n_fakes; i++)
-        devs[i] = &fakes[i].dev;
+    for (size_t i = 0; i < n_fakes; i++) devs[i] = &fakes[i].dev;
     return n_fakes;
 }
 

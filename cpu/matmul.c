@@ -25,8 +25,8 @@ size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth) {
 }
 
 /* Phase 1: rows of src1 -> dot type, split over threads. */
-static void convert_src1(const tsr_compute_params *p, const tsr_tensor *b, tsr_type dt, char *wdata,
-                         size_t row_bytes, size_t conv) {
+static void convert_src1(const tsr_compute_params *p, const tsr_tensor *b, tsr_type dt, char *wdata, size_t row_bytes,
+                         size_t conv) {
     float *tmp = (float *)((char *)p->work + conv +
                            (size_t)p->ith * tsr__pad((size_t)b->ne[0] * sizeof(float), TSR_ALIGN));
     int64_t r0, r1;
@@ -53,13 +53,14 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     const bool sgemm = a->type == TSR_TYPE_F16 && dt == TSR_TYPE_F16 && k->sgemm_kn > 0 && b->ne[1] >= 2 &&
                        a->ne[0] % k->sgemm_kn == 0 && a->ne[1] % 4 == 0;
     const tsr_vec_dot_fn dot = sgemm ? k->sgemm_dot_f16 : k->vec_dot[a->type];
-    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) =
-        sgemm ? k->sgemm_dot4_f16 : k->vec_dot4[a->type];
+    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) = sgemm ? k->sgemm_dot4_f16
+                                                                                     : k->vec_dot4[a->type];
     size_t row_bytes;
     const size_t conv = conv_bytes(dst, &row_bytes);
     char *wdata = p->work;
     convert_src1(p, b, dt, wdata, row_bytes, conv);
-    if (p->ith == 0) atomic_store(&p->stream->chunk, p->nth);
+    if (p->ith == 0)
+        atomic_store(&p->stream->chunk, p->nth);
     tsr__tp_barrier(p->stream->tp);
 
     const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];

@@ -65,10 +65,18 @@ void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst) {
         if (fast) {
             const float *x = (const float *)pa, *y = (const float *)pb;
             switch (dst->op) {
-            case TSR_OP_ADD: for (int64_t i = 0; i < ne0; i++) d[i] = x[i] + y[i]; break;
-            case TSR_OP_SUB: for (int64_t i = 0; i < ne0; i++) d[i] = x[i] - y[i]; break;
-            case TSR_OP_MUL: for (int64_t i = 0; i < ne0; i++) d[i] = x[i] * y[i]; break;
-            default: for (int64_t i = 0; i < ne0; i++) d[i] = x[i] / y[i]; break;
+            case TSR_OP_ADD:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] + y[i];
+                break;
+            case TSR_OP_SUB:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] - y[i];
+                break;
+            case TSR_OP_MUL:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] * y[i];
+                break;
+            default:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] / y[i];
+                break;
             }
             continue;
         }
@@ -268,7 +276,8 @@ void tsr__cpu_op_softmax(const tsr_compute_params *p, tsr_tensor *dst) {
         float max = -INFINITY;
         for (int64_t i = 0; i < ne0; i++) {
             d[i] = x[i] * scale + (m ? tsr__cpu_load_f(mask->type, m + i * (int64_t)mask->nb[0]) : 0.0f);
-            if (d[i] > max) max = d[i];
+            if (d[i] > max)
+                max = d[i];
         }
         if (max == -INFINITY) { /* fully masked row */
             memset(d, 0, (size_t)ne0 * sizeof *d);
@@ -295,10 +304,13 @@ void tsr__cpu_op_concat(const tsr_compute_params *p, tsr_tensor *dst) {
         if (dim != 0) {
             const bool in_a = i[dim] < a->ne[dim];
             const tsr_tensor *s = in_a ? a : b;
-            if (!in_a) i[dim] -= a->ne[dim];
+            if (!in_a)
+                i[dim] -= a->ne[dim];
             const char *x = at(s, 0, i[1], i[2], i[3]);
-            if (s->nb[0] == es) memcpy(d, x, (size_t)dst->ne[0] * es);
-            else for (int64_t k = 0; k < dst->ne[0]; k++) memcpy(d + k * es, x + k * (int64_t)s->nb[0], es);
+            if (s->nb[0] == es)
+                memcpy(d, x, (size_t)dst->ne[0] * es);
+            else
+                for (int64_t k = 0; k < dst->ne[0]; k++) memcpy(d + k * es, x + k * (int64_t)s->nb[0], es);
             continue;
         }
         const char *xa = at(a, 0, i[1], i[2], i[3]), *xb = at(b, 0, i[1], i[2], i[3]);
@@ -351,8 +363,10 @@ static int64_t load_index(const tsr_tensor *idx, int64_t i0, int64_t i1, int64_t
 /* A row of any supported type as floats (quantized rows are contiguous). */
 static void row_to_float(const tsr_cpu_kernels *k, const tsr_tensor *t, const char *row, float *out) {
     if (tsr_type_is_quantized(t->type) || (t->type == TSR_TYPE_F32 && t->nb[0] == 4)) {
-        if (t->type == TSR_TYPE_F32) memcpy(out, row, (size_t)t->ne[0] * 4);
-        else k->to_float[t->type](row, out, t->ne[0]);
+        if (t->type == TSR_TYPE_F32)
+            memcpy(out, row, (size_t)t->ne[0] * 4);
+        else
+            k->to_float[t->type](row, out, t->ne[0]);
         return;
     }
     for (int64_t i = 0; i < t->ne[0]; i++) out[i] = tsr__cpu_load_f(t->type, row + i * (int64_t)t->nb[0]);
@@ -380,8 +394,10 @@ static void float_to_row(const tsr_cpu_kernels *k, const tsr_tensor *t, const fl
     if (tsr_type_is_quantized(t->type) || (t->type != TSR_TYPE_I32 && t->nb[0] == tsr_type_block_bytes(t->type))) {
         /* stored quantized rows: the reference quantizer (the kernel table's
          * 8-bit quantizers round like ggml's SIMD activation quantizers) */
-        if (tsr_type_is_quantized(t->type)) tsr__type_traits(t->type)->from_float(x, row, n);
-        else k->from_float[t->type](x, row, n);
+        if (tsr_type_is_quantized(t->type))
+            tsr__type_traits(t->type)->from_float(x, row, n);
+        else
+            k->from_float[t->type](x, row, n);
         return;
     }
     for (int64_t i = 0; i < n; i++) store_f(t->type, row + i * (int64_t)t->nb[0], x[i]);
@@ -397,8 +413,10 @@ void tsr__cpu_op_set_rows(const tsr_compute_params *p, tsr_tensor *dst) {
         int64_t j, i12, i13;
         row_coords(src, r, &j, &i12, &i13);
         const int64_t row = load_index(idx, j, i12 % idx->ne[1], i13 % idx->ne[2]);
-        if (row < 0 || row >= dst->ne[1]) continue;
-        if ((row + (i12 + i13 * dst->ne[2]) * dst->ne[1]) % p->nth != p->ith) continue;
+        if (row < 0 || row >= dst->ne[1])
+            continue;
+        if ((row + (i12 + i13 * dst->ne[2]) * dst->ne[1]) % p->nth != p->ith)
+            continue;
         row_to_float(p->k, src, at(src, 0, j, i12, i13), tmp);
         float_to_row(p->k, dst, tmp, at(dst, 0, row, i12, i13), dst->ne[0]);
     }
@@ -456,7 +474,8 @@ static void copy_rows_same(const tsr_tensor *src, tsr_tensor *dst, int64_t r0, i
 
 void tsr__cpu_op_cpy(const tsr_compute_params *p, tsr_tensor *dst) {
     const tsr_tensor *src = dst->src[0];
-    if (tsr__nelements(dst) == 0) return;
+    if (tsr__nelements(dst) == 0)
+        return;
     int64_t r0, r1;
     tsr__cpu_split(tsr__nrows(dst), p->ith, p->nth, &r0, &r1);
     if (src->type == dst->type && tsr__is_contiguous(src) && tsr__is_contiguous(dst)) {
@@ -464,6 +483,8 @@ void tsr__cpu_op_cpy(const tsr_compute_params *p, tsr_tensor *dst) {
         memcpy((char *)dst->data + r0 * rb, (const char *)src->data + r0 * rb, (size_t)(r1 - r0) * rb);
         return;
     }
-    if (src->type == dst->type && !tsr_type_is_quantized(dst->type)) copy_rows_same(src, dst, r0, r1);
-    else copy_rows_float(p, src, dst, r0, r1);
+    if (src->type == dst->type && !tsr_type_is_quantized(dst->type))
+        copy_rows_same(src, dst, r0, r1);
+    else
+        copy_rows_float(p, src, dst, r0, r1);
 }

@@ -22,11 +22,11 @@ struct tsr_threadpool {
     pthread_t *threads;
     tsr_tp_fn fn;
     void *arg;
-    _Alignas(64) atomic_uint job_gen;    /* bumped for each job; workers wait on it */
-    _Alignas(64) atomic_int n_active;    /* workers still running the current job */
-    _Alignas(64) atomic_int bar_count;   /* arrivals at the current barrier */
-    _Alignas(64) atomic_uint bar_gen;    /* bumped when a barrier opens */
-    atomic_int sleepers;                 /* threads sleeping on a futex */
+    _Alignas(64) atomic_uint job_gen;  /* bumped for each job; workers wait on it */
+    _Alignas(64) atomic_int n_active;  /* workers still running the current job */
+    _Alignas(64) atomic_int bar_count; /* arrivals at the current barrier */
+    _Alignas(64) atomic_uint bar_gen;  /* bumped when a barrier opens */
+    atomic_int sleepers;               /* threads sleeping on a futex */
     atomic_int stop;
 };
 
@@ -46,12 +46,14 @@ static inline void cpu_relax(void) {
 /* Waits until *addr != val: spin first, then sleep. */
 static void wait_change(tsr_threadpool *tp, atomic_uint *addr, unsigned val) {
     for (int i = 0; i < SPIN_ITERS; i++) {
-        if (atomic_load_explicit(addr, memory_order_acquire) != val) return;
+        if (atomic_load_explicit(addr, memory_order_acquire) != val)
+            return;
         cpu_relax();
     }
     /* more threads than free cores: let the thread we wait for run */
     for (int i = 0; i < YIELD_ITERS; i++) {
-        if (atomic_load_explicit(addr, memory_order_acquire) != val) return;
+        if (atomic_load_explicit(addr, memory_order_acquire) != val)
+            return;
         sched_yield();
     }
     atomic_fetch_add(&tp->sleepers, 1);
@@ -61,12 +63,14 @@ static void wait_change(tsr_threadpool *tp, atomic_uint *addr, unsigned val) {
 
 static void bump_and_wake(tsr_threadpool *tp, atomic_uint *addr) {
     atomic_fetch_add_explicit(addr, 1, memory_order_acq_rel);
-    if (atomic_load(&tp->sleepers) > 0) futex_wake(addr);
+    if (atomic_load(&tp->sleepers) > 0)
+        futex_wake(addr);
 }
 
 void tsr__tp_barrier(tsr_threadpool *tp) {
     const int nth = tp->n_threads;
-    if (nth == 1) return;
+    if (nth == 1)
+        return;
     const unsigned gen = atomic_load_explicit(&tp->bar_gen, memory_order_acquire);
     if (atomic_fetch_add_explicit(&tp->bar_count, 1, memory_order_acq_rel) == nth - 1) {
         atomic_store_explicit(&tp->bar_count, 0, memory_order_relaxed);
@@ -90,7 +94,8 @@ static void *worker_main(void *varg) {
     for (;;) {
         wait_change(tp, &tp->job_gen, seen);
         seen = atomic_load_explicit(&tp->job_gen, memory_order_acquire);
-        if (atomic_load(&tp->stop)) break;
+        if (atomic_load(&tp->stop))
+            break;
         tp->fn(tp->arg, ith, tp->n_threads);
         atomic_fetch_sub_explicit(&tp->n_active, 1, memory_order_acq_rel);
     }
@@ -110,8 +115,10 @@ void tsr__tp_run(tsr_threadpool *tp, tsr_tp_fn fn, void *arg) {
     /* Workers finish within a barrier's time of us: spin (with a yield so
      * an oversubscribed machine makes progress). */
     for (long i = 0; atomic_load_explicit(&tp->n_active, memory_order_acquire) > 0; i++) {
-        if (i < SPIN_ITERS) cpu_relax();
-        else sched_yield();
+        if (i < SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
     }
 }
 
@@ -123,9 +130,11 @@ static void stop_workers(tsr_threadpool *tp, int n_started) {
 
 tsr_status tsr__tp_new(int n_threads, tsr_threadpool **out) {
     *out = NULL;
-    if (n_threads < 1) return tsr__error(TSR_E_INVALID, "cpu: threadpool: n_threads must be >= 1, found %d", n_threads);
+    if (n_threads < 1)
+        return tsr__error(TSR_E_INVALID, "cpu: threadpool: n_threads must be >= 1, found %d", n_threads);
     tsr_threadpool *tp = tsr__aligned_alloc(64, sizeof *tp);
-    if (!tp) return tsr__error(TSR_E_NOMEM, "cpu: threadpool: out of memory");
+    if (!tp)
+        return tsr__error(TSR_E_NOMEM, "cpu: threadpool: out of memory");
     memset(tp, 0, sizeof *tp);
     tp->n_threads = n_threads;
     if (n_threads > 1) {
@@ -156,7 +165,8 @@ tsr_status tsr__tp_new(int n_threads, tsr_threadpool **out) {
 }
 
 void tsr__tp_free(tsr_threadpool *tp) {
-    if (!tp) return;
+    if (!tp)
+        return;
     stop_workers(tp, tp->n_threads - 1);
     tsr__free(tp->threads);
     tsr__aligned_free(tp);

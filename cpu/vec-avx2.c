@@ -284,8 +284,7 @@ static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
 }
 
 /* Shared by Q4_0 and Q8_0 weights: signed 8-bit values qx per block. */
-static inline void dot4_s8_block(__m256i qx, float dx, const tsr_block_q8_0 *const yb[4], int64_t i,
-                                 __m256 acc[4]) {
+static inline void dot4_s8_block(__m256i qx, float dx, const tsr_block_q8_0 *const yb[4], int64_t i, __m256 acc[4]) {
     const __m256i ax = _mm256_sign_epi8(qx, qx);
     for (int c = 0; c < 4; c++) {
         const __m256i qy = _mm256_loadu_si256((const __m256i *)yb[c][i].qs);
@@ -377,9 +376,10 @@ static inline void unpack_k4_quants(const uint8_t *qs, const uint8_t *qh, __m256
         q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
         if (qh) {
             const __m128i sh0 = _mm_cvtsi32_si128(2 * j), sh1 = _mm_cvtsi32_si128(2 * j + 1);
-            q[2 * j] = _mm256_or_si256(q[2 * j], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh0), one), 4));
-            q[2 * j + 1] =
-                _mm256_or_si256(q[2 * j + 1], _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh1), one), 4));
+            q[2 * j] = _mm256_or_si256(q[2 * j],
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh0), one), 4));
+            q[2 * j + 1] = _mm256_or_si256(q[2 * j + 1],
+                                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hbits, sh1), one), 4));
         }
     }
 }
@@ -485,7 +485,8 @@ static inline __m256i quant32(__m256 v[4], float id) {
     const __m256 mul = _mm256_set1_ps(id);
     __m256i i32[4];
     for (int k = 0; k < 4; k++)
-        i32[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        i32[k] = _mm256_cvtps_epi32(
+            _mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m256i p01 = _mm256_packs_epi32(i32[0], i32[1]), p23 = _mm256_packs_epi32(i32[2], i32[3]);
     const __m256i p = _mm256_packs_epi16(p01, p23);
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -553,7 +554,8 @@ static inline __m256 exp8(__m256 x) {
         _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
                         _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
         u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
-    if (!_mm256_movemask_ps(c)) return _mm256_fmadd_ps(j, k, k);
+    if (!_mm256_movemask_ps(c))
+        return _mm256_fmadd_ps(j, k, k);
     const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
                                        _mm256_set1_epi32((int)0x82000000u));
     const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
@@ -606,7 +608,8 @@ static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
         const int64_t left = n - i < 8 ? n - i : 8;
         const __m256 v = left == 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, 0.0f);
         __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, v))));
-        if (g) r = _mm256_mul_ps(r, left == 8 ? _mm256_loadu_ps(g + i) : load_part(g + i, left, 0.0f));
+        if (g)
+            r = _mm256_mul_ps(r, left == 8 ? _mm256_loadu_ps(g + i) : load_part(g + i, left, 0.0f));
         if (left == 8) {
             _mm256_storeu_ps(y + i, r);
         } else {
@@ -634,9 +637,9 @@ static inline __m256 load_fp16_part(const uint16_t *p, int64_t n) {
 
 /* MR rows x up to 16 columns of C: the 2*MR accumulators stay in registers
  * over the whole k loop, each B row loaded once per MR rows. */
-static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a,
-                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
-                                                            float *c, int64_t ldc, bool acc) {
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
+                                                            const void *vb, bool b_f16, int64_t ldb, float *c,
+                                                            int64_t ldc, bool acc) {
     const __m256i m0 = lanes8(n), m1 = lanes8(n > 8 ? n - 8 : 0);
     __m256 c0[6], c1[6];
     for (int i = 0; i < mr; i++) {
@@ -692,7 +695,8 @@ static float scale_add_max(int64_t n, float *y, float scale, const float *mask) 
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(y + i), s);
-        if (mask) v = _mm256_add_ps(v, _mm256_loadu_ps(mask + i));
+        if (mask)
+            v = _mm256_add_ps(v, _mm256_loadu_ps(mask + i));
         _mm256_storeu_ps(y + i, v);
         mx = _mm256_max_ps(mx, v);
     }
@@ -702,7 +706,8 @@ static float scale_add_max(int64_t n, float *y, float scale, const float *mask) 
     float m = _mm_cvtss_f32(r);
     for (; i < n; i++) {
         y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
-        if (y[i] > m) m = y[i];
+        if (y[i] > m)
+            m = y[i];
     }
     return m;
 }

@@ -30,9 +30,7 @@ static void dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum512(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-static inline __m512 load_fp16x16(const uint16_t *p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-}
+static inline __m512 load_fp16x16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
 /* F16 weights x F16 activations (rounded once per call, as in ggml), summed
  * like ggml's ggml_vec_dot_f16 (see the AVX2 variant); the tail is masked,
@@ -113,8 +111,7 @@ static inline __m512i dot_s8s8_512(__m512i x, __m512i y) {
 static inline __m256 fma_pair(__m256 acc, float d0, float d1, __m512i p) {
     const __m512 f = _mm512_cvtepi32_ps(p);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
-    return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)),
-                           acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc);
 }
 static inline __m256 fma_one(__m256 acc, float d, __m256i p) {
     return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
@@ -122,9 +119,7 @@ static inline __m256 fma_one(__m256 acc, float d, __m256i p) {
 static inline __m256i dot_s8s8_256(__m256i x, __m256i y) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x), _mm256_sign_epi8(y, x));
 }
-static inline __m256i dot_u8s8_256(__m256i u, __m256i y) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y);
-}
+static inline __m256i dot_u8s8_256(__m256i u, __m256i y) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y); }
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 #define F16F(h) TSR_FP16_TO_FP32(h)
 
@@ -145,7 +140,8 @@ static void dot_q8_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     for (; i + 2 <= nb; i += 2)
         acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
                        dot_s8s8_512(pair(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs)));
-    if (i < nb) acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_s8s8_256(load256(x[i].qs), load256(y[i].qs)));
+    if (i < nb)
+        acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_s8s8_256(load256(x[i].qs), load256(y[i].qs)));
     *s = hsum_ps256(acc);
 }
 
@@ -158,7 +154,8 @@ static void dot_q4_0_q8_0(int64_t n, float *s, const void *vx, const void *vy) {
     for (; i + 2 <= nb; i += 2)
         acc = fma_pair(acc, F16F(x[i].d) * F16F(y[i].d), F16F(x[i + 1].d) * F16F(y[i + 1].d),
                        dot_q4_0_pair(pair_nibbles(x[i].qs, x[i + 1].qs), pair(y[i].qs, y[i + 1].qs)));
-    if (i < nb) acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
+    if (i < nb)
+        acc = fma_one(acc, F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
     *s = hsum_ps256(acc);
 }
 
@@ -225,7 +222,8 @@ static void dot4_q4_0(int64_t n, float s[4], const void *vx, const void *vy, siz
     }
     for (int c = 0; c < 4; c++) {
         const tsr_block_q8_0 *y = YROW(tsr_block_q8_0, c);
-        if (i < nb) acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
+        if (i < nb)
+            acc[c] = fma_one(acc[c], F16F(x[i].d) * F16F(y[i].d), dot_q4_0_one(x[i].qs, y[i].qs));
         s[c] = hsum_ps256(acc[c]);
     }
 }
@@ -264,9 +262,9 @@ static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF 
 
 /* MR rows x up to 32 columns of C, the 2*MR accumulators in registers over
  * the whole k loop; each B row is loaded once per MR rows. */
-static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a,
-                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
-                                                            float *c, int64_t ldc, bool acc) {
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
+                                                            const void *vb, bool b_f16, int64_t ldb, float *c,
+                                                            int64_t ldc, bool acc) {
     const __mmask16 m0 = lanes16(n), m1 = lanes16(n > 16 ? n - 16 : 0);
     __m512 c0[8], c1[8];
     for (int i = 0; i < mr; i++) {
@@ -324,13 +322,13 @@ static float scale_add_max(int64_t n, float *y, float scale, const float *mask) 
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = lanes16(n - i);
         __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), s);
-        if (mask) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mask + i));
+        if (mask)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mask + i));
         _mm512_mask_storeu_ps(y + i, m, v);
         mx = _mm512_mask_max_ps(mx, m, mx, v);
     }
     return _mm512_reduce_max_ps(mx);
 }
-
 
 /* e^x for 16 floats, as ggml's AVX-512 ggml_v_expf (its last step scales by
  * 2^n with VSCALEFPS, which rounds differently from the AVX2 variant's
@@ -348,7 +346,8 @@ static inline __m512 exp16(__m512 x) {
                         _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
         u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
     const __m512 res = _mm512_scalef_ps(j, n);
-    if (!d) return res;
+    if (!d)
+        return res;
     const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
                                             _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
     return _mm512_mask_blend_ps(d, res, alt);
@@ -360,7 +359,8 @@ static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
         const __mmask16 m = lanes16(n - i);
         const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
         __m512 r = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), v))));
-        if (g) r = _mm512_mul_ps(r, _mm512_maskz_loadu_ps(m, g + i));
+        if (g)
+            r = _mm512_mul_ps(r, _mm512_maskz_loadu_ps(m, g + i));
         _mm512_mask_storeu_ps(y + i, m, r);
     }
 }
@@ -393,7 +393,8 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->gemm_f32 = gemm_f32;
     k->scale_add_max = scale_add_max;
     /* the paired 8-bit dots need VPDPBUSD; they sum in ggml's AVX2 order */
-    if (!vnni) return;
+    if (!vnni)
+        return;
     k->vec_dot[TSR_TYPE_Q8_0] = dot_q8_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_1] = dot_q4_1_q8_1;

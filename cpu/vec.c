@@ -51,8 +51,7 @@ static void dot_q4_1_q8_1(int64_t n, float *s, const void *vx, const void *vy) {
     float sum = 0;
     for (int64_t i = 0; i < n / 32; i++) {
         int sumi = 0;
-        for (int j = 0; j < 16; j++)
-            sumi += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
+        for (int j = 0; j < 16; j++) sumi += (x[i].qs[j] & 0xF) * y[i].qs[j] + (x[i].qs[j] >> 4) * y[i].qs[j + 16];
         sum += (float)sumi * TSR_FP16_TO_FP32(x[i].d) * TSR_FP16_TO_FP32(y[i].d) +
                TSR_FP16_TO_FP32(x[i].m) * TSR_FP16_TO_FP32(y[i].s);
     }
@@ -185,7 +184,8 @@ static void gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_
                          int64_t ldb, float *c, int64_t ldc, bool acc) {
     for (int64_t i = 0; i < m; i++) {
         float *ci = c + i * ldc;
-        if (!acc) memset(ci, 0, (size_t)n * sizeof *ci);
+        if (!acc)
+            memset(ci, 0, (size_t)n * sizeof *ci);
         for (int64_t l = 0; l < k; l++) {
             const float av = a[i * lda + l];
             if (b_f16) {
@@ -203,7 +203,8 @@ static float scale_add_max_ref(int64_t n, float *y, float scale, const float *ma
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
         y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
-        if (y[i] > mx) mx = y[i];
+        if (y[i] > mx)
+            mx = y[i];
     }
     return mx;
 }
@@ -286,14 +287,18 @@ static bool have_avx512(bool *vnni) {
 void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap) {
     tsr__fp16_table_init();
     tsr__cpu_kernels_scalar(k);
-    if (cap && strcmp(cap, "scalar") == 0) return;
+    if (cap && strcmp(cap, "scalar") == 0)
+        return;
 #ifdef TSR_HAVE_AVX2_BUILD
-    if (!have_avx2()) return;
+    if (!have_avx2())
+        return;
     tsr__cpu_kernels_avx2(k);
-    if (cap && strcmp(cap, "avx2") == 0) return;
+    if (cap && strcmp(cap, "avx2") == 0)
+        return;
 #ifdef TSR_HAVE_AVX512_BUILD
     bool vnni;
-    if (have_avx512(&vnni)) tsr__cpu_kernels_avx512(k, vnni);
+    if (have_avx512(&vnni))
+        tsr__cpu_kernels_avx512(k, vnni);
 #endif
 #else
     (void)have_avx2;

@@ -132,16 +132,18 @@ typedef struct tsr_backend_services {
 typedef struct tsr_backend_module {
     uint32_t abi_version; /* TSR_BACKEND_ABI_VERSION the module was built with */
     uint32_t op_count;    /* TSR_OP_COUNT the module was built with */
-    size_t sizeof_services, sizeof_tensor, sizeof_device, sizeof_device_iface, sizeof_buffer_type,
-        sizeof_buft_iface, sizeof_buffer, sizeof_reg;
+    size_t sizeof_services, sizeof_tensor, sizeof_device, sizeof_device_iface, sizeof_buffer_type, sizeof_buft_iface,
+        sizeof_buffer, sizeof_reg;
     const tsr_backend_reg *reg;
 } tsr_backend_module;
 
 /* Initializer of a module's registration (sizes filled from these headers). */
-#define TSR_BACKEND_MODULE_INIT(reg_ptr)                                                                  \
-    {TSR_BACKEND_ABI_VERSION, TSR_OP_COUNT, sizeof(tsr_backend_services), sizeof(tsr_tensor),           \
-     sizeof(tsr_device), sizeof(tsr_device_iface), sizeof(tsr_buffer_type), sizeof(tsr_buft_iface),    \
-     sizeof(tsr_buffer), sizeof(tsr_backend_reg), (reg_ptr)}
+#define TSR_BACKEND_MODULE_INIT(reg_ptr)                                                                             \
+    {                                                                                                                \
+        TSR_BACKEND_ABI_VERSION, TSR_OP_COUNT, sizeof(tsr_backend_services), sizeof(tsr_tensor), sizeof(tsr_device), \
+            sizeof(tsr_device_iface), sizeof(tsr_buffer_type), sizeof(tsr_buft_iface), sizeof(tsr_buffer),           \
+            sizeof(tsr_backend_reg), (reg_ptr)                                                                       \
+    }
 
 /* The entry point: returns NULL when the module cannot work at all (after
  * logging why through the services). */
@@ -153,8 +155,8 @@ tsr_device *tsr__host_device(void);
 /* The same without enumerating: what backends call while the registry
  * enumerates them (the host is enumerated first); NULL before that. */
 tsr_device *tsr__host_device_early(void);
-const tsr_backend_reg *tsr__cpu_backend_reg(void);   /* cpu/ */
-const tsr_backend_reg *tsr__fake_backend_reg(void);  /* cpu/fake.c: TSR_FAKE_DEVICES */
+const tsr_backend_reg *tsr__cpu_backend_reg(void);  /* cpu/ */
+const tsr_backend_reg *tsr__fake_backend_reg(void); /* cpu/fake.c: TSR_FAKE_DEVICES */
 /* module.c: loads the modules of TSR_BACKEND_PATH (or the module folder)
  * and adds their registrations through add() (which returns the number of
  * devices it found); logs each one; returns the number of modules kept. */
@@ -165,8 +167,7 @@ const tsr_backend_services *tsr__backend_services(void);
 tsr_status tsr__buffer_set(tsr_buffer *buf, void *dst, const void *host, size_t size);
 tsr_status tsr__buffer_get(tsr_buffer *buf, const void *src, void *host, size_t size);
 /* Copies between any two buffers (through host memory when devices differ). */
-tsr_status tsr__buffer_copy(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src,
-                            size_t size);
+tsr_status tsr__buffer_copy(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size);
 /* Same, bouncing device-to-device copies through `staging` (host memory of
  * staging_size bytes, in chunks) instead of allocating. */
 tsr_status tsr__buffer_copy_staged(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size,

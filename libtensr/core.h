@@ -12,14 +12,14 @@
 
 /* ---- graph (graph.c) ------------------------------------------------------ */
 typedef struct tsr_graph {
-    tsr_tensor **nodes;   /* ops other than NONE/VIEW, in execution order */
+    tsr_tensor **nodes; /* ops other than NONE/VIEW, in execution order */
     size_t n_nodes;
-    tsr_tensor **leafs;   /* op NONE tensors the nodes read */
+    tsr_tensor **leafs; /* op NONE tensors the nodes read */
     size_t n_leafs;
-    tsr_tensor **views;   /* VIEW tensors reached (their data is set after allocation) */
+    tsr_tensor **views; /* VIEW tensors reached (their data is set after allocation) */
     size_t n_views;
     size_t cap_nodes, cap_leafs, cap_views;
-    void *stack;          /* traversal stack */
+    void *stack; /* traversal stack */
     size_t cap_stack;
 } tsr_graph;
 
@@ -73,35 +73,35 @@ tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, 
  * layer, read by every layer), so no layer reads across devices. */
 typedef struct tsr_weight_copy {
     tsr_tensor *primary, *copy;
-    int dev;                   /* backend device index of the copy */
+    int dev; /* backend device index of the copy */
 } tsr_weight_copy;
 
 typedef struct tsr_weight_set {
-    tsr_tensor **tensors;      /* weights (ctx NULL, FLAG_WEIGHT), in declaration order */
+    tsr_tensor **tensors; /* weights (ctx NULL, FLAG_WEIGHT), in declaration order */
     size_t n, cap;
-    tsr_weight_copy *copies;   /* copies of shared weights (tensors owned here) */
+    tsr_weight_copy *copies; /* copies of shared weights (tensors owned here) */
     size_t n_copies, cap_copies;
-    uint64_t synced_epoch;     /* tsr__weights_epoch() when the copies were last refreshed */
-    tsr_buffer **buffers;      /* one per device at most (plus mmap/copies), freed with the backend */
+    uint64_t synced_epoch; /* tsr__weights_epoch() when the copies were last refreshed */
+    tsr_buffer **buffers;  /* one per device at most (plus mmap/copies), freed with the backend */
     size_t n_buffers, cap_buffers;
 } tsr_weight_set;
 
 struct tsr_backend {
-    tsr_device **devices;      /* devices in use; the host device (CPU) is always present */
+    tsr_device **devices; /* devices in use; the host device (CPU) is always present */
     size_t n_devices;
-    size_t host;               /* index of the host device in devices[] */
-    tsr_stream **streams;      /* one per device */
+    size_t host;          /* index of the host device in devices[] */
+    tsr_stream **streams; /* one per device */
     int n_threads;
-    int flash_attn;            /* resolved: 0 or 1 */
-    int flash_attn_req;        /* as asked: tsr_flash_attn_t */
+    int flash_attn;     /* resolved: 0 or 1 */
+    int flash_attn_req; /* as asked: tsr_flash_attn_t */
     size_t attn_max_batch;
     tsr_sched *sched;
     tsr_weight_set weights;
-    int n_layers;              /* repeating layers found in weight names */
+    int n_layers;                 /* repeating layers found in weight names */
     tsr_buffer_type **layer_buft; /* per layer, after placement */
-    uint64_t generation;       /* incremented by every compute/reserve */
-    uint32_t visit_mark;       /* graph traversal marks */
-    size_t n_splits, n_copies; /* of the last compute */
+    uint64_t generation;          /* incremented by every compute/reserve */
+    uint32_t visit_mark;          /* graph traversal marks */
+    size_t n_splits, n_copies;    /* of the last compute */
     /* Memory plan per device, in bytes (tsr_backend_memory_plan):
      *  plan_weights: weights placed there (allocated, or planned by a plan_only placement);
      *  plan_kv: KV cache (the KV cache adds its bytes when it plans/allocates, subtracts on free);
@@ -128,7 +128,7 @@ typedef struct tsr_owned {
 
 struct tsr_context {
     tsr_backend *backend;
-    tsr_tensor_chunk *chunks;  /* arena of tensor structs */
+    tsr_tensor_chunk *chunks; /* arena of tensor structs */
     size_t chunk_used;
     tsr_owned *owned;
     size_t n_owned, cap_owned;

@@ -66,22 +66,17 @@ uint64_t tsr__alloc_count(void);
 void tsr__fail_alloc_after(int64_t n); /* -1 = never fail */
 
 /* Overflow-checked arithmetic: false on overflow. */
-static inline bool tsr__mul_overflow(size_t a, size_t b, size_t *out) {
-    return __builtin_mul_overflow(a, b, out);
-}
-static inline bool tsr__add_overflow(size_t a, size_t b, size_t *out) {
-    return __builtin_add_overflow(a, b, out);
-}
+static inline bool tsr__mul_overflow(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }
+static inline bool tsr__add_overflow(size_t a, size_t b, size_t *out) { return __builtin_add_overflow(a, b, out); }
 static inline size_t tsr__pad(size_t x, size_t align) { return (x + align - 1) / align * align; }
 
 /* Copies the caller's struct (the first `size` bytes it knows about) over
  * defaults; fields beyond the caller's size keep their defaults. */
-#define TSR_PARAMS_COPY(dst, src)                                                       \
-    do {                                                                                \
-        size_t n_ = (src)->size < sizeof *(dst) ? (src)->size : sizeof *(dst);          \
-        if (n_ > sizeof(size_t))                                                        \
-            memcpy((char *)(dst) + sizeof(size_t), (const char *)(src) + sizeof(size_t), \
-                   n_ - sizeof(size_t));                                                \
+#define TSR_PARAMS_COPY(dst, src)                                                                              \
+    do {                                                                                                       \
+        size_t n_ = (src)->size < sizeof *(dst) ? (src)->size : sizeof *(dst);                                 \
+        if (n_ > sizeof(size_t))                                                                               \
+            memcpy((char *)(dst) + sizeof(size_t), (const char *)(src) + sizeof(size_t), n_ - sizeof(size_t)); \
     } while (0)
 
 /* ---- types (type.c) ----------------------------------------------------- */
@@ -90,11 +85,11 @@ typedef void (*tsr_from_float_fn)(const float *src, void *dst, int64_t n);
 
 typedef struct tsr_type_traits {
     const char *name;
-    int64_t block_size;        /* 0 = not a type this version knows */
+    int64_t block_size; /* 0 = not a type this version knows */
     size_t block_bytes;
     bool quantized;
-    tsr_to_float_fn to_float;       /* reference dequantize; NULL if unsupported */
-    tsr_from_float_fn from_float;   /* reference quantize; NULL if unsupported */
+    tsr_to_float_fn to_float;     /* reference dequantize; NULL if unsupported */
+    tsr_from_float_fn from_float; /* reference quantize; NULL if unsupported */
 } tsr_type_traits;
 
 /* Traits of a type; NULL for a number that is not a known type. */
@@ -113,36 +108,36 @@ const tsr_type_traits *tsr__type_traits(tsr_type type);
  *           (row) of them before it writes the same element (row) of the result
  *   writes  the source the op writes in place (its result is a view of it), or -1
  *   params  layout of op_params, one letter per 32-bit slot: 'i' int32, 'f' float */
-#define TSR_OPS(X)                                                        \
-    X(NONE, "none", 0, 0x0, -1, "")             /* leaf: input, weight, new_tensor, KV cache */ \
-    X(VIEW, "view", 0, 0x0, -1, "")             /* view/reshape/permute/transpose of view_src */ \
-    X(ADD, "add", 2, 0x3, -1, "")                                         \
-    X(SUB, "sub", 2, 0x3, -1, "")                                         \
-    X(MUL, "mul", 2, 0x3, -1, "")                                         \
-    X(DIV, "div", 2, 0x3, -1, "")                                         \
-    X(SCALE, "scale", 1, 0x1, -1, "f")          /* scale */               \
-    X(MUL_MAT, "mul_mat", 2, 0x0, -1, "")                                 \
-    X(GET_ROWS, "get_rows", 2, 0x0, -1, "")     /* a, idx */              \
-    X(SET_ROWS, "set_rows", 3, 0x0, 0, "")      /* dst (written), rows, idx */ \
-    X(RMS_NORM, "rms_norm", 1, 0x1, -1, "f")    /* eps */                 \
-    X(NORM, "norm", 1, 0x1, -1, "f")            /* eps */                 \
-    X(ROPE, "rope", 3, 0x1, -1, "iiiffffff")    /* a, pos, freq_factors|NULL; TSR_ROPE_P_* */ \
-    X(SOFTMAX, "softmax", 2, 0x1, -1, "f")      /* a, mask|NULL; scale */ \
-    X(SILU, "silu", 1, 0x1, -1, "")                                       \
-    X(GELU, "gelu", 1, 0x1, -1, "")                                       \
-    X(SWIGLU, "swiglu", 2, 0x3, -1, "")                                   \
-    X(GEGLU, "geglu", 2, 0x3, -1, "")                                     \
-    X(CONCAT, "concat", 2, 0x0, -1, "i")        /* dim */                 \
-    X(ARGMAX, "argmax", 1, 0x0, -1, "")                                   \
-    X(CPY, "cpy", 2, 0x0, 1, "")                /* from, to (written) */  \
-    X(CONT, "cont", 1, 0x0, -1, "")             /* contiguous copy, converting types */ \
+#define TSR_OPS(X)                                                                         \
+    X(NONE, "none", 0, 0x0, -1, "") /* leaf: input, weight, new_tensor, KV cache */        \
+    X(VIEW, "view", 0, 0x0, -1, "") /* view/reshape/permute/transpose of view_src */       \
+    X(ADD, "add", 2, 0x3, -1, "")                                                          \
+    X(SUB, "sub", 2, 0x3, -1, "")                                                          \
+    X(MUL, "mul", 2, 0x3, -1, "")                                                          \
+    X(DIV, "div", 2, 0x3, -1, "")                                                          \
+    X(SCALE, "scale", 1, 0x1, -1, "f") /* scale */                                         \
+    X(MUL_MAT, "mul_mat", 2, 0x0, -1, "")                                                  \
+    X(GET_ROWS, "get_rows", 2, 0x0, -1, "")  /* a, idx */                                  \
+    X(SET_ROWS, "set_rows", 3, 0x0, 0, "")   /* dst (written), rows, idx */                \
+    X(RMS_NORM, "rms_norm", 1, 0x1, -1, "f") /* eps */                                     \
+    X(NORM, "norm", 1, 0x1, -1, "f")         /* eps */                                     \
+    X(ROPE, "rope", 3, 0x1, -1, "iiiffffff") /* a, pos, freq_factors|NULL; TSR_ROPE_P_* */ \
+    X(SOFTMAX, "softmax", 2, 0x1, -1, "f")   /* a, mask|NULL; scale */                     \
+    X(SILU, "silu", 1, 0x1, -1, "")                                                        \
+    X(GELU, "gelu", 1, 0x1, -1, "")                                                        \
+    X(SWIGLU, "swiglu", 2, 0x3, -1, "")                                                    \
+    X(GEGLU, "geglu", 2, 0x3, -1, "")                                                      \
+    X(CONCAT, "concat", 2, 0x0, -1, "i") /* dim */                                         \
+    X(ARGMAX, "argmax", 1, 0x0, -1, "")                                                    \
+    X(CPY, "cpy", 2, 0x0, 1, "")                 /* from, to (written) */                  \
+    X(CONT, "cont", 1, 0x0, -1, "")              /* contiguous copy, converting types */   \
     X(FLASH_ATTN, "flash_attn", 4, 0x0, -1, "f") /* q, k, v, mask|NULL; scale */
 
 typedef enum tsr_op {
 #define TSR_OP_ENUM_(NAME, name, n_src, donors, writes, params) TSR_OP_##NAME,
     TSR_OPS(TSR_OP_ENUM_)
 #undef TSR_OP_ENUM_
-    TSR_OP_COUNT
+        TSR_OP_COUNT
 } tsr_op;
 
 typedef struct tsr_op_info {
@@ -160,17 +155,25 @@ const char *tsr__op_name(tsr_op op); /* "?" for a number that is not an op */
 /* Rope op params: i32[0] n_dims, i32[1] mode, i32[2] n_ctx_orig,
  * f32[3] freq_base, f32[4] freq_scale, f32[5] ext_factor, f32[6] attn_factor,
  * f32[7] beta_fast, f32[8] beta_slow. */
-enum { TSR_ROPE_P_N_DIMS = 0, TSR_ROPE_P_MODE, TSR_ROPE_P_N_CTX_ORIG, TSR_ROPE_P_FREQ_BASE,
-       TSR_ROPE_P_FREQ_SCALE, TSR_ROPE_P_EXT_FACTOR, TSR_ROPE_P_ATTN_FACTOR,
-       TSR_ROPE_P_BETA_FAST, TSR_ROPE_P_BETA_SLOW };
+enum {
+    TSR_ROPE_P_N_DIMS = 0,
+    TSR_ROPE_P_MODE,
+    TSR_ROPE_P_N_CTX_ORIG,
+    TSR_ROPE_P_FREQ_BASE,
+    TSR_ROPE_P_FREQ_SCALE,
+    TSR_ROPE_P_EXT_FACTOR,
+    TSR_ROPE_P_ATTN_FACTOR,
+    TSR_ROPE_P_BETA_FAST,
+    TSR_ROPE_P_BETA_SLOW
+};
 
 /* Tensor flags. */
 enum {
-    TSR_FLAG_INPUT = 1u << 0,    /* lives in system memory, copied to the device that needs it */
-    TSR_FLAG_WEIGHT = 1u << 1,   /* backend weight */
-    TSR_FLAG_PERSIST = 1u << 2,  /* has its own memory (new_tensor, KV cache) */
-    TSR_FLAG_OUTPUT = 1u << 3,   /* an output of the current compute */
-    TSR_FLAG_INPLACE = 1u << 4,  /* node writes into src[0]'s (SET_ROWS) or src[1]'s (CPY) memory */
+    TSR_FLAG_INPUT = 1u << 0,   /* lives in system memory, copied to the device that needs it */
+    TSR_FLAG_WEIGHT = 1u << 1,  /* backend weight */
+    TSR_FLAG_PERSIST = 1u << 2, /* has its own memory (new_tensor, KV cache) */
+    TSR_FLAG_OUTPUT = 1u << 3,  /* an output of the current compute */
+    TSR_FLAG_INPLACE = 1u << 4, /* node writes into src[0]'s (SET_ROWS) or src[1]'s (CPY) memory */
 };
 
 struct tsr_tensor {
@@ -182,21 +185,21 @@ struct tsr_tensor {
     tsr_op op;
     int32_t op_params[TSR_MAX_OP_PARAMS];
     tsr_tensor *src[TSR_MAX_SRC];
-    tsr_tensor *view_src;       /* for views and in-place results: the tensor whose memory this is */
-    size_t view_offs;           /* byte offset into view_src's memory */
+    tsr_tensor *view_src; /* for views and in-place results: the tensor whose memory this is */
+    size_t view_offs;     /* byte offset into view_src's memory */
 
-    tsr_buffer *buffer;         /* memory, once allocated (NULL for system-memory inputs) */
-    void *data;                 /* address of element 0 in its buffer (device address for GPU buffers) */
-    uint64_t generation;        /* backend compute generation that produced data (for non-leaf nodes) */
+    tsr_buffer *buffer;  /* memory, once allocated (NULL for system-memory inputs) */
+    void *data;          /* address of element 0 in its buffer (device address for GPU buffers) */
+    uint64_t generation; /* backend compute generation that produced data (for non-leaf nodes) */
 
-    tsr_context *ctx;           /* owning context; NULL for backend weights and cache tensors */
+    tsr_context *ctx; /* owning context; NULL for backend weights and cache tensors */
     uint32_t flags;
-    int device_id;              /* scheduler: index of the backend device that runs/holds it; -1 = none */
+    int device_id; /* scheduler: index of the backend device that runs/holds it; -1 = none */
     /* Bookkeeping of one compute, each slot owned by one pass: */
-    uint32_t visit_mark;        /* graph.c: traversal mark (the backend's visit_mark when visited) */
-    int32_t alloc_id;           /* alloc.c: allocation id in the plan; -1 = no compute memory */
-    int32_t shadow_head;        /* sched.c: first shadow (per-device copy) entry ... */
-    uint32_t shadow_mark;       /* ... valid while this equals the backend's visit_mark */
+    uint32_t visit_mark;  /* graph.c: traversal mark (the backend's visit_mark when visited) */
+    int32_t alloc_id;     /* alloc.c: allocation id in the plan; -1 = no compute memory */
+    int32_t shadow_head;  /* sched.c: first shadow (per-device copy) entry ... */
+    uint32_t shadow_mark; /* ... valid while this equals the backend's visit_mark */
     char name[TSR_MAX_NAME];
 };
 
@@ -209,11 +212,11 @@ static inline void tsr__set_f32_param(tsr_tensor *t, int i, float f) { memcpy(&t
 
 /* ---- tensor helpers (tensor.c) ------------------------------------------ */
 int64_t tsr__nelements(const tsr_tensor *t);
-int64_t tsr__nrows(const tsr_tensor *t);               /* ne1*ne2*ne3 */
-size_t tsr__nbytes(const tsr_tensor *t);               /* bytes spanned in memory (strided extent) */
-size_t tsr__row_bytes(const tsr_tensor *t);            /* tsr_row_size(type, ne0) */
+int64_t tsr__nrows(const tsr_tensor *t);    /* ne1*ne2*ne3 */
+size_t tsr__nbytes(const tsr_tensor *t);    /* bytes spanned in memory (strided extent) */
+size_t tsr__row_bytes(const tsr_tensor *t); /* tsr_row_size(type, ne0) */
 bool tsr__is_contiguous(const tsr_tensor *t);
-bool tsr__is_contiguous_rows(const tsr_tensor *t);     /* each row contiguous (nb0 == element size) */
+bool tsr__is_contiguous_rows(const tsr_tensor *t); /* each row contiguous (nb0 == element size) */
 bool tsr__same_shape(const tsr_tensor *a, const tsr_tensor *b);
 bool tsr__can_repeat(const tsr_tensor *small, const tsr_tensor *big); /* big->ne[i] % small->ne[i] == 0 */
 /* Sets nb for a contiguous layout of ne; false on overflow. */

@@ -74,12 +74,12 @@ static size_t tsr_append_value(char *out, size_t pos, size_t cap, const char *v)
     return pos;
 }
 
-static void tsr_default_log(tsr_log_level level, const char *msg, const tsr_log_field *fields,
-                            size_t n_fields, void *user) {
+static void tsr_default_log(tsr_log_level level, const char *msg, const tsr_log_field *fields, size_t n_fields,
+                            void *user) {
     (void)user;
     char line[2048];
-    size_t pos = (size_t)snprintf(line, sizeof line, "level=%s lib=tensr msg=",
-                                  tsr_level_names[level <= TSR_LOG_NONE ? level : TSR_LOG_ERROR]);
+    size_t pos = (size_t)snprintf(
+        line, sizeof line, "level=%s lib=tensr msg=", tsr_level_names[level <= TSR_LOG_NONE ? level : TSR_LOG_ERROR]);
     pos = tsr_append_value(line, pos, sizeof line, msg);
     for (size_t i = 0; i < n_fields && pos + 4 < sizeof line; i++) {
         int n = snprintf(line + pos, sizeof line - pos, " %s=", fields[i].key);
@@ -99,8 +99,7 @@ void tsr__log(tsr_log_level level, const char *msg, size_t n_fields, ...) {
         n_fields = 32;
     va_list ap;
     va_start(ap, n_fields);
-    for (size_t i = 0; i < 2 * n_fields; i++)
-        kv[i] = va_arg(ap, const char *);
+    for (size_t i = 0; i < 2 * n_fields; i++) kv[i] = va_arg(ap, const char *);
     va_end(ap);
     tsr__log_fields(level, msg, n_fields, kv);
 }

@@ -43,8 +43,7 @@ static inline void tsr__module_log(tsr_log_level level, const char *msg, size_t 
         n_fields = 32;
     va_list ap;
     va_start(ap, n_fields);
-    for (size_t i = 0; i < 2 * n_fields; i++)
-        kv[i] = va_arg(ap, const char *);
+    for (size_t i = 0; i < 2 * n_fields; i++) kv[i] = va_arg(ap, const char *);
     va_end(ap);
     tsr__svc->log(level, msg, n_fields, kv);
 }
@@ -59,8 +58,7 @@ static inline const char *tsr__module_fmt(char *buf, size_t size, const char *fm
 }
 
 static inline tsr_tensor *tsr__module_view_root(tsr_tensor *t) {
-    while (t->view_src)
-        t = t->view_src;
+    while (t->view_src) t = t->view_src;
     return t;
 }
 

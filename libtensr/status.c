@@ -10,27 +10,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define TSR_STATUS_TABLE(X)                                     \
-    X(TSR_OK, "ok")                                             \
-    X(TSR_E_INVALID, "invalid argument")                        \
-    X(TSR_E_NOMEM, "out of host memory")                        \
-    X(TSR_E_DEVICE_NOMEM, "out of device memory")               \
-    X(TSR_E_IO, "I/O error")                                    \
-    X(TSR_E_MALFORMED, "malformed data")                        \
-    X(TSR_E_UNSUPPORTED, "unsupported")                         \
-    X(TSR_E_NOT_FOUND, "not found")                             \
-    X(TSR_E_DEVICE, "device error")                             \
-    X(TSR_E_CANCELLED, "cancelled")                             \
-    X(TSR_E_FULL, "no room in the KV cache")                    \
-    X(TSR_E_TYPE, "type mismatch")                              \
-    X(TSR_E_STATE, "invalid state")                             \
+#define TSR_STATUS_TABLE(X)                       \
+    X(TSR_OK, "ok")                               \
+    X(TSR_E_INVALID, "invalid argument")          \
+    X(TSR_E_NOMEM, "out of host memory")          \
+    X(TSR_E_DEVICE_NOMEM, "out of device memory") \
+    X(TSR_E_IO, "I/O error")                      \
+    X(TSR_E_MALFORMED, "malformed data")          \
+    X(TSR_E_UNSUPPORTED, "unsupported")           \
+    X(TSR_E_NOT_FOUND, "not found")               \
+    X(TSR_E_DEVICE, "device error")               \
+    X(TSR_E_CANCELLED, "cancelled")               \
+    X(TSR_E_FULL, "no room in the KV cache")      \
+    X(TSR_E_TYPE, "type mismatch")                \
+    X(TSR_E_STATE, "invalid state")               \
     X(TSR_E_RANGE, "out of range")
 
 const char *tsr_status_string(tsr_status s) {
     switch (s) {
 #define TSR_STATUS_CASE(code, text) \
-    case code:                      \
-        return text;
+    case code: return text;
         TSR_STATUS_TABLE(TSR_STATUS_CASE)
 #undef TSR_STATUS_CASE
     }

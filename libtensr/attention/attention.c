@@ -56,7 +56,7 @@ void tsr__attention_plan(int64_t n_kv, int64_t n_tokens, int64_t n_head, int64_t
 
 static tsr_tensor *tsr_attn_flash(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v, tsr_tensor *mask,
                                   float scale) {
-    tsr_tensor *qp = tsr_permute(ctx, q, 0, 2, 1, 3); /* [head_dim, n_tokens, n_head] */
+    tsr_tensor *qp = tsr_permute(ctx, q, 0, 2, 1, 3);           /* [head_dim, n_tokens, n_head] */
     tsr_tensor *o = tsr_flash_attn(ctx, qp, k, v, mask, scale); /* [head_dim_v, n_head, n_tokens] */
     return o ? tsr_reshape_2d(ctx, o, o->ne[0] * o->ne[1], o->ne[2]) : NULL;
 }
@@ -119,8 +119,7 @@ static tsr_tensor *tsr_step_rows(tsr_context *ctx, const tsr_attn_steps *pl, int
     for (int64_t i = 0; i < pl->n_steps; i++) {
         tsr_step s = tsr_step_at(pl, n_head, n_head_kv, n_tokens, i);
         for (int64_t hh = 0; hh < s.nh; hh++)
-            for (int64_t tt = 0; tt < s.nt; tt++)
-                rows[n++] = (s.t0 + tt) * n_head + s.h0 + hh;
+            for (int64_t tt = 0; tt < s.nt; tt++) rows[n++] = (s.t0 + tt) * n_head + s.h0 + hh;
     }
     return tsr_set_name(idx, "attn_step_rows");
 }
@@ -212,8 +211,9 @@ tsr_tensor *tsr_attention_nocache(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k
     if (!tsr_attn_srcs(ctx, fn, q, k, v) || !tsr_attn_shapes(ctx, fn, q, k, v))
         return NULL;
     if (mask && (mask->ne[0] != k->ne[2] || mask->ne[1] < q->ne[2] || mask->ne[2] != 1 || mask->ne[3] != 1))
-        return tsr__op_error(ctx, TSR_E_INVALID, "%s: mask [%lld, %lld, %lld, %lld] must be [n_kv = %lld, >= n_tokens = %lld]",
-                             fn, (long long)mask->ne[0], (long long)mask->ne[1], (long long)mask->ne[2],
+        return tsr__op_error(ctx, TSR_E_INVALID,
+                             "%s: mask [%lld, %lld, %lld, %lld] must be [n_kv = %lld, >= n_tokens = %lld]", fn,
+                             (long long)mask->ne[0], (long long)mask->ne[1], (long long)mask->ne[2],
                              (long long)mask->ne[3], (long long)k->ne[2], (long long)q->ne[2]);
     bool flash = tsr_backend_flash_attn(ctx->backend) != 0;
     tsr_tensor *kp = tsr_permute(ctx, k, 0, 2, 1, 3); /* [head_dim_k, n_kv, n_head_kv] */
@@ -246,8 +246,8 @@ static tsr_tensor *tsr_write_transposed(tsr_context *ctx, tsr_tensor *t, tsr_ten
     return tsr_set_rows(ctx, dst, src, idx);
 }
 
-static bool tsr_attn_cache_ok(tsr_context *ctx, const tsr_kv_cache *c, int il, const tsr_tensor *q,
-                              const tsr_tensor *k, const tsr_tensor *v) {
+static bool tsr_attn_cache_ok(tsr_context *ctx, const tsr_kv_cache *c, int il, const tsr_tensor *q, const tsr_tensor *k,
+                              const tsr_tensor *v) {
     const char *fn = "tsr_attention";
     if (!c)
         return tsr__op_error(ctx, TSR_E_INVALID, "%s: NULL cache", fn), false;
@@ -257,15 +257,17 @@ static bool tsr_attn_cache_ok(tsr_context *ctx, const tsr_kv_cache *c, int il, c
         return tsr__op_error(ctx, TSR_E_RANGE, "%s: layer %d is not 0..%d", fn, il, c->p.n_layers - 1), false;
     if (k->type != TSR_TYPE_F32 || v->type != TSR_TYPE_F32)
         return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "%s: k and v must be f32 (they are %s and %s)", fn,
-                             tsr_type_name(k->type), tsr_type_name(v->type)), false;
-    if (k->ne[0] != c->l_hdk[il] || v->ne[0] != c->l_hdv[il] || k->ne[1] != c->l_nkvh[il] ||
-        k->ne[2] != c->n_tokens || q->ne[2] != c->n_tokens)
+                             tsr_type_name(k->type), tsr_type_name(v->type)),
+               false;
+    if (k->ne[0] != c->l_hdk[il] || v->ne[0] != c->l_hdv[il] || k->ne[1] != c->l_nkvh[il] || k->ne[2] != c->n_tokens ||
+        q->ne[2] != c->n_tokens)
         return tsr__op_error(ctx, TSR_E_INVALID,
                              "%s: k [%lld, %lld, %lld], v [%lld, ...] and q tokens %lld do not match layer %d of the "
                              "cache (head_dim_k %d, head_dim_v %d, n_head_kv %d) and the batch of %lld tokens",
                              fn, (long long)k->ne[0], (long long)k->ne[1], (long long)k->ne[2], (long long)v->ne[0],
                              (long long)q->ne[2], il, c->l_hdk[il], c->l_hdv[il], c->l_nkvh[il],
-                             (long long)c->n_tokens), false;
+                             (long long)c->n_tokens),
+               false;
     return true;
 }
 

@@ -63,8 +63,9 @@ static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
         c->l_hdk[il] = p->head_dim_k_layer ? p->head_dim_k_layer[il] : p->head_dim_k;
         c->l_hdv[il] = p->head_dim_v_layer ? p->head_dim_v_layer[il] : p->head_dim_v;
         if (c->l_nkvh[il] <= 0 || c->l_hdk[il] <= 0 || c->l_hdv[il] <= 0)
-            return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: layer %d: n_head_kv %d, head_dim_k %d, head_dim_v %d must be > 0",
-                              il, c->l_nkvh[il], c->l_hdk[il], c->l_hdv[il]);
+            return tsr__error(TSR_E_INVALID,
+                              "tsr_kv_cache_new: layer %d: n_head_kv %d, head_dim_k %d, head_dim_v %d must be > 0", il,
+                              c->l_nkvh[il], c->l_hdk[il], c->l_hdv[il]);
         tsr_status s = tsr_check_type(p->type_k, c->l_hdk[il], c->flash, false);
         if (s == TSR_OK)
             s = tsr_check_type(p->type_v, c->l_hdv[il], c->flash, true);
@@ -77,15 +78,16 @@ static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
 
 static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
     if (p->n_layers <= 0 || p->n_ctx <= 0 || (p->n_head_kv <= 0 && !p->n_head_kv_layer) ||
-        (p->head_dim_k <= 0 && !p->head_dim_k_layer) || (p->head_dim_v <= 0 && !p->head_dim_v_layer) ||
-        p->n_seq <= 0 || p->n_batch_max < 0)
+        (p->head_dim_k <= 0 && !p->head_dim_k_layer) || (p->head_dim_v <= 0 && !p->head_dim_v_layer) || p->n_seq <= 0 ||
+        p->n_batch_max < 0)
         return tsr__error(TSR_E_INVALID,
                           "tsr_kv_cache_new: n_layers %d, n_ctx %lld, n_head_kv %d, head_dim_k %d, head_dim_v %d, "
                           "n_seq %d must be > 0 and n_batch_max %lld >= 0",
                           p->n_layers, (long long)p->n_ctx, p->n_head_kv, p->head_dim_k, p->head_dim_v, p->n_seq,
                           (long long)p->n_batch_max);
     if (p->n_ctx > INT32_MAX)
-        return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx, INT32_MAX);
+        return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx,
+                          INT32_MAX);
     tsr_status s = tsr_check_type(p->type_k, p->head_dim_k_layer ? 0 : p->head_dim_k, flash, false);
     return s == TSR_OK ? tsr_check_type(p->type_v, p->head_dim_v_layer ? 0 : p->head_dim_v, flash, true) : s;
 }
@@ -125,8 +127,7 @@ static bool tsr_group(tsr_kv_cache *c) {
     for (int il = 0; il < c->p.n_layers; il++) {
         tsr_buffer_type *bt = tsr_layer_buft(c->b, il);
         size_t g = 0;
-        while (g < c->n_grp && c->grp_bt[g] != bt)
-            g++;
+        while (g < c->n_grp && c->grp_bt[g] != bt) g++;
         if (g == c->n_grp) {
             c->grp_bt[c->n_grp] = bt;
             c->grp_dev[c->n_grp] = tsr_dev_of(c->b, bt);
@@ -175,16 +176,14 @@ static tsr_status tsr_alloc_group(tsr_kv_cache *c, size_t g) {
 static tsr_status tsr_alloc_all(tsr_kv_cache *c) {
     if (!tsr_group(c))
         return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: the cache size overflows");
-    for (size_t g = 0; g < c->n_grp; g++)
-        c->b->plan_kv[c->grp_dev[g]] += c->grp_size[g];
+    for (size_t g = 0; g < c->n_grp; g++) c->b->plan_kv[c->grp_dev[g]] += c->grp_size[g];
     c->planned = true;
     tsr_status s = tsr__plan_check(c->b);
     if (s != TSR_OK) {
         tsr__error_prefix("tsr_kv_cache_new: KV cache of %d layers x %lld cells", c->p.n_layers, (long long)c->p.n_ctx);
         return s;
     }
-    for (size_t g = 0; g < c->n_grp && s == TSR_OK; g++)
-        s = tsr_alloc_group(c, g);
+    for (size_t g = 0; g < c->n_grp && s == TSR_OK; g++) s = tsr_alloc_group(c, g);
     return s;
 }
 
@@ -208,8 +207,7 @@ static tsr_status tsr_cache_init(tsr_kv_cache *c) {
     c->cell_seq = tsr__calloc(nc, sizeof *c->cell_seq);
     if (!c->cell_pos || !c->cell_seq)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory for %zu cells", nc);
-    for (size_t i = 0; i < nc; i++)
-        c->cell_pos[i] = -1;
+    for (size_t i = 0; i < nc; i++) c->cell_pos[i] = -1;
     return TSR_OK;
 }
 
@@ -219,7 +217,8 @@ tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv
     if (!b || !p || !out)
         return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: NULL %s", !b ? "backend" : !p ? "params" : "out");
     if (p->size < sizeof(size_t))
-        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: params.size is %zu; call tsr_kv_cache_params_init", p->size);
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: params.size is %zu; call tsr_kv_cache_params_init",
+                          p->size);
     tsr_kv_cache *c = tsr__calloc(1, sizeof *c);
     if (!c)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
@@ -277,8 +276,7 @@ void tsr_kv_cache_free(tsr_kv_cache *c) {
 void tsr_kv_cache_clear(tsr_kv_cache *c) {
     if (!c)
         return;
-    for (int64_t i = 0; i < c->p.n_ctx; i++)
-        c->cell_pos[i] = -1;
+    for (int64_t i = 0; i < c->p.n_ctx; i++) c->cell_pos[i] = -1;
     c->n_used = 0;
     /* zeros again: a value that overflowed to inf in an earlier batch would
      * turn into NaN under a zero softmax weight on the plain path */
@@ -353,8 +351,7 @@ static void tsr_fill_mask(const tsr_kv_cache *c, uint16_t *m, int64_t n_kv, int6
     for (int64_t i = 0; i < n_rows; i++) {
         uint16_t *row = m + i * n_kv;
         if (i >= n_tokens) {
-            for (int64_t j = 0; j < n_kv; j++)
-                row[j] = ninf;
+            for (int64_t j = 0; j < n_kv; j++) row[j] = ninf;
             continue;
         }
         int32_t p = pos[i], s = seq ? seq[i] : 0;
@@ -408,8 +405,8 @@ static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, int64_t *
     return found;
 }
 
-static tsr_status tsr_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
-                            const int32_t *seq, int64_t *cells, int32_t *pos_buf) {
+static tsr_status tsr_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                            int64_t *cells, int32_t *pos_buf) {
     if (!pos) {
         tsr_status s = tsr_default_positions(c, n_tokens, seq, pos_buf);
         if (s != TSR_OK)
@@ -417,7 +414,8 @@ static tsr_status tsr_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens,
         pos = pos_buf;
     }
     if (tsr_find_cells(c, n_tokens, cells) < n_tokens)
-        return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
+        return tsr__error(TSR_E_FULL,
+                          "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
                           (long long)n_tokens, (long long)(c->p.n_ctx - c->n_used), (long long)c->p.n_ctx);
     for (int64_t i = 0; i < n_tokens; i++) {
         c->cell_pos[cells[i]] = pos[i];
@@ -425,8 +423,7 @@ static tsr_status tsr_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens,
     }
     tsr_status s = tsr_build_inputs(c, ctx, n_tokens, tsr_n_kv(c), pos, seq, cells, false);
     if (s != TSR_OK) { /* nothing changes on failure */
-        for (int64_t i = 0; i < n_tokens; i++)
-            c->cell_pos[cells[i]] = -1;
+        for (int64_t i = 0; i < n_tokens; i++) c->cell_pos[cells[i]] = -1;
         return s;
     }
     c->n_used += n_tokens;
@@ -461,13 +458,13 @@ tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx, int64_t
         return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin_reserve: the context belongs to another backend");
     if (n_tokens < 0 || n_tokens > c->p.n_batch_max || n_tokens > c->p.n_ctx)
         return tsr__error(TSR_E_RANGE, "tsr_kv_cache_begin_reserve: batch of %lld tokens; expected 0..%lld",
-                          (long long)n_tokens, (long long)(c->p.n_batch_max < c->p.n_ctx ? c->p.n_batch_max : c->p.n_ctx));
+                          (long long)n_tokens,
+                          (long long)(c->p.n_batch_max < c->p.n_ctx ? c->p.n_batch_max : c->p.n_ctx));
     /* indices 0..n-1 (valid, never written: the graph is only sized) */
     int64_t *cells = tsr__malloc((size_t)(n_tokens > 0 ? n_tokens : 1) * sizeof *cells);
     if (!cells)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_begin_reserve: out of host memory");
-    for (int64_t i = 0; i < n_tokens; i++)
-        cells[i] = i;
+    for (int64_t i = 0; i < n_tokens; i++) cells[i] = i;
     tsr_status s = tsr_build_inputs(c, ctx, n_tokens, c->n_ctx_alloc, NULL, NULL, cells, true);
     tsr__free(cells);
     return s;

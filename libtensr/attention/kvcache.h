@@ -19,13 +19,13 @@
 
 struct tsr_kv_cache {
     tsr_backend *b;
-    tsr_kv_cache_params p;  /* as given (read over defaults) */
+    tsr_kv_cache_params p;       /* as given (read over defaults) */
     int *l_nkvh, *l_hdk, *l_hdv; /* per layer: KV heads, K and V head dims */
-    int64_t n_ctx_alloc;    /* rows of the cache tensors: n_ctx, padded on the flash path */
-    bool flash;             /* backend path at creation: flash (V as rows) or plain (V transposed) */
-    tsr_tensor *k, *v;      /* n_layers tensor structs each (ctx NULL, FLAG_PERSIST):
-                             * k [head_dim_k * n_head_kv, n_ctx_alloc];
-                             * v the same, or transposed [n_ctx_alloc, head_dim_v * n_head_kv] */
+    int64_t n_ctx_alloc;         /* rows of the cache tensors: n_ctx, padded on the flash path */
+    bool flash;                  /* backend path at creation: flash (V as rows) or plain (V transposed) */
+    tsr_tensor *k, *v;           /* n_layers tensor structs each (ctx NULL, FLAG_PERSIST):
+                                  * k [head_dim_k * n_head_kv, n_ctx_alloc];
+                                  * v the same, or transposed [n_ctx_alloc, head_dim_v * n_head_kv] */
     /* one group per buffer type the layers use: planned bytes (added to the
      * backend's plan_kv), its device, and the buffer once allocated (added
      * to the backend's live bytes) */
@@ -33,16 +33,16 @@ struct tsr_kv_cache {
     size_t *grp_size, *grp_dev;
     tsr_buffer **bufs;
     size_t n_grp;
-    int32_t *cell_pos;      /* per cell: position, -1 when free */
-    int32_t *cell_seq;      /* per cell: sequence id */
+    int32_t *cell_pos; /* per cell: position, -1 when free */
+    int32_t *cell_seq; /* per cell: sequence id */
     int64_t n_used;
-    bool planned;           /* grp_size added to the backend's plan_kv */
-    bool counted;           /* counted in the backend's open caches */
+    bool planned; /* grp_size added to the backend's plan_kv */
+    bool counted; /* counted in the backend's open caches */
     /* the batch of the last begin */
     tsr_context *ctx;
     int64_t n_tokens, n_kv;
-    tsr_tensor *idx;        /* I64 [n_tokens]: cell of each token */
-    tsr_tensor *mask;       /* F16 [n_kv, n_tokens padded] */
+    tsr_tensor *idx;  /* I64 [n_tokens]: cell of each token */
+    tsr_tensor *mask; /* F16 [n_kv, n_tokens padded] */
 };
 
 /* Attention of q [head_dim_k, n_head, n_tokens] over keys k
@@ -52,14 +52,14 @@ struct tsr_kv_cache {
  * [n_kv, >= n_tokens] or NULL. Returns [head_dim_v * n_head, n_tokens] F32.
  * The plain path steps over heads (and token blocks) to keep the scores of
  * one step under max_batch bytes (0 = no limit). */
-tsr_tensor *tsr__attention_build(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v,
-                                 tsr_tensor *mask, float scale, bool flash, size_t max_batch);
+tsr_tensor *tsr__attention_build(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v, tsr_tensor *mask,
+                                 float scale, bool flash, size_t max_batch);
 
 /* Step plan of the plain path: query heads per step and query tokens per
  * step for the score bound (exposed for tests through the step count). */
 typedef struct tsr_attn_steps {
-    int64_t heads;   /* query heads per step (whole KV groups when >= group, else within a group) */
-    int64_t tokens;  /* query tokens per step */
+    int64_t heads;  /* query heads per step (whole KV groups when >= group, else within a group) */
+    int64_t tokens; /* query tokens per step */
     int64_t n_steps;
 } tsr_attn_steps;
 

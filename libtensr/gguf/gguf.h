@@ -17,11 +17,11 @@
 
 /* Sanity caps. A hostile file can declare any size; these bound what one
  * field may make us allocate, independently of the file size check. */
-#define TSR_GGUF_MAX_KEY_LEN 65535u               /* the GGUF spec's key limit */
-#define TSR_GGUF_MAX_STR_LEN (256u << 20)         /* one string value: 256 MiB */
-#define TSR_GGUF_MAX_ARR_LEN ((uint64_t)1 << 30)  /* elements of one array */
+#define TSR_GGUF_MAX_KEY_LEN 65535u              /* the GGUF spec's key limit */
+#define TSR_GGUF_MAX_STR_LEN (256u << 20)        /* one string value: 256 MiB */
+#define TSR_GGUF_MAX_ARR_LEN ((uint64_t)1 << 30) /* elements of one array */
 #define TSR_GGUF_MAX_ALIGNMENT (1u << 30)
-#define TSR_GGUF_MAX_NAME (TSR_MAX_NAME - 1)      /* tensor name bytes (ggml: GGML_MAX_NAME - 1) */
+#define TSR_GGUF_MAX_NAME (TSR_MAX_NAME - 1) /* tensor name bytes (ggml: GGML_MAX_NAME - 1) */
 
 /* One key/value pair. Scalars: `data` holds the value's bytes (size =
  * element size). Strings: `data` is NUL-terminated, `size` its length
@@ -37,7 +37,7 @@ typedef struct tsr__gguf_kv {
     uint64_t n;             /* arrays: element count; scalars: 1 */
     void *data;
     size_t size;
-    uint64_t *str_offs;     /* string arrays only */
+    uint64_t *str_offs; /* string arrays only */
 } tsr__gguf_kv;
 
 /* Bytes of one value of a fixed-size GGUF value type; 0 for STRING, ARRAY
@@ -68,9 +68,9 @@ bool tsr__gguf_tensor_bytes(tsr_type type, int n_dims, const int64_t *ne, size_t
  * finds an item's name through a tsr__names accessor, so it never copies
  * names. A per-table seed keeps a hostile file from choosing collisions. */
 typedef struct tsr__names {
-    const void *base;  /* first item */
-    size_t stride;     /* sizeof one item */
-    size_t name_off;   /* offsetof the item's `char *` name */
+    const void *base; /* first item */
+    size_t stride;    /* sizeof one item */
+    size_t name_off;  /* offsetof the item's `char *` name */
 } tsr__names;
 
 typedef struct tsr__name_index {
@@ -84,8 +84,7 @@ void tsr__name_index_free(tsr__name_index *ix);
 /* Adds item i (its name read through names; i == count of items inserted
  * so far). Sets *dup to the index of an earlier item with the same name, or
  * -1 when i was inserted. TSR_E_NOMEM, TSR_E_RANGE (more than 2^31 items). */
-tsr_status tsr__name_index_insert(tsr__name_index *ix, const tsr__names *names, size_t i,
-                                  int64_t *dup);
+tsr_status tsr__name_index_insert(tsr__name_index *ix, const tsr__names *names, size_t i, int64_t *dup);
 /* Index of the item named name, or -1. */
 int64_t tsr__name_index_find(const tsr__name_index *ix, const tsr__names *names, const char *name);
 

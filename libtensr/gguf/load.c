@@ -51,16 +51,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LOAD_CHUNK ((size_t)8 << 20)     /* bytes one thread reads at a time: balances threads */
+#define LOAD_CHUNK ((size_t)8 << 20)      /* bytes one thread reads at a time: balances threads */
 #define LOAD_MAX_GAP ((uint64_t)64 << 10) /* file gap (padding) still read inside one section */
-#define LOAD_MAX_ITEMS 256               /* tensors per chunk: bounds the iovec list */
+#define LOAD_MAX_ITEMS 256                /* tensors per chunk: bounds the iovec list */
 #define LOAD_AUTO_THREADS 4
 #define LOAD_MAX_THREADS 64
-#define LOAD_MAP_ALIGN 32                /* mapped tensors must start this aligned */
+#define LOAD_MAP_ALIGN 32 /* mapped tensors must start this aligned */
 
 /* One weight's bytes in the file. */
 typedef struct load_item {
-    uint64_t off;   /* absolute file offset */
+    uint64_t off; /* absolute file offset */
     size_t size;
     tsr_tensor *t;
 } load_item;
@@ -88,8 +88,8 @@ typedef struct load_state {
     atomic_int stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int n_running;      /* guarded by mu */
-    tsr_status status;  /* first error (guarded by mu) */
+    int n_running;     /* guarded by mu */
+    tsr_status status; /* first error (guarded by mu) */
     char error[1024];
 } load_state;
 
@@ -98,8 +98,8 @@ typedef struct load_worker {
     pthread_t thread;
     bool started;
     int fd;
-    char *junk;            /* file gaps are read into this */
-    char *staging;         /* host memory for device destinations */
+    char *junk;              /* file gaps are read into this */
+    char *staging;           /* host memory for device destinations */
     tsr_buffer *staging_buf; /* when staging is the device's pinned host memory */
 } load_worker;
 
@@ -199,10 +199,12 @@ static const load_item *item_at(const load_state *st, const load_chunk *c, uint6
 static tsr_status read_error(const load_state *st, const load_chunk *c, uint64_t off, int err) {
     const load_item *it = item_at(st, c, off);
     if (err)
-        return tsr__error(TSR_E_IO, "%s: tensor '%s' at offset %" PRIu64 ": read failed: %s", st->path,
-                          it->t->name, off, strerror(err));
-    return tsr__error(TSR_E_IO, "%s: tensor '%s' at offset %" PRIu64 ": file ended early (it shrank while "
-                      "loading)", st->path, it->t->name, off);
+        return tsr__error(TSR_E_IO, "%s: tensor '%s' at offset %" PRIu64 ": read failed: %s", st->path, it->t->name,
+                          off, strerror(err));
+    return tsr__error(TSR_E_IO,
+                      "%s: tensor '%s' at offset %" PRIu64 ": file ended early (it shrank while "
+                      "loading)",
+                      st->path, it->t->name, off);
 }
 
 /* preadv until every byte of iov[0..n) is read (short reads, EINTR). */
@@ -329,9 +331,7 @@ static int cmp_item(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-static bool buffer_is_direct(const tsr_buffer *buf) {
-    return buf->buft->is_host && !buf->buft->is_pinned_host;
-}
+static bool buffer_is_direct(const tsr_buffer *buf) { return buf->buft->is_host && !buf->buft->is_pinned_host; }
 
 /* End of the section starting at item k: items of the same buffer whose file
  * ranges follow each other with small gaps. */
@@ -372,8 +372,7 @@ static tsr_status build_chunks(const load_item *items, size_t n, load_chunk **ou
         uint64_t pos = items[k].off, end = items[m - 1].off + items[m - 1].size;
         bool direct = buffer_is_direct(items[k].t->buffer);
         while (pos < end) {
-            while (items[j].off + items[j].size <= pos)
-                j++;
+            while (items[j].off + items[j].size <= pos) j++;
             uint64_t cend = end - pos > LOAD_CHUNK ? pos + LOAD_CHUNK : end;
             if (j + LOAD_MAX_ITEMS < m && items[j + LOAD_MAX_ITEMS].off < cend)
                 cend = items[j + LOAD_MAX_ITEMS].off;
@@ -448,8 +447,7 @@ static tsr_status run_workers(load_state *st, int n_threads, uint64_t total, tsr
         ws[i].fd = -1;
         ws[i].st = st;
     }
-    for (int i = 0; i < n_threads && s == TSR_OK; i++)
-        s = open_worker_fd(st, &ws[i]);
+    for (int i = 0; i < n_threads && s == TSR_OK; i++) s = open_worker_fd(st, &ws[i]);
     for (int i = 0; i < n_threads && s == TSR_OK; i++) {
         pthread_mutex_lock(&st->mu);
         st->n_running++;
@@ -490,8 +488,13 @@ static bool f16_bad(const uint8_t *p) { return ((p[0] | p[1] << 8) & 0x7c00) == 
 static const int *block_scales(tsr_type type) {
     static const int d[] = {0, -1}, dm[] = {0, 2, -1}, q6k[] = {208, -1};
     switch (type) {
-    case TSR_TYPE_Q4_0: case TSR_TYPE_Q5_0: case TSR_TYPE_Q8_0: return d;
-    case TSR_TYPE_Q4_1: case TSR_TYPE_Q5_1: case TSR_TYPE_Q4_K: case TSR_TYPE_Q5_K: return dm;
+    case TSR_TYPE_Q4_0:
+    case TSR_TYPE_Q5_0:
+    case TSR_TYPE_Q8_0: return d;
+    case TSR_TYPE_Q4_1:
+    case TSR_TYPE_Q5_1:
+    case TSR_TYPE_Q4_K:
+    case TSR_TYPE_Q5_K: return dm;
     case TSR_TYPE_Q6_K: return q6k;
     default: return NULL;
     }
@@ -534,7 +537,9 @@ static tsr_status verify_error(const char *path, const tsr_tensor *t, int64_t id
     if (!tr->quantized) {
         uint32_t u = 0;
         memcpy(&u, at, unit);
-        nan = t->type == TSR_TYPE_F32 ? (u & 0x7fffffu) != 0 : t->type == TSR_TYPE_F16 ? (u & 0x3ffu) != 0 : (u & 0x7fu) != 0;
+        nan = t->type == TSR_TYPE_F32   ? (u & 0x7fffffu) != 0
+              : t->type == TSR_TYPE_F16 ? (u & 0x3ffu) != 0
+                                        : (u & 0x7fu) != 0;
         return tsr__error(TSR_E_MALFORMED, "%s: tensor '%s' (%s): element %" PRId64 " is %s", path, t->name, tr->name,
                           idx, nan ? "NaN" : "infinite");
     }
@@ -548,8 +553,8 @@ static tsr_status verify_error(const char *path, const tsr_tensor *t, int64_t id
 static tsr_status verify_tensor(const char *path, const tsr_tensor *t, uint8_t **tmp) {
     const tsr_type_traits *tr = tsr__type_traits(t->type);
     size_t unit = tr->block_bytes, n = tsr_tensor_nbytes(t);
-    if (n == 0 || (!block_scales(t->type) && t->type != TSR_TYPE_F32 && t->type != TSR_TYPE_F16 &&
-                   t->type != TSR_TYPE_BF16))
+    if (n == 0 ||
+        (!block_scales(t->type) && t->type != TSR_TYPE_F32 && t->type != TSR_TYPE_F16 && t->type != TSR_TYPE_BF16))
         return TSR_OK;
     size_t step = LOAD_CHUNK / unit * unit;
     bool host = buffer_is_direct(t->buffer);
@@ -575,8 +580,7 @@ static tsr_status verify_tensor(const char *path, const tsr_tensor *t, uint8_t *
 static tsr_status verify_weights(tsr_backend *b, const char *path) {
     uint8_t *tmp = NULL;
     tsr_status s = TSR_OK;
-    for (size_t i = 0; i < b->weights.n && s == TSR_OK; i++)
-        s = verify_tensor(path, b->weights.tensors[i], &tmp);
+    for (size_t i = 0; i < b->weights.n && s == TSR_OK; i++) s = verify_tensor(path, b->weights.tensors[i], &tmp);
     tsr__free(tmp);
     return s;
 }
@@ -606,8 +610,7 @@ static tsr_status declare_all(tsr_backend *b, const tsr_gguf *g, const char *pat
         const char *name = tsr_gguf_tensor_name(g, i);
         int nd = tsr_gguf_tensor_n_dims(g, i);
         int64_t ne[TSR_MAX_DIMS];
-        for (int d = 0; d < TSR_MAX_DIMS; d++)
-            ne[d] = tsr_gguf_tensor_ne(g, i, d);
+        for (int d = 0; d < TSR_MAX_DIMS; d++) ne[d] = tsr_gguf_tensor_ne(g, i, d);
         tsr_status s = tsr_backend_declare_weight(b, name, tsr_gguf_tensor_type(g, i), nd, ne);
         if (s != TSR_OK) {
             tsr__error_prefix("%s", path);
@@ -615,8 +618,9 @@ static tsr_status declare_all(tsr_backend *b, const tsr_gguf *g, const char *pat
         }
         const tsr_tensor *t = b->weights.tensors[b->weights.n - 1];
         if (tsr_tensor_nbytes(t) != tsr_gguf_tensor_size(g, i))
-            return tsr__error(TSR_E_MALFORMED, "%s: tensor '%s' (%s): %zu bytes in the file, %zu expected for its shape",
-                              path, name, tsr_type_name(t->type), tsr_gguf_tensor_size(g, i), tsr_tensor_nbytes(t));
+            return tsr__error(TSR_E_MALFORMED,
+                              "%s: tensor '%s' (%s): %zu bytes in the file, %zu expected for its shape", path, name,
+                              tsr_type_name(t->type), tsr_gguf_tensor_size(g, i), tsr_tensor_nbytes(t));
     }
     return TSR_OK;
 }
@@ -724,8 +728,13 @@ static tsr_status read_items(const char *path, const struct stat *sb, const load
     if (s == TSR_OK && prm->progress && prm->progress(0, total, prm->progress_user) != 0)
         s = tsr__error(TSR_E_CANCELLED, "%s: loading cancelled by the progress callback", path);
     if (s == TSR_OK && n_chunks > 0) {
-        load_state st = {.path = path, .dev = sb->st_dev, .ino = sb->st_ino, .items = items, .n_items = n_items,
-                         .chunks = chunks, .n_chunks = n_chunks};
+        load_state st = {.path = path,
+                         .dev = sb->st_dev,
+                         .ino = sb->st_ino,
+                         .items = items,
+                         .n_items = n_items,
+                         .chunks = chunks,
+                         .n_chunks = n_chunks};
         pthread_mutex_init(&st.mu, NULL);
         pthread_cond_init(&st.cv, NULL);
         s = run_workers(&st, *n_threads_used, total, prm->progress, prm->progress_user);

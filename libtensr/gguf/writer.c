@@ -25,7 +25,7 @@ typedef struct wtensor {
     tsr_type type;
     int n_dims;
     int64_t ne[TSR_MAX_DIMS];
-    void *data;   /* NULL for a zero-sized tensor or a zero-filled one */
+    void *data; /* NULL for a zero-sized tensor or a zero-filled one */
     size_t size;
 } wtensor;
 
@@ -46,10 +46,12 @@ static tsr__names w_tensor_names(const tsr_gguf_writer *w) {
 }
 
 tsr_status tsr_gguf_writer_new(tsr_gguf_writer **out) {
-    if (!out) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_new: out is NULL");
+    if (!out)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_new: out is NULL");
     tsr_gguf_writer *w = tsr__calloc(1, sizeof *w);
     *out = w;
-    if (!w) return tsr__error(TSR_E_NOMEM, "gguf writer: out of memory");
+    if (!w)
+        return tsr__error(TSR_E_NOMEM, "gguf writer: out of memory");
     w->alignment = TSR_GGUF_DEFAULT_ALIGNMENT;
     w->key_ix.seed = (uint64_t)(uintptr_t)w * 0x9e3779b97f4a7c15ull;
     w->tensor_ix.seed = w->key_ix.seed ^ 0x5bd1e995u;
@@ -57,7 +59,8 @@ tsr_status tsr_gguf_writer_new(tsr_gguf_writer **out) {
 }
 
 void tsr_gguf_writer_free(tsr_gguf_writer *w) {
-    if (!w) return;
+    if (!w)
+        return;
     for (size_t i = 0; i < w->n_kv; i++) tsr__gguf_kv_clear(&w->kvs[i]);
     for (size_t i = 0; i < w->n_tensors; i++) {
         tsr__free(w->tensors[i].name);
@@ -75,9 +78,11 @@ void tsr_gguf_writer_free(tsr_gguf_writer *w) {
 /* ------------------------------------------------------------------------ */
 
 static tsr_status check_key(const char *key) {
-    if (!key) return tsr__error(TSR_E_INVALID, "gguf writer: key is NULL");
+    if (!key)
+        return tsr__error(TSR_E_INVALID, "gguf writer: key is NULL");
     size_t len = strlen(key);
-    if (len == 0) return tsr__error(TSR_E_INVALID, "gguf writer: key is empty");
+    if (len == 0)
+        return tsr__error(TSR_E_INVALID, "gguf writer: key is empty");
     if (len > TSR_GGUF_MAX_KEY_LEN)
         return tsr__error(TSR_E_INVALID, "gguf writer: key of %zu bytes is longer than the limit of %u", len,
                           TSR_GGUF_MAX_KEY_LEN);
@@ -87,9 +92,11 @@ static tsr_status check_key(const char *key) {
 /* The alignment key must stay UINT32 and a power of two, because it decides
  * where the reader looks for tensor data. */
 static tsr_status check_alignment_kv(tsr_gguf_writer *w, const tsr__gguf_kv *kv) {
-    if (strcmp(kv->key, TSR_GGUF_ALIGNMENT_KEY)) return TSR_OK;
+    if (strcmp(kv->key, TSR_GGUF_ALIGNMENT_KEY))
+        return TSR_OK;
     uint32_t a = 0;
-    if (kv->type == TSR_GGUF_UINT32) memcpy(&a, kv->data, 4);
+    if (kv->type == TSR_GGUF_UINT32)
+        memcpy(&a, kv->data, 4);
     if (kv->type != TSR_GGUF_UINT32 || a == 0 || (a & (a - 1)))
         return tsr__error(TSR_E_INVALID, "gguf writer: key '%s' must be a UINT32 power of two (found %s %" PRIu32 ")",
                           kv->key, tsr__gguf_type_name(kv->type), a);
@@ -101,7 +108,8 @@ static tsr_status check_alignment_kv(tsr_gguf_writer *w, const tsr__gguf_kv *kv)
  * name in place (keeping its position) or appends. */
 static tsr_status put_kv(tsr_gguf_writer *w, tsr__gguf_kv *kv) {
     tsr_status st = check_alignment_kv(w, kv);
-    if (st) goto fail;
+    if (st)
+        goto fail;
     tsr__names names = w_kv_names(w);
     int64_t i = tsr__name_index_find(&w->key_ix, &names, kv->key);
     if (i >= 0) {
@@ -116,7 +124,8 @@ static tsr_status put_kv(tsr_gguf_writer *w, tsr__gguf_kv *kv) {
     w->kvs[w->n_kv] = *kv;
     names = w_kv_names(w);
     int64_t dup;
-    if ((st = tsr__name_index_insert(&w->key_ix, &names, w->n_kv, &dup))) goto fail;
+    if ((st = tsr__name_index_insert(&w->key_ix, &names, w->n_kv, &dup)))
+        goto fail;
     w->n_kv++;
     return TSR_OK;
 fail:
@@ -127,7 +136,8 @@ fail:
 static tsr_status new_kv(tsr__gguf_kv *kv, const char *key, tsr_gguf_type type, size_t size) {
     memset(kv, 0, sizeof *kv);
     tsr_status st = check_key(key);
-    if (st) return st;
+    if (st)
+        return st;
     kv->key_len = strlen(key);
     kv->key = tsr__strdup(key);
     kv->type = type;
@@ -141,40 +151,49 @@ static tsr_status new_kv(tsr__gguf_kv *kv, const char *key, tsr_gguf_type type, 
     return TSR_OK;
 }
 
-tsr_status tsr_gguf_writer_set(tsr_gguf_writer *w, const char *key, tsr_gguf_type type,
-                               const void *value) {
-    if (!w || !value) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set: NULL argument");
-    if (type == TSR_GGUF_STRING) return tsr_gguf_writer_set_str(w, key, value);
+tsr_status tsr_gguf_writer_set(tsr_gguf_writer *w, const char *key, tsr_gguf_type type, const void *value) {
+    if (!w || !value)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set: NULL argument");
+    if (type == TSR_GGUF_STRING)
+        return tsr_gguf_writer_set_str(w, key, value);
     size_t size = tsr__gguf_type_size(type);
     if (!size)
-        return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': type %d is not a scalar type (use set_arr for "
-                          "arrays)", key ? key : "(null)", (int)type);
+        return tsr__error(TSR_E_INVALID,
+                          "gguf writer: key '%s': type %d is not a scalar type (use set_arr for "
+                          "arrays)",
+                          key ? key : "(null)", (int)type);
     if (type == TSR_GGUF_BOOL && *(const uint8_t *)value > 1)
         return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': bool value must be 0 or 1, found %u",
                           key ? key : "(null)", *(const uint8_t *)value);
     tsr__gguf_kv kv;
     tsr_status st = new_kv(&kv, key, type, size);
-    if (st) return st;
+    if (st)
+        return st;
     memcpy(kv.data, value, size);
     return put_kv(w, &kv);
 }
 
 tsr_status tsr_gguf_writer_set_str(tsr_gguf_writer *w, const char *key, const char *value) {
-    if (!w || !value) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_str: NULL argument");
+    if (!w || !value)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_str: NULL argument");
     size_t len = strlen(value);
     if (len > TSR_GGUF_MAX_STR_LEN)
-        return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': string of %zu bytes is longer than the limit "
-                          "of %u", key ? key : "(null)", len, TSR_GGUF_MAX_STR_LEN);
+        return tsr__error(TSR_E_INVALID,
+                          "gguf writer: key '%s': string of %zu bytes is longer than the limit "
+                          "of %u",
+                          key ? key : "(null)", len, TSR_GGUF_MAX_STR_LEN);
     tsr__gguf_kv kv;
     tsr_status st = new_kv(&kv, key, TSR_GGUF_STRING, len);
-    if (st) return st;
+    if (st)
+        return st;
     memcpy(kv.data, value, len + 1);
     return put_kv(w, &kv);
 }
 
-tsr_status tsr_gguf_writer_set_arr(tsr_gguf_writer *w, const char *key, tsr_gguf_type elem_type,
-                                   const void *data, uint64_t n) {
-    if (!w || (!data && n)) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_arr: NULL argument");
+tsr_status tsr_gguf_writer_set_arr(tsr_gguf_writer *w, const char *key, tsr_gguf_type elem_type, const void *data,
+                                   uint64_t n) {
+    if (!w || (!data && n))
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_arr: NULL argument");
     if (elem_type == TSR_GGUF_STRING)
         return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': use set_arr_str for string arrays",
                           key ? key : "(null)");
@@ -184,8 +203,10 @@ tsr_status tsr_gguf_writer_set_arr(tsr_gguf_writer *w, const char *key, tsr_gguf
                           key ? key : "(null)", (int)elem_type,
                           elem_type == TSR_GGUF_ARRAY ? " (nested arrays are not supported)" : "");
     if (n > TSR_GGUF_MAX_ARR_LEN || tsr__mul_overflow((size_t)n, esize, &size))
-        return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': array of %" PRIu64 " elements is longer than the "
-                          "limit of %" PRIu64, key ? key : "(null)", n, TSR_GGUF_MAX_ARR_LEN);
+        return tsr__error(TSR_E_INVALID,
+                          "gguf writer: key '%s': array of %" PRIu64 " elements is longer than the "
+                          "limit of %" PRIu64,
+                          key ? key : "(null)", n, TSR_GGUF_MAX_ARR_LEN);
     if (elem_type == TSR_GGUF_BOOL)
         for (uint64_t i = 0; i < n; i++)
             if (((const uint8_t *)data)[i] > 1)
@@ -193,30 +214,37 @@ tsr_status tsr_gguf_writer_set_arr(tsr_gguf_writer *w, const char *key, tsr_gguf
                                   key ? key : "(null)", i);
     tsr__gguf_kv kv;
     tsr_status st = new_kv(&kv, key, TSR_GGUF_ARRAY, size);
-    if (st) return st;
+    if (st)
+        return st;
     kv.arr_type = elem_type;
     kv.n = n;
-    if (size) memcpy(kv.data, data, size);
+    if (size)
+        memcpy(kv.data, data, size);
     return put_kv(w, &kv);
 }
 
-tsr_status tsr_gguf_writer_set_arr_str(tsr_gguf_writer *w, const char *key, const char *const *strs,
-                                       uint64_t n) {
-    if (!w || (!strs && n)) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_arr_str: NULL argument");
+tsr_status tsr_gguf_writer_set_arr_str(tsr_gguf_writer *w, const char *key, const char *const *strs, uint64_t n) {
+    if (!w || (!strs && n))
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_arr_str: NULL argument");
     if (n > TSR_GGUF_MAX_ARR_LEN)
-        return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': array of %" PRIu64 " strings is longer than the "
-                          "limit of %" PRIu64, key ? key : "(null)", n, TSR_GGUF_MAX_ARR_LEN);
+        return tsr__error(TSR_E_INVALID,
+                          "gguf writer: key '%s': array of %" PRIu64 " strings is longer than the "
+                          "limit of %" PRIu64,
+                          key ? key : "(null)", n, TSR_GGUF_MAX_ARR_LEN);
     size_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
         if (!strs[i])
-            return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': string %" PRIu64 " is NULL", key ? key : "(null)", i);
+            return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': string %" PRIu64 " is NULL", key ? key : "(null)",
+                              i);
         size_t len = strlen(strs[i]);
         if (len > TSR_GGUF_MAX_STR_LEN || tsr__add_overflow(total, len + 1, &total))
-            return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': string %" PRIu64 " is too long", key ? key : "(null)", i);
+            return tsr__error(TSR_E_INVALID, "gguf writer: key '%s': string %" PRIu64 " is too long",
+                              key ? key : "(null)", i);
     }
     tsr__gguf_kv kv;
     tsr_status st = new_kv(&kv, key, TSR_GGUF_ARRAY, total);
-    if (st) return st;
+    if (st)
+        return st;
     kv.arr_type = TSR_GGUF_STRING;
     kv.n = n;
     kv.str_offs = tsr__malloc((size_t)(n + 1) * sizeof(uint64_t));
@@ -236,7 +264,8 @@ tsr_status tsr_gguf_writer_set_arr_str(tsr_gguf_writer *w, const char *key, cons
 }
 
 tsr_status tsr_gguf_writer_set_alignment(tsr_gguf_writer *w, size_t alignment) {
-    if (!w) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_alignment: NULL writer");
+    if (!w)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_set_alignment: NULL writer");
     if (alignment == 0 || (alignment & (alignment - 1)) || alignment > TSR_GGUF_MAX_ALIGNMENT)
         return tsr__error(TSR_E_INVALID, "gguf writer: alignment must be a power of two up to %u, found %zu",
                           TSR_GGUF_MAX_ALIGNMENT, alignment);
@@ -245,13 +274,16 @@ tsr_status tsr_gguf_writer_set_alignment(tsr_gguf_writer *w, size_t alignment) {
 }
 
 tsr_status tsr_gguf_writer_copy_keys(tsr_gguf_writer *w, const tsr_gguf *g) {
-    if (!w || !g) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_copy_keys: NULL argument");
+    if (!w || !g)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_copy_keys: NULL argument");
     for (size_t i = 0; i < tsr__gguf_kv_count(g); i++) {
         const tsr__gguf_kv *src = tsr__gguf_kv_at(g, i);
-        if (strcmp(src->key, TSR_GGUF_ALIGNMENT_KEY) == 0) continue;
+        if (strcmp(src->key, TSR_GGUF_ALIGNMENT_KEY) == 0)
+            continue;
         tsr__gguf_kv kv;
         tsr_status st = tsr__gguf_kv_copy(&kv, src);
-        if (st || (st = put_kv(w, &kv))) return st;
+        if (st || (st = put_kv(w, &kv)))
+            return st;
     }
     return TSR_OK;
 }
@@ -261,7 +293,8 @@ tsr_status tsr_gguf_writer_copy_keys(tsr_gguf_writer *w, const tsr_gguf *g) {
 /* ------------------------------------------------------------------------ */
 
 static tsr_status check_tensor(const char *name, tsr_type type, int n_dims, const int64_t *ne, size_t *size) {
-    if (!name || !ne) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_add_tensor: NULL argument");
+    if (!name || !ne)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_add_tensor: NULL argument");
     size_t len = strlen(name);
     if (len == 0 || len > TSR_GGUF_MAX_NAME)
         return tsr__error(TSR_E_INVALID, "gguf writer: tensor name '%s' must be 1 to %d bytes, found %zu", name,
@@ -270,13 +303,17 @@ static tsr_status check_tensor(const char *name, tsr_type type, int n_dims, cons
         return tsr__error(TSR_E_INVALID, "gguf writer: tensor '%s': n_dims must be 1 to %d, found %d", name,
                           TSR_MAX_DIMS, n_dims);
     const tsr_type_traits *tt = (unsigned)type < TSR_TYPE_COUNT ? tsr__type_traits(type) : NULL;
-    if (!tt) return tsr__error(TSR_E_INVALID, "gguf writer: tensor '%s': unknown type %d", name, (int)type);
+    if (!tt)
+        return tsr__error(TSR_E_INVALID, "gguf writer: tensor '%s': unknown type %d", name, (int)type);
     for (int d = 0; d < n_dims; d++)
         if (ne[d] < 0)
-            return tsr__error(TSR_E_INVALID, "gguf writer: tensor '%s': ne[%d] = %" PRId64 " is negative", name, d, ne[d]);
+            return tsr__error(TSR_E_INVALID, "gguf writer: tensor '%s': ne[%d] = %" PRId64 " is negative", name, d,
+                              ne[d]);
     if (ne[0] % tt->block_size)
-        return tsr__error(TSR_E_INVALID, "gguf writer: tensor '%s': ne[0] = %" PRId64 " is not a multiple of the "
-                          "block size %" PRId64 " of %s", name, ne[0], tt->block_size, tt->name);
+        return tsr__error(TSR_E_INVALID,
+                          "gguf writer: tensor '%s': ne[0] = %" PRId64 " is not a multiple of the "
+                          "block size %" PRId64 " of %s",
+                          name, ne[0], tt->block_size, tt->name);
     if (!tsr__gguf_tensor_bytes(type, n_dims, ne, size))
         return tsr__error(TSR_E_INVALID, "gguf writer: tensor '%s': size overflows", name);
     return TSR_OK;
@@ -290,14 +327,17 @@ static tsr_status grow_tensors(tsr_gguf_writer *w) {
 
 tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *name, tsr_type type, int n_dims,
                                       const int64_t *ne, const void *data) {
-    if (!w) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_add_tensor: NULL writer");
+    if (!w)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_add_tensor: NULL writer");
     size_t size;
     tsr_status st = check_tensor(name, type, n_dims, ne, &size);
-    if (st) return st;
+    if (st)
+        return st;
     tsr__names names = w_tensor_names(w);
     if (tsr__name_index_find(&w->tensor_ix, &names, name) >= 0)
         return tsr__error(TSR_E_INVALID, "gguf writer: duplicate tensor name '%s'", name);
-    if ((st = grow_tensors(w))) return st;
+    if ((st = grow_tensors(w)))
+        return st;
     wtensor *t = &w->tensors[w->n_tensors];
     memset(t, 0, sizeof *t);
     t->name = tsr__strdup(name);
@@ -307,7 +347,8 @@ tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *name, tsr_
         tsr__free(t->data);
         return tsr__error(TSR_E_NOMEM, "gguf writer: out of memory for tensor '%s' (%zu bytes)", name, size);
     }
-    if (t->data) memcpy(t->data, data, size);
+    if (t->data)
+        memcpy(t->data, data, size);
     t->type = type;
     t->n_dims = n_dims;
     for (int d = 0; d < TSR_MAX_DIMS; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
@@ -328,35 +369,40 @@ tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *name, tsr_
 /* ------------------------------------------------------------------------ */
 
 typedef struct sink {
-    uint64_t pos;       /* bytes emitted so far */
-    uint8_t *mem;       /* memory mode: destination (NULL when only counting) */
-    int fd;             /* file mode: >= 0 */
+    uint64_t pos; /* bytes emitted so far */
+    uint8_t *mem; /* memory mode: destination (NULL when only counting) */
+    int fd;       /* file mode: >= 0 */
     uint8_t *buf;
     size_t buf_len;
     const char *path;
-    tsr_status st;      /* first error; later writes are no-ops */
+    tsr_status st; /* first error; later writes are no-ops */
 } sink;
 
 static void sink_flush(sink *k) {
     size_t done = 0;
     while (done < k->buf_len && !k->st) {
         ssize_t r = write(k->fd, k->buf + done, k->buf_len - done);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR)
+            continue;
         if (r < 0)
             k->st = tsr__error(TSR_E_IO, "%s: write failed at offset %" PRIu64 ": %s", k->path,
                                k->pos - k->buf_len + done, strerror(errno));
-        else done += (size_t)r;
+        else
+            done += (size_t)r;
     }
     k->buf_len = 0;
 }
 
 /* p == NULL writes n zero bytes. */
 static void sink_put(sink *k, const void *p, size_t n) {
-    if (k->st) return;
+    if (k->st)
+        return;
     if (k->fd < 0) {
         if (k->mem) {
-            if (p) memcpy(k->mem + k->pos, p, n);
-            else memset(k->mem + k->pos, 0, n);
+            if (p)
+                memcpy(k->mem + k->pos, p, n);
+            else
+                memset(k->mem + k->pos, 0, n);
         }
         k->pos += n;
         return;
@@ -373,7 +419,8 @@ static void sink_put(sink *k, const void *p, size_t n) {
         k->buf_len += take;
         k->pos += take;
         n -= take;
-        if (k->buf_len == SINK_BUF_SIZE) sink_flush(k);
+        if (k->buf_len == SINK_BUF_SIZE)
+            sink_flush(k);
     }
 }
 
@@ -412,8 +459,7 @@ static void put_kv_value(sink *k, const tsr__gguf_kv *kv) {
             return;
         }
         for (uint64_t i = 0; i < kv->n; i++)
-            put_str(k, (const char *)kv->data + kv->str_offs[i],
-                    (size_t)(kv->str_offs[i + 1] - kv->str_offs[i] - 1));
+            put_str(k, (const char *)kv->data + kv->str_offs[i], (size_t)(kv->str_offs[i + 1] - kv->str_offs[i] - 1));
     }
 }
 
@@ -441,14 +487,17 @@ static void serialize(const tsr_gguf_writer *w, sink *k) {
 }
 
 tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data, size_t *size) {
-    if (!w || !data || !size) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_write_memory: NULL argument");
+    if (!w || !data || !size)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_write_memory: NULL argument");
     *data = NULL;
     *size = 0;
     sink count = {.fd = -1};
     serialize(w, &count);
-    if (count.pos > SIZE_MAX) return tsr__error(TSR_E_NOMEM, "gguf writer: image too large");
+    if (count.pos > SIZE_MAX)
+        return tsr__error(TSR_E_NOMEM, "gguf writer: image too large");
     sink k = {.fd = -1, .mem = tsr__malloc((size_t)count.pos)};
-    if (!k.mem) return tsr__error(TSR_E_NOMEM, "gguf writer: out of memory for a %" PRIu64 "-byte image", count.pos);
+    if (!k.mem)
+        return tsr__error(TSR_E_NOMEM, "gguf writer: out of memory for a %" PRIu64 "-byte image", count.pos);
     serialize(w, &k);
     *data = k.mem;
     *size = (size_t)k.pos;
@@ -460,13 +509,15 @@ static tsr_status open_temp(const char *path, char **tmp, int *fd) {
     static unsigned counter;
     size_t n = strlen(path) + 64;
     *tmp = tsr__malloc(n);
-    if (!*tmp) return tsr__error(TSR_E_NOMEM, "%s: out of memory", path);
+    if (!*tmp)
+        return tsr__error(TSR_E_NOMEM, "%s: out of memory", path);
     for (int attempt = 0; attempt < 100; attempt++) {
-        snprintf(*tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(),
-                 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
+        snprintf(*tmp, n, "%s.tmp.%ld.%u", path, (long)getpid(), __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED));
         *fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (*fd >= 0) return TSR_OK;
-        if (errno != EEXIST) break;
+        if (*fd >= 0)
+            return TSR_OK;
+        if (errno != EEXIST)
+            break;
     }
     tsr_status st = tsr__error(TSR_E_IO, "%s: cannot create temporary file %s: %s", path, *tmp, strerror(errno));
     tsr__free(*tmp);
@@ -482,14 +533,17 @@ static bool is_special(const char *path) {
 }
 
 tsr_status tsr_gguf_writer_write_file(tsr_gguf_writer *w, const char *path) {
-    if (!w || !path) return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_write_file: NULL argument");
+    if (!w || !path)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_writer_write_file: NULL argument");
     sink k = {.fd = -1, .path = path, .buf = tsr__malloc(SINK_BUF_SIZE)};
-    if (!k.buf) return tsr__error(TSR_E_NOMEM, "%s: out of memory for the write buffer", path);
+    if (!k.buf)
+        return tsr__error(TSR_E_NOMEM, "%s: out of memory for the write buffer", path);
     char *tmp = NULL;
     tsr_status st = TSR_OK;
     if (is_special(path)) {
         k.fd = open(path, O_WRONLY | O_CLOEXEC);
-        if (k.fd < 0) st = tsr__error(TSR_E_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+        if (k.fd < 0)
+            st = tsr__error(TSR_E_IO, "%s: cannot open for writing: %s", path, strerror(errno));
     } else {
         st = open_temp(path, &tmp, &k.fd);
     }
@@ -498,14 +552,16 @@ tsr_status tsr_gguf_writer_write_file(tsr_gguf_writer *w, const char *path) {
         return st;
     }
     serialize(w, &k);
-    if (!k.st) sink_flush(&k);
+    if (!k.st)
+        sink_flush(&k);
     if (!k.st && tmp && fsync(k.fd) != 0 && errno != EINVAL && errno != EROFS)
         k.st = tsr__error(TSR_E_IO, "%s: fsync failed: %s", path, strerror(errno));
     if (close(k.fd) != 0 && !k.st)
         k.st = tsr__error(TSR_E_IO, "%s: close failed: %s", path, strerror(errno));
     if (!k.st && tmp && rename(tmp, path) != 0)
         k.st = tsr__error(TSR_E_IO, "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    if (k.st && tmp) unlink(tmp);
+    if (k.st && tmp)
+        unlink(tmp);
     tsr__free(tmp);
     tsr__free(k.buf);
     return k.st;

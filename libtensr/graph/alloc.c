@@ -27,7 +27,7 @@ struct tsr_galloc {
     /* per allocation id */
     tsr_tensor **roots;
     int *dev, *first, *last, *next_alloc, *next_free;
-    bool *donated;      /* memory handed to the node that overwrote it in place */
+    bool *donated; /* memory handed to the node that overwrote it in place */
     size_t *size, *offs;
     size_t n, cap;
     /* per node: heads of the id lists to allocate / free at that node */
@@ -50,8 +50,7 @@ tsr_status tsr__galloc_new(size_t n_devices, int host, tsr_galloc **out) {
 void tsr__galloc_free(tsr_galloc *ga) {
     if (!ga)
         return;
-    for (size_t i = 0; i < ga->n_devices; i++)
-        tsr__free(ga->heaps[i].blocks);
+    for (size_t i = 0; i < ga->n_devices; i++) tsr__free(ga->heaps[i].blocks);
     tsr__free(ga->heaps);
     tsr__free(ga->roots);
     tsr__free(ga->dev);
@@ -69,7 +68,8 @@ void tsr__galloc_free(tsr_galloc *ga) {
 
 /* The per-id arrays share one capacity: each grows from the same cap to the
  * same need, so tsr__grow gives each the same new capacity. */
-#define TSR_GROW_PARALLEL(arr, cap, need, out) (*(out) = (cap), tsr__grow((void **)&(arr), (out), (need), sizeof *(arr)))
+#define TSR_GROW_PARALLEL(arr, cap, need, out) \
+    (*(out) = (cap), tsr__grow((void **)&(arr), (out), (need), sizeof *(arr)))
 
 static tsr_status tsr_reserve_ids(tsr_galloc *ga, size_t n) {
     size_t c = ga->cap;
@@ -123,8 +123,7 @@ static size_t tsr_heap_alloc(tsr_heap *h, size_t size) {
 
 static tsr_status tsr_heap_free(tsr_heap *h, size_t off, size_t size) {
     size_t i = 0;
-    while (i < h->n && h->blocks[i].offset < off)
-        i++;
+    while (i < h->n && h->blocks[i].offset < off) i++;
     bool merge_prev = i > 0 && h->blocks[i - 1].offset + h->blocks[i - 1].size == off;
     bool merge_next = i < h->n && off + size == h->blocks[i].offset;
     if (merge_prev && merge_next) {
@@ -190,12 +189,9 @@ static void tsr_use(tsr_galloc *ga, tsr_tensor *t, int i, int dev) {
 
 static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g, const tsr_galloc_extra *extras, size_t n_extras) {
     ga->n = 0;
-    for (size_t i = 0; i < g->n_leafs; i++)
-        g->leafs[i]->alloc_id = -1;
-    for (size_t i = 0; i < g->n_views; i++)
-        g->views[i]->alloc_id = -1;
-    for (size_t i = 0; i < g->n_nodes; i++)
-        g->nodes[i]->alloc_id = -1;
+    for (size_t i = 0; i < g->n_leafs; i++) g->leafs[i]->alloc_id = -1;
+    for (size_t i = 0; i < g->n_views; i++) g->views[i]->alloc_id = -1;
+    for (size_t i = 0; i < g->n_nodes; i++) g->nodes[i]->alloc_id = -1;
     tsr_status s = TSR_OK;
     for (size_t i = 0; i < g->n_leafs && s == TSR_OK; i++)
         if (tsr_needs_memory(g->leafs[i]))
@@ -222,8 +218,8 @@ static int tsr_find_donor(const tsr_galloc *ga, const tsr_tensor *node, int i, i
             !tsr__same_shape(src, node) || !tsr__is_contiguous(src) || !tsr__is_contiguous(node))
             continue;
         int d = src->alloc_id;
-        if ((size_t)d >= ga->n || ga->roots[d] != src || ga->last[d] != i || ga->first[d] >= i ||
-            ga->donated[d] || ga->dev[d] != ga->dev[self] || ga->size[d] < ga->size[self])
+        if ((size_t)d >= ga->n || ga->roots[d] != src || ga->last[d] != i || ga->first[d] >= i || ga->donated[d] ||
+            ga->dev[d] != ga->dev[self] || ga->size[d] < ga->size[self])
             continue;
         bool aliased = false;
         for (int k = 0; k < TSR_MAX_SRC; k++)
@@ -244,8 +240,7 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
     for (int i = 0; i < n_nodes; i++) {
         tsr_tensor *node = g->nodes[i];
         tsr_use(ga, node, i, node->device_id);
-        for (int j = 0; j < TSR_MAX_SRC; j++)
-            tsr_use(ga, node->src[j], i, node->device_id);
+        for (int j = 0; j < TSR_MAX_SRC; j++) tsr_use(ga, node->src[j], i, node->device_id);
     }
     /* a copy is written before its split's first node; its source must live until then */
     for (size_t e = 0; e < n_extras; e++) {
@@ -258,8 +253,7 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
             ga->last[id] = INT_MAX;
     }
     /* buckets: list of ids to allocate / free at each node (index n_nodes = never) */
-    for (int i = 0; i <= n_nodes; i++)
-        ga->head_alloc[i] = ga->head_free[i] = -1;
+    for (int i = 0; i <= n_nodes; i++) ga->head_alloc[i] = ga->head_free[i] = -1;
     for (int id = (int)ga->n - 1; id >= 0; id--) {
         int f = ga->first[id] == INT_MAX ? 0 : ga->first[id];
         if (ga->dev[id] < 0)
@@ -292,8 +286,7 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
             if (!ga->donated[id] && (s = tsr_heap_free(&ga->heaps[ga->dev[id]], ga->offs[id], ga->size[id])) != TSR_OK)
                 return s;
     }
-    for (size_t d = 0; d < ga->n_devices; d++)
-        peak[d] = ga->heaps[d].peak;
+    for (size_t d = 0; d < ga->n_devices; d++) peak[d] = ga->heaps[d].peak;
     return TSR_OK;
 }
 

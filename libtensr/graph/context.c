@@ -79,8 +79,7 @@ tsr_tensor *tsr__new_tensor_struct(tsr_context *ctx) {
     if (ctx->chunk_used == TSR_CHUNK_TENSORS) {
         tsr_tensor_chunk *c = tsr__malloc(sizeof *c);
         if (!c)
-            return tsr__op_error(ctx, TSR_E_NOMEM, "out of host memory for tensor metadata (%zu bytes)",
-                                 sizeof *c);
+            return tsr__op_error(ctx, TSR_E_NOMEM, "out of host memory for tensor metadata (%zu bytes)", sizeof *c);
         c->next = ctx->chunks;
         ctx->chunks = c;
         ctx->chunk_used = 0;
@@ -112,26 +111,24 @@ static tsr_tensor *tsr_leaf(tsr_context *ctx, tsr_type type, int n_dims, const i
         return NULL;
     }
     if (n_dims < 1 || n_dims > TSR_MAX_DIMS || !ne)
-        return tsr__op_error(ctx, TSR_E_INVALID, "%s: n_dims must be 1..4 with a shape, got %d%s", what,
-                             n_dims, ne ? "" : " and a NULL shape");
+        return tsr__op_error(ctx, TSR_E_INVALID, "%s: n_dims must be 1..4 with a shape, got %d%s", what, n_dims,
+                             ne ? "" : " and a NULL shape");
     const tsr_type_traits *tr = tsr__type_traits(type);
     if (!tr || tr->block_size == 0 || type == TSR_TYPE_Q8_K)
-        return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "%s: type %d is not a tensor type this library knows",
-                             what, (int)type);
+        return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "%s: type %d is not a tensor type this library knows", what,
+                             (int)type);
     for (int i = 0; i < n_dims; i++)
         if (ne[i] < 0)
-            return tsr__op_error(ctx, TSR_E_INVALID, "%s: dimension %d is negative (%lld)", what, i,
-                                 (long long)ne[i]);
+            return tsr__op_error(ctx, TSR_E_INVALID, "%s: dimension %d is negative (%lld)", what, i, (long long)ne[i]);
     if (ne[0] % tr->block_size != 0)
-        return tsr__op_error(ctx, TSR_E_INVALID, "%s: ne[0] = %lld is not a multiple of %s's block of %lld",
-                             what, (long long)ne[0], tr->name, (long long)tr->block_size);
+        return tsr__op_error(ctx, TSR_E_INVALID, "%s: ne[0] = %lld is not a multiple of %s's block of %lld", what,
+                             (long long)ne[0], tr->name, (long long)tr->block_size);
     tsr_tensor *t = tsr__new_tensor_struct(ctx);
     if (!t)
         return NULL;
     t->type = type;
     t->n_dims = n_dims;
-    for (int i = 0; i < TSR_MAX_DIMS; i++)
-        t->ne[i] = i < n_dims ? ne[i] : 1;
+    for (int i = 0; i < TSR_MAX_DIMS; i++) t->ne[i] = i < n_dims ? ne[i] : 1;
     if (!tsr__set_contiguous_strides(t))
         return tsr__op_error(ctx, TSR_E_INVALID, "%s: tensor size overflows", what);
     return t;
@@ -160,8 +157,7 @@ tsr_tensor *tsr_input(tsr_context *ctx, tsr_type type, int n_dims, const int64_t
     return t;
 }
 
-tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type type, int n_dims,
-                           const int64_t *ne) {
+tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type type, int n_dims, const int64_t *ne) {
     tsr_tensor *t = tsr_leaf(ctx, type, n_dims, ne, "tsr_new_tensor");
     if (!t)
         return NULL;

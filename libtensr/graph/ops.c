@@ -35,11 +35,11 @@ static bool tsr_srcs_ok(tsr_context *ctx, const char *op, int n, tsr_tensor *con
     return true;
 }
 
-#define TSR_CHECK_SRCS(ctx, name, ...)                                             \
-    do {                                                                         \
-        tsr_tensor *const tsr_srcs_[] = {__VA_ARGS__};                           \
+#define TSR_CHECK_SRCS(ctx, name, ...)                                                       \
+    do {                                                                                     \
+        tsr_tensor *const tsr_srcs_[] = {__VA_ARGS__};                                       \
         if (!tsr_srcs_ok(ctx, name, (int)(sizeof tsr_srcs_ / sizeof *tsr_srcs_), tsr_srcs_)) \
-            return NULL;                                                         \
+            return NULL;                                                                     \
     } while (0)
 
 static const char *tsr_tname(tsr_type t) {
@@ -49,8 +49,8 @@ static const char *tsr_tname(tsr_type t) {
 
 /* Formats a shape "[a, b, c, d]" into buf. */
 static const char *tsr_shape(char *buf, size_t size, const tsr_tensor *t) {
-    snprintf(buf, size, "[%lld, %lld, %lld, %lld]", (long long)t->ne[0], (long long)t->ne[1],
-             (long long)t->ne[2], (long long)t->ne[3]);
+    snprintf(buf, size, "[%lld, %lld, %lld, %lld]", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+             (long long)t->ne[3]);
     return buf;
 }
 
@@ -64,8 +64,7 @@ static tsr_tensor *tsr_node(tsr_context *ctx, tsr_op op, tsr_type type, int n_di
     t->op = op;
     t->type = type;
     t->n_dims = n_dims < 1 ? 1 : n_dims;
-    for (int i = 0; i < TSR_MAX_DIMS; i++)
-        t->ne[i] = ne[i];
+    for (int i = 0; i < TSR_MAX_DIMS; i++) t->ne[i] = ne[i];
     if (!tsr__set_contiguous_strides(t))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: result size overflows", tsr__op_name(op));
     return t;
@@ -92,8 +91,10 @@ static tsr_tensor *tsr_supported(tsr_context *ctx, tsr_tensor *t) {
     for (int j = 0; j < tsr__op_info(t->op)->n_src && len < sizeof types; j++)
         len += (size_t)snprintf(types + len, sizeof types - len, "%s%s", j ? ", " : "",
                                 t->src[j] ? tsr_tname(t->src[j]->type) : "none");
-    return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_%s: no device of the backend runs %s with sources of types (%s) "
-                         "and a %s result", tsr__op_name(t->op), tsr__op_name(t->op), types, tsr_tname(t->type));
+    return tsr__op_error(ctx, TSR_E_UNSUPPORTED,
+                         "tsr_%s: no device of the backend runs %s with sources of types (%s) "
+                         "and a %s result",
+                         tsr__op_name(t->op), tsr__op_name(t->op), types, tsr_tname(t->type));
 }
 
 /* ---- element-wise --------------------------------------------------------- */
@@ -124,8 +125,7 @@ static tsr_tensor *tsr_unary(tsr_context *ctx, tsr_op op, tsr_tensor *a, float p
     const char *name = tsr__op_name(op);
     TSR_CHECK_SRCS(ctx, name, a);
     if (rows && !tsr__is_contiguous_rows(a))
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: rows of a must be contiguous (nb[0] = %zu)", name,
-                             a->nb[0]);
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: rows of a must be contiguous (nb[0] = %zu)", name, a->nb[0]);
     tsr_tensor *t = tsr_node_like(ctx, op, TSR_TYPE_F32, a);
     if (t) {
         t->src[0] = a;
@@ -144,7 +144,9 @@ static tsr_tensor *tsr_norm_op(tsr_context *ctx, tsr_op op, tsr_tensor *a, float
     return tsr_unary(ctx, op, a, eps, true);
 }
 
-tsr_tensor *tsr_rms_norm(tsr_context *ctx, tsr_tensor *a, float eps) { return tsr_norm_op(ctx, TSR_OP_RMS_NORM, a, eps); }
+tsr_tensor *tsr_rms_norm(tsr_context *ctx, tsr_tensor *a, float eps) {
+    return tsr_norm_op(ctx, TSR_OP_RMS_NORM, a, eps);
+}
 tsr_tensor *tsr_norm(tsr_context *ctx, tsr_tensor *a, float eps) { return tsr_norm_op(ctx, TSR_OP_NORM, a, eps); }
 
 static tsr_tensor *tsr_glu(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tensor *b) {
@@ -209,7 +211,8 @@ tsr_tensor *tsr_get_rows(tsr_context *ctx, tsr_tensor *a, tsr_tensor *idx) {
     TSR_CHECK_SRCS(ctx, "get_rows", a, idx);
     char sa[96], si[96];
     if (idx->ne[3] != 1 || a->ne[2] != idx->ne[1] || a->ne[3] != idx->ne[2])
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_get_rows: idx %s does not match a %s (need idx [n, a.ne[2], a.ne[3]])",
+        return tsr__op_error(ctx, TSR_E_INVALID,
+                             "tsr_get_rows: idx %s does not match a %s (need idx [n, a.ne[2], a.ne[3]])",
                              tsr_shape(si, sizeof si, idx), tsr_shape(sa, sizeof sa, a));
     if (!tsr_check_indices(ctx, "get_rows", idx, a->ne[1]))
         return NULL;
@@ -241,11 +244,12 @@ static tsr_tensor *tsr_inplace_node(tsr_context *ctx, tsr_op op, tsr_tensor *tar
 tsr_tensor *tsr_set_rows(tsr_context *ctx, tsr_tensor *dst, tsr_tensor *src, tsr_tensor *idx) {
     TSR_CHECK_SRCS(ctx, "set_rows", dst, src, idx);
     char sd[96], ss[96], si[96];
-    if (dst->ne[0] != src->ne[0] || idx->ne[0] != src->ne[1] || dst->ne[2] != src->ne[2] ||
-        dst->ne[3] != src->ne[3] || idx->ne[3] != 1 || (idx->ne[1] == 0 ? src->ne[2] != 0 : src->ne[2] % idx->ne[1]) ||
+    if (dst->ne[0] != src->ne[0] || idx->ne[0] != src->ne[1] || dst->ne[2] != src->ne[2] || dst->ne[3] != src->ne[3] ||
+        idx->ne[3] != 1 || (idx->ne[1] == 0 ? src->ne[2] != 0 : src->ne[2] % idx->ne[1]) ||
         (idx->ne[2] == 0 ? src->ne[3] != 0 : src->ne[3] % idx->ne[2]))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_set_rows: dst %s, src %s and idx %s do not match",
-                             tsr_shape(sd, sizeof sd, dst), tsr_shape(ss, sizeof ss, src), tsr_shape(si, sizeof si, idx));
+                             tsr_shape(sd, sizeof sd, dst), tsr_shape(ss, sizeof ss, src),
+                             tsr_shape(si, sizeof si, idx));
     if (!tsr__is_contiguous_rows(dst))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_set_rows: rows of dst must be contiguous");
     if (!tsr_check_indices(ctx, "set_rows", idx, dst->ne[1]))
@@ -268,10 +272,11 @@ tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, tsr_t
     if (mode != TSR_ROPE_NORMAL && mode != TSR_ROPE_NEOX)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: mode %d is neither normal (0) nor neox (2)", mode);
     if (n_dims <= 0 || n_dims % 2 != 0 || n_dims > a->ne[0])
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: n_dims %d must be even, > 0 and <= head_dim %lld",
-                             n_dims, (long long)a->ne[0]);
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: n_dims %d must be even, > 0 and <= head_dim %lld", n_dims,
+                             (long long)a->ne[0]);
     if (tsr__nelements(pos) != a->ne[2] || a->ne[3] != 1)
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: pos has %lld elements, a has %lld tokens (ne[2]) and ne[3] %lld",
+        return tsr__op_error(ctx, TSR_E_INVALID,
+                             "tsr_rope: pos has %lld elements, a has %lld tokens (ne[2]) and ne[3] %lld",
                              (long long)tsr__nelements(pos), (long long)a->ne[2], (long long)a->ne[3]);
     if (!(freq_base > 0.0f) || !(freq_scale > 0.0f))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: freq_base %g and freq_scale %g must be > 0", freq_base,
@@ -309,7 +314,8 @@ tsr_tensor *tsr_softmax_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *mask, f
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax: rows of a must be contiguous");
     if (mask) {
         char sa[96], sm[96];
-        if (mask->ne[0] != a->ne[0] || mask->ne[1] < a->ne[1] || (mask->ne[2] == 0 ? a->ne[2] != 0 : a->ne[2] % mask->ne[2]) ||
+        if (mask->ne[0] != a->ne[0] || mask->ne[1] < a->ne[1] ||
+            (mask->ne[2] == 0 ? a->ne[2] != 0 : a->ne[2] % mask->ne[2]) ||
             (mask->ne[3] == 0 ? a->ne[3] != 0 : a->ne[3] % mask->ne[3]))
             return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax: mask %s does not fit a %s",
                                  tsr_shape(sm, sizeof sm, mask), tsr_shape(sa, sizeof sa, a));
@@ -365,8 +371,8 @@ tsr_tensor *tsr_argmax(tsr_context *ctx, tsr_tensor *a) {
 tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
     TSR_CHECK_SRCS(ctx, "cpy", a, b);
     if (tsr__nelements(a) != tsr__nelements(b))
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cpy: a has %lld elements, b has %lld", (long long)tsr__nelements(a),
-                             (long long)tsr__nelements(b));
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cpy: a has %lld elements, b has %lld",
+                             (long long)tsr__nelements(a), (long long)tsr__nelements(b));
     if ((tsr_type_is_quantized(b->type) && !tsr__is_contiguous_rows(b)) ||
         (tsr_type_is_quantized(a->type) && !tsr__is_contiguous_rows(a)))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cpy: quantized rows must be contiguous");
@@ -397,7 +403,9 @@ tsr_tensor *tsr_cast(tsr_context *ctx, tsr_tensor *a, tsr_type type) {
     return tsr_supported(ctx, t);
 }
 
-tsr_tensor *tsr_cont(tsr_context *ctx, tsr_tensor *a) { return a ? tsr_cast(ctx, a, a->type) : tsr_cast(ctx, a, TSR_TYPE_F32); }
+tsr_tensor *tsr_cont(tsr_context *ctx, tsr_tensor *a) {
+    return a ? tsr_cast(ctx, a, a->type) : tsr_cast(ctx, a, TSR_TYPE_F32);
+}
 
 /* ---- views ----------------------------------------------------------------- */
 
@@ -482,7 +490,8 @@ tsr_tensor *tsr_reshape(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64
     tmp.type = a->type;
     memcpy(tmp.ne, ne, sizeof ne);
     if (!tsr__set_contiguous_strides(&tmp) || ne[0] % tsr_type_block_size(a->type) != 0)
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_reshape: ne[0] %lld does not fit the type's blocks", (long long)ne[0]);
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_reshape: ne[0] %lld does not fit the type's blocks",
+                             (long long)ne[0]);
     return tsr_view_nd(ctx, a, n_dims, ne, tmp.nb, 0, "reshape");
 }
 

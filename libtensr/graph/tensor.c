@@ -21,8 +21,7 @@ size_t tsr__nbytes(const tsr_tensor *t) {
     size_t unit = tr ? tr->block_bytes : t->nb[0];
     /* a row spans its blocks; the last element of a strided row ends one unit after its start */
     size_t n = bs == 1 ? unit + (size_t)(t->ne[0] - 1) * t->nb[0] : (size_t)t->ne[0] / bs * t->nb[0];
-    for (int i = 1; i < TSR_MAX_DIMS; i++)
-        n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    for (int i = 1; i < TSR_MAX_DIMS; i++) n += (size_t)(t->ne[i] - 1) * t->nb[i];
     return n;
 }
 
@@ -83,8 +82,7 @@ bool tsr__can_repeat(const tsr_tensor *small, const tsr_tensor *big) {
 }
 
 tsr_tensor *tsr__view_root(tsr_tensor *t) {
-    while (t->view_src)
-        t = t->view_src;
+    while (t->view_src) t = t->view_src;
     return t;
 }
 
@@ -94,8 +92,7 @@ bool tsr__has_static_data(const tsr_tensor *t) {
 }
 
 tsr_buffer *tsr__tensor_buffer(const tsr_tensor *t) {
-    while (t->view_src && !t->buffer)
-        t = t->view_src;
+    while (t->view_src && !t->buffer) t = t->view_src;
     return t->buffer;
 }
 
@@ -182,8 +179,7 @@ static tsr_status tsr_tensor_xfer(tsr_tensor *t, void *host, size_t offset, size
                         continue;
                     size_t lo = pos < offset ? offset - pos : 0;
                     size_t hi = pos + unit > offset + size ? offset + size - pos : unit;
-                    char *addr = (char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] +
-                                 i3 * t->nb[3] + lo;
+                    char *addr = (char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3] + lo;
                     char *h = (char *)host + (pos + lo - offset);
                     tsr_status s = TSR_OK;
                     if (!buf) {
@@ -192,8 +188,7 @@ static tsr_status tsr_tensor_xfer(tsr_tensor *t, void *host, size_t offset, size
                         else
                             memcpy(h, addr, hi - lo);
                     } else {
-                        s = to_tensor ? tsr__buffer_set(buf, addr, h, hi - lo)
-                                      : tsr__buffer_get(buf, addr, h, hi - lo);
+                        s = to_tensor ? tsr__buffer_set(buf, addr, h, hi - lo) : tsr__buffer_get(buf, addr, h, hi - lo);
                     }
                     if (s != TSR_OK)
                         return s;
@@ -203,14 +198,13 @@ static tsr_status tsr_tensor_xfer(tsr_tensor *t, void *host, size_t offset, size
     return TSR_OK;
 }
 
-static tsr_status tsr_check_xfer(const tsr_tensor *t, const void *host, size_t offset, size_t size,
-                                 const char *what) {
+static tsr_status tsr_check_xfer(const tsr_tensor *t, const void *host, size_t offset, size_t size, const char *what) {
     if (!t || (!host && size))
         return tsr__error(TSR_E_INVALID, "%s: NULL %s", what, t ? "buffer" : "tensor");
     size_t total = tsr_tensor_nbytes(t), end;
     if (tsr__add_overflow(offset, size, &end) || end > total)
-        return tsr__error(TSR_E_RANGE, "%s: tensor '%s': bytes %zu..%zu outside its %zu bytes", what, t->name,
-                          offset, offset + size, total);
+        return tsr__error(TSR_E_RANGE, "%s: tensor '%s': bytes %zu..%zu outside its %zu bytes", what, t->name, offset,
+                          offset + size, total);
     if (!tsr__tensor_has_data(t))
         return tsr__error(TSR_E_STATE,
                           "%s: tensor '%s' holds no data (not computed, or its backend computed another "

@@ -21,18 +21,21 @@ static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? 
 
 /* Fit x ~ scale * L + min (L in 0..nmax, min <= 0) by weighted least squares
  * over nstep candidate scales; returns scale, *the_min = -min. */
-static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                              float *the_min, uint8_t *Laux, float rmin, float rdelta, int nstep) {
+static float make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                              uint8_t *Laux, float rmin, float rdelta, int nstep) {
     float min = x[0], max = x[0];
     float sum_w = weights[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
+        if (x[i] < min)
+            min = x[i];
+        if (x[i] > max)
+            max = x[i];
         float w = weights[i];
         sum_w += w;
         sum_x += w * x[i];
     }
-    if (min > 0) min = 0;
+    if (min > 0)
+        min = 0;
     if (max == min) {
         memset(L, 0, (size_t)n);
         *the_min = -min;
@@ -110,7 +113,8 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     float scale = suml2 ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
+        if (is == 0)
+            continue;
         iscale = -(nmax + 0.1f * is) / max;
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
@@ -148,8 +152,8 @@ static void pack_scale_min_k4(uint8_t *q, const uint8_t *ls, const uint8_t *lm) 
 
 /* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): per sub-block scale/min fit,
  * 6-bit super-scales, then requantization with the rounded scales. */
-static void quantize_k4_block(const float *x, int nmax, float rmin, int nstep, uint8_t *L,
-                              tsr_half *dd, tsr_half *dmin, uint8_t *packed) {
+static void quantize_k4_block(const float *x, int nmax, float rmin, int nstep, uint8_t *L, tsr_half *dd, tsr_half *dmin,
+                              uint8_t *packed) {
     float mins[8], scales[8], weights[32];
     uint8_t Laux[32], ls[8], lm[8];
     float max_scale = 0, max_min = 0;
@@ -158,10 +162,11 @@ static void quantize_k4_block(const float *x, int nmax, float rmin, int nstep, u
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux,
-                                     rmin, 0.1f, nstep);
-        if (scales[j] > max_scale) max_scale = scales[j];
-        if (mins[j] > max_min) max_min = mins[j];
+        scales[j] = make_qkx2_quants(32, nmax, x + 32 * j, weights, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep);
+        if (scales[j] > max_scale)
+            max_scale = scales[j];
+        if (mins[j] > max_min)
+            max_min = mins[j];
     }
     float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
     float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
@@ -177,7 +182,8 @@ static void quantize_k4_block(const float *x, int nmax, float rmin, int nstep, u
         uint8_t sc, m;
         tsr__get_scale_min_k4(j, packed, &sc, &m);
         const float d = tsr__fp16_to_fp32(*dd) * sc;
-        if (!d) continue;
+        if (!d)
+            continue;
         const float dm = tsr__fp16_to_fp32(*dmin) * m;
         for (int ii = 0; ii < 32; ii++)
             L[32 * j + ii] = (uint8_t)clampi(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax);
@@ -227,8 +233,8 @@ static void pack_q6_K(const int8_t *L, uint8_t *ql, uint8_t *qh) {
             const uint8_t q3 = L[j + l + 64] & 0xF, q4 = L[j + l + 96] & 0xF;
             ql[l] = (uint8_t)(q1 | (q3 << 4));
             ql[l + 32] = (uint8_t)(q2 | (q4 << 4));
-            qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) |
-                              ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6));
+            qh[l] = (uint8_t)((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                              ((L[j + l + 96] >> 4) << 6));
         }
     }
 }
@@ -259,7 +265,8 @@ void tsr__quantize_q6_K(const float *x, void *vy, int64_t n) {
         }
         for (int j = 0; j < TSR_QK_K / 16; j++) {
             const float d = tsr__fp16_to_fp32(y[i].d) * y[i].scales[j];
-            if (!d) continue;
+            if (!d)
+                continue;
             for (int ii = 0; ii < 16; ii++)
                 L[16 * j + ii] = (int8_t)(clampi(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
         }

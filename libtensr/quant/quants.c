@@ -18,15 +18,18 @@ static float signed_absmax(const float *x, int n, float *amax_out) {
             max = x[j];
         }
     }
-    if (amax_out) *amax_out = amax;
+    if (amax_out)
+        *amax_out = amax;
     return max;
 }
 
 static void min_max(const float *x, int n, float *mn, float *mx) {
     float lo = INFINITY, hi = -INFINITY;
     for (int j = 0; j < n; j++) {
-        if (x[j] < lo) lo = x[j];
-        if (x[j] > hi) hi = x[j];
+        if (x[j] < lo)
+            lo = x[j];
+        if (x[j] > hi)
+            hi = x[j];
     }
     *mn = lo;
     *mx = hi;
@@ -203,8 +206,7 @@ void tsr__dequantize_q8_1(const void *vx, float *y, int64_t n) {
 }
 
 /* The non-linear 4-bit grid of IQ4_NL / IQ4_XS. */
-static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                        1,    13,   25,  38,  53,  69,  89,  113};
+static const int8_t iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 void tsr__dequantize_iq4_nl(const void *vx, float *y, int64_t n) {
     const tsr_block_iq4_nl *x = vx;
@@ -223,8 +225,7 @@ void tsr__dequantize_iq4_xs(const void *vx, float *y, int64_t n) {
         const float d = tsr__fp16_to_fp32(x[i].d);
         const uint8_t *qs = x[i].qs;
         for (int ib = 0; ib < TSR_QK_K / 32; ib++, qs += 16, y += 32) {
-            const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) |
-                           (((x[i].scales_h >> 2 * ib) & 3) << 4);
+            const int ls = ((x[i].scales_l[ib / 2] >> 4 * (ib % 2)) & 0xF) | (((x[i].scales_h >> 2 * ib) & 3) << 4);
             const float dl = d * (float)(ls - 32);
             for (int j = 0; j < 16; j++) {
                 y[j] = dl * (float)iq4nl_values[qs[j] & 0xF];

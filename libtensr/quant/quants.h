@@ -99,8 +99,9 @@ static inline float tsr__bf16_to_fp32(uint16_t h) {
 static inline uint16_t tsr__fp32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                     /* nearest even */
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 64); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);       /* nearest even */
     return (uint16_t)(u >> 16);
 }
 

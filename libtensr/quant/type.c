@@ -36,8 +36,10 @@ uint16_t tsr__fp32_to_fp16(float f) {
     memcpy(&u, &f, sizeof u);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     const uint32_t abs = u & 0x7FFFFFFFu;
-    if (abs > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((abs >> 13) & 0x3FFu)); /* NaN */
-    if (abs >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds to >= 65520: inf */
+    if (abs > 0x7F800000u)
+        return (uint16_t)(sign | 0x7E00u | ((abs >> 13) & 0x3FFu)); /* NaN */
+    if (abs >= 0x477FF000u)
+        return (uint16_t)(sign | 0x7C00u); /* rounds to >= 65520: inf */
     if (abs < 0x38800000u) {
         /* result is subnormal (or zero): x / 2^-24 rounded to nearest even */
         float a;
@@ -85,10 +87,10 @@ static void bf16_from_float(const float *s, void *d, int64_t n) {
     for (int64_t i = 0; i < n; i++) h[i] = tsr__fp32_to_bf16(s[i]);
 }
 
-#define INT_TO_FLOAT(NAME, T)                                        \
-    static void NAME(const void *s, float *d, int64_t n) {            \
-        const T *v = s;                                              \
-        for (int64_t i = 0; i < n; i++) d[i] = (float)v[i];          \
+#define INT_TO_FLOAT(NAME, T)                               \
+    static void NAME(const void *s, float *d, int64_t n) {  \
+        const T *v = s;                                     \
+        for (int64_t i = 0; i < n; i++) d[i] = (float)v[i]; \
     }
 INT_TO_FLOAT(i8_to_float, int8_t)
 INT_TO_FLOAT(i16_to_float, int16_t)
@@ -108,8 +110,10 @@ static void i32_from_float(const float *s, void *d, int64_t n) {
 
 /* ---- the table ---------------------------------------------------------- */
 
-#define PLAIN(NAME, BYTES, TO, FROM) { NAME, 1, BYTES, false, TO, FROM }
-#define QUANT(NAME, BS, BYTES, TO, FROM) { NAME, BS, BYTES, true, TO, FROM }
+#define PLAIN(NAME, BYTES, TO, FROM) \
+    { NAME, 1, BYTES, false, TO, FROM }
+#define QUANT(NAME, BS, BYTES, TO, FROM) \
+    { NAME, BS, BYTES, true, TO, FROM }
 
 static const tsr_type_traits type_traits[TSR_TYPE_COUNT] = {
     [TSR_TYPE_F32] = PLAIN("f32", 4, f32_to_float, f32_from_float),
@@ -144,7 +148,8 @@ static const tsr_type_traits type_traits[TSR_TYPE_COUNT] = {
 };
 
 const tsr_type_traits *tsr__type_traits(tsr_type type) {
-    if ((unsigned)type >= TSR_TYPE_COUNT || type_traits[type].block_size == 0) return NULL;
+    if ((unsigned)type >= TSR_TYPE_COUNT || type_traits[type].block_size == 0)
+        return NULL;
     return &type_traits[type];
 }
 
@@ -154,7 +159,8 @@ const char *tsr_type_name(tsr_type type) {
 }
 
 tsr_status tsr_type_by_name(const char *name, tsr_type *out) {
-    if (!name || !out) return tsr__error(TSR_E_INVALID, "tsr_type_by_name: NULL argument");
+    if (!name || !out)
+        return tsr__error(TSR_E_INVALID, "tsr_type_by_name: NULL argument");
     for (int i = 0; i < TSR_TYPE_COUNT; i++) {
         if (type_traits[i].block_size && strcasecmp(type_traits[i].name, name) == 0) {
             *out = (tsr_type)i;
@@ -182,21 +188,26 @@ int tsr_type_is_quantized(tsr_type type) {
 size_t tsr_row_size(tsr_type type, int64_t n) {
     const tsr_type_traits *t = tsr__type_traits(type);
     size_t size;
-    if (!t || n < 0 || n % t->block_size) return 0;
-    if (tsr__mul_overflow((size_t)(n / t->block_size), t->block_bytes, &size)) return 0;
+    if (!t || n < 0 || n % t->block_size)
+        return 0;
+    if (tsr__mul_overflow((size_t)(n / t->block_size), t->block_bytes, &size))
+        return 0;
     return size;
 }
 
 /* Checks shared by tsr_quantize/tsr_dequantize. */
-static tsr_status check_conv(const char *fn, tsr_type type, const void *a, const void *b, int64_t n,
-                             bool quantize, const tsr_type_traits **out) {
+static tsr_status check_conv(const char *fn, tsr_type type, const void *a, const void *b, int64_t n, bool quantize,
+                             const tsr_type_traits **out) {
     const tsr_type_traits *t = tsr__type_traits(type);
-    if (!t) return tsr__error(TSR_E_INVALID, "%s: type %d is not a known type", fn, (int)type);
-    if (n < 0) return tsr__error(TSR_E_INVALID, "%s: n must be >= 0, found %lld", fn, (long long)n);
+    if (!t)
+        return tsr__error(TSR_E_INVALID, "%s: type %d is not a known type", fn, (int)type);
+    if (n < 0)
+        return tsr__error(TSR_E_INVALID, "%s: n must be >= 0, found %lld", fn, (long long)n);
     if (n % t->block_size)
-        return tsr__error(TSR_E_INVALID, "%s: n must be a multiple of %s's block size %lld, found %lld", fn,
-                          t->name, (long long)t->block_size, (long long)n);
-    if (n > 0 && (!a || !b)) return tsr__error(TSR_E_INVALID, "%s: NULL buffer", fn);
+        return tsr__error(TSR_E_INVALID, "%s: n must be a multiple of %s's block size %lld, found %lld", fn, t->name,
+                          (long long)t->block_size, (long long)n);
+    if (n > 0 && (!a || !b))
+        return tsr__error(TSR_E_INVALID, "%s: NULL buffer", fn);
     if (!(quantize ? (void *)t->from_float : (void *)t->to_float))
         return tsr__error(TSR_E_UNSUPPORTED, "%s: %s is not supported for type %s", fn,
                           quantize ? "quantization" : "dequantization", t->name);
@@ -207,15 +218,19 @@ static tsr_status check_conv(const char *fn, tsr_type type, const void *a, const
 tsr_status tsr_quantize(tsr_type type, const float *src, void *dst, int64_t n) {
     const tsr_type_traits *t;
     tsr_status s = check_conv("tsr_quantize", type, src, dst, n, true, &t);
-    if (s != TSR_OK) return s;
-    if (n > 0) t->from_float(src, dst, n);
+    if (s != TSR_OK)
+        return s;
+    if (n > 0)
+        t->from_float(src, dst, n);
     return TSR_OK;
 }
 
 tsr_status tsr_dequantize(tsr_type type, const void *src, float *dst, int64_t n) {
     const tsr_type_traits *t;
     tsr_status s = check_conv("tsr_dequantize", type, src, dst, n, false, &t);
-    if (s != TSR_OK) return s;
-    if (n > 0) t->to_float(src, dst, n);
+    if (s != TSR_OK)
+        return s;
+    if (n > 0)
+        t->to_float(src, dst, n);
     return TSR_OK;
 }

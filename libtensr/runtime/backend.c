@@ -60,8 +60,7 @@ static tsr_status tsr_backend_pick_devices(tsr_backend *b, tsr_device *const *li
     for (size_t j = 0; list && list[j]; j++)
         if (tsr__backend_device_index(b, list[j]) == n && list[j] != cpu) {
             bool known = false;
-            for (size_t i = 0; i < n_all; i++)
-                known |= tsr_device_get(i) == list[j];
+            for (size_t i = 0; i < n_all; i++) known |= tsr_device_get(i) == list[j];
             if (!known)
                 return tsr__error(TSR_E_INVALID, "tsr_backend_new: device list entry %zu is not a device", j);
         }

@@ -37,9 +37,8 @@ static void tsr_log_system_info(void) {
     char buf[4][64];
     const tsr_backend_reg *cpu = tsr__cpu_backend_reg();
     const char *features = cpu->features ? cpu->features() : "";
-    tsr__log(TSR_LOG_INFO, "system info", 4, "version", tsr_version_string(), "cpu_features", features,
-             "threads", tsr__fmt(buf[0], sizeof buf[0], "%ld", sysconf(_SC_NPROCESSORS_ONLN)), "backends",
-             tsr_backend_names);
+    tsr__log(TSR_LOG_INFO, "system info", 4, "version", tsr_version_string(), "cpu_features", features, "threads",
+             tsr__fmt(buf[0], sizeof buf[0], "%ld", sysconf(_SC_NPROCESSORS_ONLN)), "backends", tsr_backend_names);
     for (size_t i = 0; i < tsr_n_devices; i++) {
         size_t free = 0, total = 0;
         tsr_device_memory(tsr_devices[i], &free, &total);

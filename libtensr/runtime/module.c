@@ -24,10 +24,21 @@
 static tsr_device *tsr_services_host(void) { return tsr__host_device_early(); }
 
 static const tsr_backend_services tsr_services = {
-    sizeof(tsr_backend_services), TSR_BACKEND_ABI_VERSION, tsr__verror,       tsr__log_enabled,
-    tsr__log_fields,              tsr__malloc,             tsr__calloc,       tsr__realloc,
-    tsr__free,                    tsr__aligned_alloc,      tsr__aligned_free, tsr__type_traits,
-    tsr__op_info,                 tsr__nbytes,             tsr_services_host,
+    sizeof(tsr_backend_services),
+    TSR_BACKEND_ABI_VERSION,
+    tsr__verror,
+    tsr__log_enabled,
+    tsr__log_fields,
+    tsr__malloc,
+    tsr__calloc,
+    tsr__realloc,
+    tsr__free,
+    tsr__aligned_alloc,
+    tsr__aligned_free,
+    tsr__type_traits,
+    tsr__op_info,
+    tsr__nbytes,
+    tsr_services_host,
 };
 
 const tsr_backend_services *tsr__backend_services(void) { return &tsr_services; }
@@ -92,9 +103,7 @@ static bool tsr_module_load(const char *path, size_t (*add)(const tsr_backend_re
     return true; /* kept for the life of the process: its devices are registered */
 }
 
-static int tsr_name_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int tsr_name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static bool tsr_is_module_name(const char *name) {
     size_t n = strlen(name);

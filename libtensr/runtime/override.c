@@ -66,10 +66,8 @@ static tsr_status tsr_parse_entry(const char *s, size_t len, tsr_buft_override *
         return tsr__error(TSR_E_INVALID, "tsr_buft_overrides_parse: entry '%s' is not pattern=BUFFER_TYPE", entry);
     char name[64];
     const char *nb = eq + 1, *ne = s + len;
-    while (nb < ne && *nb == ' ')
-        nb++;
-    while (ne > nb && ne[-1] == ' ')
-        ne--;
+    while (nb < ne && *nb == ' ') nb++;
+    while (ne > nb && ne[-1] == ' ') ne--;
     snprintf(name, sizeof name, "%.*s", (int)(ne - nb < 60 ? ne - nb : 60), nb);
     tsr_buffer_type *bt = tsr_buffer_type_by_name(name);
     if (!bt) {
@@ -148,7 +146,8 @@ tsr_status tsr__overrides_compile(const tsr_buft_override *list, tsr_override_se
             char msg[128];
             regerror(rc, &out->re[i], msg, sizeof msg);
             tsr__overrides_release(out);
-            return tsr__error(TSR_E_INVALID, "override list: invalid regular expression '%s': %s", list[i].pattern, msg);
+            return tsr__error(TSR_E_INVALID, "override list: invalid regular expression '%s': %s", list[i].pattern,
+                              msg);
         }
         out->buft[i] = list[i].buft;
         out->pattern[i] = list[i].pattern;
@@ -174,8 +173,7 @@ void tsr__overrides_warn_unmatched(const tsr_override_set *set) {
 }
 
 void tsr__overrides_release(tsr_override_set *set) {
-    for (size_t i = 0; i < set->n; i++)
-        regfree(&set->re[i]);
+    for (size_t i = 0; i < set->n; i++) regfree(&set->re[i]);
     tsr__free(set->re);
     tsr__free(set->buft);
     tsr__free(set->pattern);

@@ -68,7 +68,10 @@ static int tsr_layer_of(const char *name) {
 
 tsr_status tsr_backend_declare_weight(tsr_backend *b, const char *name, tsr_type type, int n_dims, const int64_t *ne) {
     if (!b || !name || !ne)
-        return tsr__error(TSR_E_INVALID, "tsr_backend_declare_weight: NULL %s", !b ? "backend" : !name ? "name" : "shape");
+        return tsr__error(TSR_E_INVALID, "tsr_backend_declare_weight: NULL %s",
+                          !b      ? "backend"
+                          : !name ? "name"
+                                  : "shape");
     if (strlen(name) >= TSR_MAX_NAME || name[0] == '\0')
         return tsr__error(TSR_E_INVALID, "tsr_backend_declare_weight: name '%s' is empty or longer than %d bytes", name,
                           TSR_MAX_NAME - 1);
@@ -97,8 +100,9 @@ tsr_status tsr_backend_declare_weight(tsr_backend *b, const char *name, tsr_type
     }
     if (t->ne[0] % tr->block_size != 0 || !tsr__set_contiguous_strides(t)) {
         tsr__free(t);
-        return tsr__error(TSR_E_INVALID, "weight '%s': ne[0] %lld is not a multiple of %s's block or the size overflows",
-                          name, (long long)ne[0], tr->name);
+        return tsr__error(TSR_E_INVALID,
+                          "weight '%s': ne[0] %lld is not a multiple of %s's block or the size overflows", name,
+                          (long long)ne[0], tr->name);
     }
     tsr_weight_set *w = &b->weights;
     if (!TSR_GROW(w->tensors, w->cap, w->n + 1)) {
@@ -241,9 +245,9 @@ typedef struct tsr_placement {
     tsr_backend *b;
     tsr_load_params p;
     tsr_override_set ov;
-    tsr_tensor **t;          /* tensors to place: weights without memory, then new copies */
-    tsr_buffer_type **buft;  /* their buffer types */
-    size_t *offset;          /* their offsets in their buffer */
+    tsr_tensor **t;         /* tensors to place: weights without memory, then new copies */
+    tsr_buffer_type **buft; /* their buffer types */
+    size_t *offset;         /* their offsets in their buffer */
     size_t n, n_weights;
     tsr_weight_copy *copies; /* new copies of shared weights */
     size_t n_copies;
@@ -251,7 +255,7 @@ typedef struct tsr_placement {
     size_t group_size[64];
     tsr_buffer *group_buf[64];
     size_t n_groups;
-    size_t *add;             /* new bytes per device */
+    size_t *add; /* new bytes per device */
 } tsr_placement;
 
 static size_t tsr_buft_dev(const tsr_backend *b, const tsr_buffer_type *bt) {
@@ -259,10 +263,8 @@ static size_t tsr_buft_dev(const tsr_backend *b, const tsr_buffer_type *bt) {
 }
 
 static void tsr_placement_release(tsr_placement *pl, bool keep_copies) {
-    for (size_t g = 0; g < pl->n_groups; g++)
-        tsr_buffer_free(pl->group_buf[g]);
-    for (size_t i = 0; !keep_copies && i < pl->n_copies; i++)
-        tsr__free(pl->copies[i].copy);
+    for (size_t g = 0; g < pl->n_groups; g++) tsr_buffer_free(pl->group_buf[g]);
+    for (size_t i = 0; !keep_copies && i < pl->n_copies; i++) tsr__free(pl->copies[i].copy);
     tsr__free(pl->copies);
     tsr__free(pl->t);
     tsr__free(pl->buft);
@@ -302,8 +304,7 @@ static tsr_status tsr_share(tsr_placement *pl, tsr_tensor *w, const tsr_buffer_t
     size_t home_dev = tsr_buft_dev(b, home);
     for (size_t d = 0; d < b->n_devices; d++) {
         bool holds = false;
-        for (int il = 0; il < b->n_layers && !holds; il++)
-            holds = b->layer_buft[il] == b->devices[d]->buft;
+        for (int il = 0; il < b->n_layers && !holds; il++) holds = b->layer_buft[il] == b->devices[d]->buft;
         if (holds && d != home_dev) {
             tsr_status st = tsr_add_copy(pl, w, d);
             if (st != TSR_OK)
@@ -356,8 +357,10 @@ static tsr_status tsr_decide(tsr_placement *pl) {
         bool overridden = bt != NULL;
         if (bt) {
             if (!bt->is_host && tsr__backend_device_index(b, bt->device) >= b->n_devices)
-                return tsr__error(TSR_E_INVALID, "override for '%s': buffer type %s belongs to device %s, which the "
-                                  "backend does not use", w->name, bt->name, bt->device->name);
+                return tsr__error(TSR_E_INVALID,
+                                  "override for '%s': buffer type %s belongs to device %s, which the "
+                                  "backend does not use",
+                                  w->name, bt->name, bt->device->name);
             tsr_log_override(w, bt);
         } else {
             bt = tsr_default_buft(pl, role, il);
@@ -378,8 +381,7 @@ static tsr_status tsr_decide(tsr_placement *pl) {
 static tsr_status tsr_size_groups(tsr_placement *pl) {
     for (size_t i = 0; i < pl->n; i++) {
         size_t g = 0;
-        while (g < pl->n_groups && pl->group[g] != pl->buft[i])
-            g++;
+        while (g < pl->n_groups && pl->group[g] != pl->buft[i]) g++;
         if (g == pl->n_groups) {
             if (g == 64)
                 return tsr__error(TSR_E_UNSUPPORTED, "weights placed on more than 64 buffer types");
@@ -414,8 +416,7 @@ static void tsr_commit(tsr_placement *pl) {
     for (size_t i = 0; i < pl->n; i++) {
         tsr_tensor *t = pl->t[i];
         size_t g = 0;
-        while (pl->group[g] != pl->buft[i])
-            g++;
+        while (pl->group[g] != pl->buft[i]) g++;
         t->buffer = pl->group_buf[g];
         t->data = t->buffer ? (char *)t->buffer->base + pl->offset[i] : NULL;
         t->device_id = (int)tsr_buft_dev(b, pl->buft[i]);
@@ -481,16 +482,14 @@ static tsr_status tsr_place_run(tsr_placement *pl) {
         st = tsr_size_groups(pl);
     if (st != TSR_OK)
         return st;
-    for (size_t d = 0; d < b->n_devices; d++)
-        b->plan_weights[d] = b->live_weights[d] + pl->add[d];
+    for (size_t d = 0; d < b->n_devices; d++) b->plan_weights[d] = b->live_weights[d] + pl->add[d];
     tsr_backend_log_plan(b);
     if ((st = tsr__plan_check(b)) != TSR_OK)
         return st;
     if ((st = tsr_reserve_lists(pl)) != TSR_OK)
         return st;
     if (pl->p.plan_only) { /* planned devices only: tsr_measure can size compute buffers */
-        for (size_t i = 0; i < pl->n; i++)
-            pl->t[i]->device_id = (int)tsr_buft_dev(b, pl->buft[i]);
+        for (size_t i = 0; i < pl->n; i++) pl->t[i]->device_id = (int)tsr_buft_dev(b, pl->buft[i]);
     } else {
         if ((st = tsr_allocate(pl)) != TSR_OK)
             return st;
@@ -516,19 +515,17 @@ tsr_status tsr_backend_place_weights(tsr_backend *b, const tsr_load_params *p) {
     if (!b)
         return tsr__error(TSR_E_INVALID, "tsr_backend_place_weights: NULL backend");
     if (p && p->size < sizeof(size_t))
-        return tsr__error(TSR_E_INVALID, "tsr_backend_place_weights: params.size is %zu; call tsr_load_params_init", p->size);
+        return tsr__error(TSR_E_INVALID, "tsr_backend_place_weights: params.size is %zu; call tsr_load_params_init",
+                          p->size);
     tsr_load_params prm;
     tsr__load_params_read(p, &prm);
     return tsr__place_weights(b, &prm);
 }
 
 void tsr__weights_free(tsr_backend *b) {
-    for (size_t i = 0; i < b->weights.n; i++)
-        tsr__free(b->weights.tensors[i]);
-    for (size_t i = 0; i < b->weights.n_copies; i++)
-        tsr__free(b->weights.copies[i].copy);
-    for (size_t i = 0; i < b->weights.n_buffers; i++)
-        tsr_buffer_free(b->weights.buffers[i]);
+    for (size_t i = 0; i < b->weights.n; i++) tsr__free(b->weights.tensors[i]);
+    for (size_t i = 0; i < b->weights.n_copies; i++) tsr__free(b->weights.copies[i].copy);
+    for (size_t i = 0; i < b->weights.n_buffers; i++) tsr_buffer_free(b->weights.buffers[i]);
     tsr__free(b->weights.tensors);
     tsr__free(b->weights.copies);
     tsr__free(b->weights.buffers);

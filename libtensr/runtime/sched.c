@@ -89,7 +89,6 @@ struct tsr_sched {
     size_t staging_size, staging_need;
 };
 
-
 static tsr_status tsr_oom(void) { return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph"); }
 
 tsr_status tsr__sched_new(tsr_backend *b, tsr_sched **out) {
@@ -127,8 +126,7 @@ void tsr__sched_free(tsr_sched *s) {
     tsr__free(s->swaps);
     tsr__free(s->shadows);
     tsr__free(s->written);
-    for (size_t i = 0; i < s->n_chunks; i++)
-        tsr__free(s->chunks[i]);
+    for (size_t i = 0; i < s->n_chunks; i++) tsr__free(s->chunks[i]);
     tsr__free(s->chunks);
     tsr__aligned_free(s->staging);
     tsr__free(s);
@@ -214,7 +212,8 @@ static tsr_status tsr_check_leaf(const tsr_backend *b, const tsr_tensor *t, bool
         tsr_tensor_nbytes(t) > 0)
         return tsr__error(TSR_E_STATE, "tensor '%s' has no memory yet%s", t->name,
                           (t->flags & TSR_FLAG_WEIGHT) ? " (weights are allocated by tsr_backend_place_weights or "
-                                                         "tsr_backend_load_gguf)" : "");
+                                                         "tsr_backend_load_gguf)"
+                                                       : "");
     return TSR_OK;
 }
 
@@ -238,12 +237,16 @@ static tsr_status tsr_place_node(tsr_sched *s, tsr_tensor *n) {
     tsr_backend *b = s->b;
     int cpu = tsr_cpu(b), dev = tsr_pick_device(b, n);
     if (dev == LOC_FOREIGN)
-        return tsr__error(TSR_E_UNSUPPORTED, "node '%s' (%s) writes into '%s', which lives on a device outside the "
-                          "backend", n->name, tsr__op_name(n->op), n->view_src->name);
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "node '%s' (%s) writes into '%s', which lives on a device outside the "
+                          "backend",
+                          n->name, tsr__op_name(n->op), n->view_src->name);
     if (!tsr_supports(b, dev, n)) {
         if (n->view_src && tsr_loc(b, n->view_src) == dev && dev != cpu)
-            return tsr__error(TSR_E_UNSUPPORTED, "%s cannot run %s of node '%s' with these types, and the node "
-                              "writes into memory of that device", b->devices[dev]->name, tsr__op_name(n->op), n->name);
+            return tsr__error(TSR_E_UNSUPPORTED,
+                              "%s cannot run %s of node '%s' with these types, and the node "
+                              "writes into memory of that device",
+                              b->devices[dev]->name, tsr__op_name(n->op), n->name);
         if (dev == cpu || !tsr_supports(b, cpu, n))
             return tsr__error(TSR_E_UNSUPPORTED, "no device of the backend runs %s of node '%s' with these types",
                               tsr__op_name(n->op), n->name);
@@ -256,8 +259,7 @@ static tsr_status tsr_place_node(tsr_sched *s, tsr_tensor *n) {
             return tsr_oom();
         s->written[s->n_written++] = tsr__view_root(n->view_src);
     }
-    for (int j = 0; j < TSR_MAX_SRC; j++)
-        tsr_claim_empty(n->src[j], dev);
+    for (int j = 0; j < TSR_MAX_SRC; j++) tsr_claim_empty(n->src[j], dev);
     return TSR_OK;
 }
 
@@ -316,8 +318,7 @@ static bool tsr_is_written(const tsr_sched *s, const tsr_tensor *root) {
 /* Byte offset of view t inside its root's storage. */
 static size_t tsr_root_offset(const tsr_tensor *t) {
     size_t off = 0;
-    for (; t->view_src; t = t->view_src)
-        off += t->view_offs;
+    for (; t->view_src; t = t->view_src) off += t->view_offs;
     return off;
 }
 
@@ -530,18 +531,12 @@ static void tsr_bind_one(tsr_sched *s, tsr_tensor *t) {
 /* Gives every planned tensor its address, then resolves views. */
 static void tsr_bind(tsr_sched *s) {
     tsr_graph *g = &s->graph;
-    for (size_t i = 0; i < g->n_leafs; i++)
-        tsr_bind_one(s, g->leafs[i]);
-    for (size_t i = 0; i < g->n_nodes; i++)
-        tsr_bind_one(s, g->nodes[i]);
-    for (size_t i = 0; i < s->n_copies; i++)
-        tsr_bind_one(s, s->copies[i].copy);
-    for (size_t i = 0; i < g->n_nodes; i++)
-        tsr_resolve_view(g->nodes[i]);
-    for (size_t i = 0; i < g->n_views; i++)
-        tsr_resolve_view(g->views[i]);
-    for (size_t i = 0; i < s->n_shadows; i++)
-        tsr_resolve_view(s->shadows[i].t);
+    for (size_t i = 0; i < g->n_leafs; i++) tsr_bind_one(s, g->leafs[i]);
+    for (size_t i = 0; i < g->n_nodes; i++) tsr_bind_one(s, g->nodes[i]);
+    for (size_t i = 0; i < s->n_copies; i++) tsr_bind_one(s, s->copies[i].copy);
+    for (size_t i = 0; i < g->n_nodes; i++) tsr_resolve_view(g->nodes[i]);
+    for (size_t i = 0; i < g->n_views; i++) tsr_resolve_view(g->views[i]);
+    for (size_t i = 0; i < s->n_shadows; i++) tsr_resolve_view(s->shadows[i].t);
 }
 
 /* ---- running ------------------------------------------------------------------------- */
@@ -579,8 +574,7 @@ static tsr_status tsr_sync_weight_copies(tsr_sched *s) {
 static tsr_status tsr_run_split(tsr_sched *s, const tsr_split *sp) {
     tsr_backend *b = s->b;
     tsr_status r = TSR_OK;
-    for (size_t c = sp->copy_begin; c < sp->copy_end && r == TSR_OK; c++)
-        r = tsr_copy_root(s, &s->copies[c]);
+    for (size_t c = sp->copy_begin; c < sp->copy_end && r == TSR_OK; c++) r = tsr_copy_root(s, &s->copies[c]);
     if (r != TSR_OK)
         return r;
     tsr_stream *st = b->streams[sp->dev];
@@ -633,10 +627,8 @@ static tsr_status tsr_plan(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs,
 
 static void tsr_mark_results(tsr_sched *s) {
     uint64_t gen = s->b->generation;
-    for (size_t i = 0; i < s->graph.n_nodes; i++)
-        s->graph.nodes[i]->generation = gen;
-    for (size_t i = 0; i < s->graph.n_views; i++)
-        s->graph.views[i]->generation = gen;
+    for (size_t i = 0; i < s->graph.n_nodes; i++) s->graph.nodes[i]->generation = gen;
+    for (size_t i = 0; i < s->graph.n_views; i++) s->graph.views[i]->generation = gen;
     for (size_t i = 0; i < s->graph.n_leafs; i++)
         if (!tsr__has_static_data(s->graph.leafs[i]))
             s->graph.leafs[i]->generation = gen;
