@@ -29,7 +29,7 @@ extern "C" {
 
 /* The one source of the version: configure.ac reads these three lines. */
 #define TSR_VERSION_MAJOR 0
-#define TSR_VERSION_MINOR 1
+#define TSR_VERSION_MINOR 2
 #define TSR_VERSION_PATCH 0
 #define TSR_VERSION_NUMBER ((TSR_VERSION_MAJOR << 16) | (TSR_VERSION_MINOR << 8) | TSR_VERSION_PATCH)
 
@@ -510,6 +510,9 @@ TSR_API void tsr_kv_cache_clear(tsr_kv_cache *c);
 TSR_API tsr_status tsr_kv_cache_remove(tsr_kv_cache *c, int seq, int32_t p0, int32_t p1);
 TSR_API int64_t tsr_kv_cache_used(const tsr_kv_cache *c);
 TSR_API int64_t tsr_kv_cache_n_ctx(const tsr_kv_cache *c);
+/* Largest position of sequence seq in the cache (-1 = any sequence); -1
+ * when it has none. */
+TSR_API int32_t tsr_kv_cache_seq_pos_max(const tsr_kv_cache *c, int seq);
 /* The mask input built by the last begin (NULL before). */
 TSR_API tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c);
 /* Builds the inputs of a worst-case batch of n_tokens over the whole cache
@@ -617,6 +620,129 @@ TSR_API tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *na
 TSR_API tsr_status tsr_gguf_writer_write_file(tsr_gguf_writer *w, const char *path);
 /* Writes to a malloc'ed buffer owned by the caller (free with tsr_free). */
 TSR_API tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data, size_t *size);
+
+/* ------------------------------------------------------------------------ */
+/* Model layer: load a GGUF model, tokenize, decode, sample, format chats     */
+/* ------------------------------------------------------------------------ */
+/* Architectures: llama and mistral (dense). A model, its sessions and its
+ * samplers follow the thread model of the backend the model lives in: one
+ * thread at a time. Errors: every fallible call returns a status with the
+ * detail in tsr_last_error(). */
+
+typedef struct tsr_model tsr_model;     /* weights, hyper-parameters, vocabulary; read-only after load */
+typedef struct tsr_session tsr_session; /* a KV cache shared by up to n_seq_max sequences */
+typedef struct tsr_sampler tsr_sampler;
+
+/* Loads the model into backend b (b must hold no other weights and outlive
+ * the model); lp may be NULL (everything on the CPU, defaults). Reads the
+ * hyper-parameters, the weights (checked against them), the vocabulary and
+ * the chat template. TSR_E_IO, TSR_E_MALFORMED, TSR_E_UNSUPPORTED (an
+ * architecture, tensor or tokenizer it does not know, named),
+ * TSR_E_DEVICE_NOMEM, TSR_E_STATE when b already holds weights. */
+TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out);
+/* Frees the model (NULL is a no-op). Its sessions and samplers must be freed first. */
+TSR_API void tsr_model_free(tsr_model *m);
+/* general.architecture ("llama", "mistral"); owned by the model. */
+TSR_API const char *tsr_model_arch(const tsr_model *m);
+TSR_API int32_t tsr_model_n_vocab(const tsr_model *m);
+/* The context length the model was trained with (its context_length key). */
+TSR_API int64_t tsr_model_n_ctx_train(const tsr_model *m);
+TSR_API int32_t tsr_model_token_bos(const tsr_model *m); /* -1 when none */
+TSR_API int32_t tsr_model_token_eos(const tsr_model *m); /* -1 when none */
+/* 1 when token ends a generation (EOS, end of turn, ...), else 0. */
+TSR_API int tsr_model_token_is_eog(const tsr_model *m, int32_t token);
+
+#define TSR_TOKENIZE_ADD_SPECIAL 1u   /* BOS/EOS as the model's metadata asks */
+#define TSR_TOKENIZE_PARSE_SPECIAL 2u /* "<|im_start|>" in the text becomes its control token */
+/* Tokenizes text[0..len) as llama.cpp does. At most cap tokens are written;
+ * *n_tokens is the count, also when cap is too small (TSR_E_RANGE; call
+ * again with a larger buffer). TSR_E_INVALID for NULL arguments or unknown flags. */
+TSR_API tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, unsigned flags,
+                                      int32_t *tokens, size_t cap, size_t *n_tokens);
+/* The bytes of one token (control tokens rendered when special != 0, else
+ * nothing); may be part of a UTF-8 character. At most cap bytes are written
+ * (no NUL); *len is the full length, also when cap is too small
+ * (TSR_E_RANGE). TSR_E_INVALID for a token outside the vocabulary. */
+TSR_API tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special, char *buf, size_t cap,
+                                         size_t *len);
+/* The text of n tokens as llama.cpp's detokenizer writes it (control
+ * tokens rendered when special != 0). *len is the full length (without a
+ * NUL); the text is NUL-terminated when len < cap; TSR_E_RANGE when it does
+ * not fit in cap bytes. The bytes are raw: invalid UTF-8 stays as it is. */
+TSR_API tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_t n, int special, char *buf,
+                                        size_t cap, size_t *len);
+
+typedef struct tsr_chat_message {
+    const char *role; /* "system", "user", "assistant" */
+    const char *content;
+} tsr_chat_message;
+/* Renders msgs[0..n) with the model's chat template (tokenizer.chat_template,
+ * recognized as llama.cpp does: ChatML, llama-2, Mistral, llama-3, zephyr,
+ * gemma, phi-3); add_assistant opens the assistant's turn. *len is the full
+ * length; NUL-terminated when it fits (len < cap), else TSR_E_RANGE.
+ * TSR_E_NOT_FOUND when the model has no template, TSR_E_UNSUPPORTED when it
+ * is not one of those. Tokenize the result with TSR_TOKENIZE_PARSE_SPECIAL. */
+TSR_API tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msgs, size_t n,
+                                         int add_assistant, char *buf, size_t cap, size_t *len);
+
+typedef struct tsr_session_params {
+    size_t size;           /* sizeof(tsr_session_params), set by _init */
+    int64_t n_ctx;         /* KV cells shared by all sequences; 0 = the training context */
+    int64_t n_batch;       /* most tokens one decode call takes; default 2048 */
+    int64_t n_ubatch;      /* tokens per graph; default 512 */
+    int32_t n_seq_max;     /* sequence ids 0 .. n_seq_max-1; default 1 */
+    int64_t n_outputs_max; /* most logits rows of one micro-batch; default n_seq_max */
+    tsr_type type_k, type_v; /* KV cache types; default F16 */
+} tsr_session_params;
+TSR_API void tsr_session_params_init(tsr_session_params *p, size_t size);
+/* Allocates the KV cache and reserves the worst-case compute buffers:
+ * out-of-memory shows here (TSR_E_DEVICE_NOMEM / TSR_E_NOMEM), never in
+ * decode. p may be NULL (defaults). n_ubatch and n_batch are capped at
+ * n_ctx, n_outputs_max at n_ubatch. */
+TSR_API tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_session **out);
+TSR_API void tsr_session_free(tsr_session *s); /* NULL is a no-op */
+/* Token i at position pos[i] (pos NULL: each sequence continues after its
+ * last position) of sequence seq[i] (NULL: all 0); logits kept where
+ * want_logits[i] != 0 (NULL: the last token only). Tokens of several
+ * sequences may share one call; the mask keeps them apart. The tokens go
+ * through graphs of n_ubatch; the logits rows one graph keeps may not
+ * exceed n_outputs_max (TSR_E_RANGE). TSR_E_FULL when the cache has no room
+ * (nothing changes); TSR_E_INVALID for a token or sequence id out of range
+ * or n > n_batch. On a failure in the middle, the cells this call took are
+ * forgotten again. */
+TSR_API tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
+                                      const int32_t *seq, const int8_t *want_logits);
+/* n_vocab logits of token i of the last decode; NULL when none were asked
+ * for. Valid until the next decode. */
+TSR_API const float *tsr_session_logits(const tsr_session *s, size_t i);
+/* Forgets positions p0 <= pos < p1 of sequence seq (seq -1: all; p1 < 0: to
+ * the end). TSR_E_INVALID for a sequence id out of range. */
+TSR_API tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, int32_t p1);
+/* Next position of seq (0 when it has none; -1 for a bad argument). */
+TSR_API int32_t tsr_session_n_past(const tsr_session *s, int32_t seq);
+/* KV cells of the session. */
+TSR_API int64_t tsr_session_n_ctx(const tsr_session *s);
+
+typedef struct tsr_sampler_params {
+    size_t size;           /* sizeof(tsr_sampler_params), set by _init */
+    float temp;            /* 0 = greedy; default 0.8 */
+    int32_t top_k;         /* default 40; <= 0 off */
+    float top_p, min_p;    /* defaults 0.95, 0.05; top_p >= 1 and min_p <= 0 are off */
+    float repeat_penalty;  /* 1 = off (default) */
+    int32_t repeat_last_n; /* default 64 */
+    uint64_t seed;
+} tsr_sampler_params;
+TSR_API void tsr_sampler_params_init(tsr_sampler_params *p, size_t size);
+/* llama.cpp's order: repetition penalty, top-k, top-p, min-p, temperature,
+ * then a draw (a seeded splitmix64: reproducible for a seed, not llama.cpp's
+ * draws). p may be NULL (defaults). */
+TSR_API tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out);
+TSR_API void tsr_sampler_free(tsr_sampler *s); /* NULL is a no-op */
+/* Picks a token from n_vocab logits and remembers it for the penalties; -1
+ * for NULL arguments. */
+TSR_API int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits);
+/* Forgets the remembered tokens and restarts the draws from the seed. */
+TSR_API void tsr_sampler_reset(tsr_sampler *s);
 
 /* Frees memory the library returned to the caller. */
 TSR_API void tsr_free(void *p);
