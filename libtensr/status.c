@@ -56,9 +56,11 @@ const char *tsr_last_error(void) { return tsr_error_buf; }
 void tsr_clear_error(void) { tsr_error_buf[0] = '\0'; }
 
 tsr_status tsr__verror(tsr_status s, const char *fmt, va_list ap) {
-    if (fmt)
-        vsnprintf(tsr_error_buf, sizeof tsr_error_buf, fmt, ap);
-    else
+    if (fmt) { /* through a copy: an argument may be the current detail (a prefix added to it) */
+        char tmp[sizeof tsr_error_buf];
+        vsnprintf(tmp, sizeof tmp, fmt, ap);
+        memcpy(tsr_error_buf, tmp, sizeof tmp);
+    } else
         snprintf(tsr_error_buf, sizeof tsr_error_buf, "%s", tsr_status_string(s));
     return s;
 }

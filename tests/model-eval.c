@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "examples/model/llama.h"
+#include "libtensr/model/llama.h"
 
 static int die(const char *what, const char *detail)
 {
@@ -49,7 +49,7 @@ static int print_logits(llm *m, const int32_t *ids, int64_t n, int k)
         return die("logits", "out of memory");
     if (llm_decode(m, ids, n, 0, logits) != TSR_OK) {
         free(logits);
-        return die("decode", llm_last_error());
+        return die("decode", tsr_last_error());
     }
     for (int64_t p = 0; p < n; p++) {
         const float *row = logits + p * nv;
@@ -85,7 +85,7 @@ static int greedy(llm *m, const int32_t *ids, int64_t n, int n_gen, int32_t eos)
         st = llm_decode(m, &tok, 1, 0, logits);
     }
     free(logits);
-    return st == TSR_OK ? 0 : die("decode", llm_last_error());
+    return st == TSR_OK ? 0 : die("decode", tsr_last_error());
 }
 
 /* Runs one command line; the cache is emptied first. */
@@ -155,7 +155,7 @@ int main(int argc, char **argv)
     if (tsr_backend_new(&bp, &be) != TSR_OK)
         rc = die("backend", tsr_last_error());
     else if (llm_open(be, argv[a], NULL, &lp, &m) != TSR_OK)
-        rc = die("open", llm_last_error());
+        rc = die("open", tsr_last_error());
     static char line[1 << 17];
     while (rc == 0 && fgets(line, sizeof line, stdin))
         rc = run_line(m, line);

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "examples/model/chat.h"
-#include "examples/model/tokenizer.h"
+#include "libtensr/model/chat.h"
+#include "libtensr/model/tokenizer.h"
 
 #include "tsrtest.h"
 
@@ -21,11 +21,11 @@ static void expect(const char *tmpl_text, const char *name, const char *want)
     chat_template *t = NULL;
     char *out = NULL;
     tsr_status st = chat_template_detect(tmpl_text, &t);
-    CHECK(st == TSR_OK, "detect %s: %s", name, chat_last_error());
+    CHECK(st == TSR_OK, "detect %s: %s", name, tsr_last_error());
     if (st != TSR_OK)
         return;
     CHECK(!strcmp(chat_template_name(t), name), "detected %s, expected %s", chat_template_name(t), name);
-    CHECK(chat_format(t, conv, 4, 1, &out) == TSR_OK, "format: %s", chat_last_error());
+    CHECK(chat_format(t, conv, 4, 1, &out) == TSR_OK, "format: %s", tsr_last_error());
     CHECK(out && !strcmp(out, want), "%s rendered\n%s\nexpected\n%s", name, out ? out : "(null)", want);
     free(out);
     chat_template_free(t);
@@ -63,7 +63,7 @@ static void test_templates(void)
            "<|assistant|>\n");
 
     CHECK(chat_template_detect("{{ messages | tojson }}", &t) == TSR_E_UNSUPPORTED, "unknown template fails");
-    CHECK(strstr(chat_last_error(), "unknown chat template"), "message: %s", chat_last_error());
+    CHECK(strstr(tsr_last_error(), "unknown chat template"), "message: %s", tsr_last_error());
     CHECK(chat_template_by_name("nope", &t) == TSR_E_NOT_FOUND, "unknown name");
     CHECK(chat_template_by_name("chatml", &t) == TSR_OK, "by name");
     CHECK(chat_format(t, NULL, 0, 1, &out) == TSR_OK && !strcmp(out, "<|im_start|>assistant\n"), "empty chat");
@@ -142,8 +142,8 @@ static void test_smollm2(const char *model, const char *refs)
         return;
     }
     CHECK(tsr_gguf_get_str(g, "tokenizer.chat_template", &text, NULL) == TSR_OK, "chat template key");
-    CHECK(chat_template_detect(text, &t) == TSR_OK, "detect: %s", chat_last_error());
-    CHECK(tok_vocab_load(g, &v) == TSR_OK, "vocab: %s", tok_last_error());
+    CHECK(chat_template_detect(text, &t) == TSR_OK, "detect: %s", tsr_last_error());
+    CHECK(tok_vocab_load(g, &v) == TSR_OK, "vocab: %s", tsr_last_error());
     tsr_gguf_close(g);
     if (!t || !v || !(f = fopen(refs, "r"))) {
         CHECK(0, "setup for %s", refs);

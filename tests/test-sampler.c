@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "examples/model/sampler.h"
+#include "libtensr/model/sampler.h"
 
 #include "tsrtest.h"
 

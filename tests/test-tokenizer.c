@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "examples/model/tok-unicode.h"
-#include "examples/model/tokenizer.h"
+#include "libtensr/model/tok-unicode.h"
+#include "libtensr/model/tokenizer.h"
 
 #include "tsrtest.h"
 
@@ -237,7 +237,7 @@ static void check_case(const tok_vocab *v, const char *line, stats *st)
         goto done;
     }
     if (tok_tokenize(v, (const char *)in, n_in, add, parse, &got, &n_got) != TSR_OK) {
-        CHECK(0, "tokenize failed: %s", tok_last_error());
+        CHECK(0, "tokenize failed: %s", tsr_last_error());
         goto done;
     }
     check_stream(v, ref, n_ref);
@@ -290,7 +290,7 @@ static int run_refs(const char *refs, const char *model)
     if (!f)
         return 1;
     if (tok_vocab_load_file(model, &v) != TSR_OK) {
-        CHECK(0, "%s: %s", model, tok_last_error());
+        CHECK(0, "%s: %s", model, tsr_last_error());
         fclose(f);
         return 1;
     }

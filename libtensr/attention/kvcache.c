@@ -306,6 +306,14 @@ int64_t tsr_kv_cache_used(const tsr_kv_cache *c) { return c ? c->n_used : 0; }
 int64_t tsr_kv_cache_n_ctx(const tsr_kv_cache *c) { return c ? c->p.n_ctx : 0; }
 tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c) { return c ? c->mask : NULL; }
 
+int32_t tsr_kv_cache_seq_pos_max(const tsr_kv_cache *c, int seq) {
+    int32_t max = -1;
+    for (int64_t i = 0; c && i < c->p.n_ctx; i++)
+        if (c->cell_pos[i] > max && (seq < 0 || c->cell_seq[i] == seq))
+            max = c->cell_pos[i];
+    return max;
+}
+
 /* ---- begin ---------------------------------------------------------------------- */
 
 static tsr_status tsr_check_batch(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq) {

@@ -1,13 +1,14 @@
-/* llama.c - llama/mistral-architecture forward pass on libtensr's public API
- * (examples/model). See llama.h for the contract.
+/* llama.c - the llama/mistral-architecture network on libtensr's public
+ * API: hyper-parameters from the GGUF metadata, the weights' shapes, and the
+ * graph of one micro-batch.
  *
- * Per micro-batch one context holds the graph: token embedding, per layer
- * RMS norm -> Q/K/V (optional biases) -> rope -> tsr_attention over the KV
- * cache -> output projection -> residual -> RMS norm -> SwiGLU FFN ->
- * residual, then the final norm and the output head. Only the rows whose
- * logits are wanted go through the last layer's FFN and the head (the head
- * is the largest matrix of a small model). */
-#include "llama.h"
+ * The graph: token embedding, per layer RMS norm -> Q/K/V (optional biases)
+ * -> rope -> tsr_attention over the KV cache -> output projection ->
+ * residual -> RMS norm -> SwiGLU FFN -> residual, then the final norm and
+ * the output head. Only the rows whose logits are wanted go through the
+ * last layer's FFN and the head (the largest matrix of a small model): they
+ * are gathered with tsr_get_rows before it. */
+#include "model.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -15,62 +16,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- errors -------------------------------------------------------------- */
-
-static _Thread_local char llm_err[1024];
-
-const char *llm_last_error(void) { return llm_err; }
-
-static tsr_status fail(tsr_status st, const char *fmt, ...)
+tsr_status llm_fail(tsr_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(llm_err, sizeof llm_err, fmt, ap);
+    st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
     va_end(ap);
     return st;
 }
+
+#define fail llm_fail
 
 /* A libtensr call failed: keep its detail behind our prefix. */
 static tsr_status fail_tsr(tsr_status st, const char *what)
 {
     return fail(st, "%s: %s", what, tsr_last_error()[0] ? tsr_last_error() : tsr_status_string(st));
 }
-
-/* ---- the model ----------------------------------------------------------- */
-
-typedef struct llm_layer {
-    tsr_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
-    tsr_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
-    tsr_tensor *rope_freqs; /* the copy on this layer's device, or NULL */
-} llm_layer;
-
-struct llm {
-    tsr_backend *be;
-    tsr_gguf *gguf;
-    llm_hparams hp;
-    llm_params p;
-    tsr_tensor *tok_embd, *out_norm, *output;
-    llm_layer *layers;
-    tsr_kv_cache *cache;
-    int64_t n_ctx;
-    int64_t n_past;
-};
-
-static void llm_forget(llm *m);
-
-void llm_params_default(llm_params *p)
-{
-    memset(p, 0, sizeof *p);
-    p->n_ubatch = 512;
-    p->n_outputs_max = 1;
-    p->type_k = TSR_TYPE_F16; /* as llama.cpp: the results then round as its do */
-    p->type_v = TSR_TYPE_F16;
-}
-
-const llm_hparams *llm_get_hparams(const llm *m) { return &m->hp; }
-const tsr_gguf *llm_get_gguf(const llm *m) { return m->gguf; }
-int64_t llm_n_ctx(const llm *m) { return m->n_ctx; }
-int64_t llm_n_past(const llm *m) { return m->n_past; }
 
 /* ---- hyper-parameters ---------------------------------------------------- */
 
@@ -241,7 +202,7 @@ tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp)
 
 /* Looks up a weight and checks its shape ({ne0, ne1}; ne1 = 0 for 1-D).
  * Optional weights may be absent (*out = NULL). */
-static tsr_status bind(llm *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out)
+static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out)
 {
     tsr_tensor *t = tsr_backend_weight(m->be, name);
     *out = t;
@@ -259,7 +220,7 @@ static tsr_status bind(llm *m, const char *name, int64_t ne0, int64_t ne1, int o
     return TSR_OK;
 }
 
-static tsr_status bind_layer(llm *m, int il)
+static tsr_status bind_layer(tsr_model *m, int il)
 {
     const llm_hparams *hp = &m->hp;
     llm_layer *l = &m->layers[il];
@@ -292,7 +253,7 @@ static tsr_status bind_layer(llm *m, int il)
     return TSR_OK;
 }
 
-static tsr_status bind_weights(llm *m)
+tsr_status llm_bind_weights(tsr_model *m)
 {
     const llm_hparams *hp = &m->hp;
     tsr_status st;
@@ -314,20 +275,15 @@ static tsr_status bind_weights(llm *m)
     return TSR_OK;
 }
 
-static tsr_status load_weights(llm *m, const char *path, const tsr_load_params *lp)
-{
-    tsr_status st = tsr_backend_load_gguf(m->be, path, lp);
-    return st == TSR_OK ? TSR_OK : fail_tsr(st, "loading weights");
-}
-
 /* ---- the forward pass ---------------------------------------------------- */
 
-/* One micro-batch being built: n tokens; logits for rows [out0, out0+n_out). */
+/* One micro-batch being built. */
 typedef struct fwd {
-    llm *m;
+    const tsr_model *m;
     tsr_context *ctx;
-    tsr_tensor *pos;
-    int64_t n, out0, n_out;
+    tsr_kv_cache *cache;
+    tsr_tensor *pos, *out_ids; /* out_ids NULL: every row is kept */
+    int64_t n, n_out;
 } fwd;
 
 static tsr_tensor *rms_norm(fwd *f, tsr_tensor *x, tsr_tensor *w)
@@ -348,7 +304,6 @@ static tsr_tensor *rope(fwd *f, tsr_tensor *x, tsr_tensor *factors)
                         hp->rope_freq_base, hp->rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
 }
 
-
 /* Self-attention of layer il on the normed input: [head_dim_v*n_head, n]. */
 static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur)
 {
@@ -362,17 +317,11 @@ static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur)
     k = rope(f, tsr_reshape_3d(ctx, k, hp->head_dim_k, hp->n_head_kv, f->n), l->rope_freqs);
     v = tsr_reshape_3d(ctx, v, hp->head_dim_v, hp->n_head_kv, f->n);
     float scale = 1.0f / sqrtf((float)hp->head_dim_k);
-    return tsr_attention(ctx, f->m->cache, il, q, k, v, scale);
+    return tsr_attention(ctx, f->cache, il, q, k, v, scale);
 }
 
-/* Rows [out0, out0+n_out) of a [ne0, n] tensor (a view; no copy). */
-static tsr_tensor *out_rows(fwd *f, tsr_tensor *t)
-{
-    if (!t || (f->out0 == 0 && f->n_out == f->n))
-        return t;
-    size_t nb1 = tsr_tensor_nb(t, 1);
-    return tsr_view_2d(f->ctx, t, tsr_tensor_ne(t, 0), f->n_out, nb1, (size_t)f->out0 * nb1);
-}
+/* The rows whose logits are wanted of a [ne0, n] tensor. */
+static tsr_tensor *out_rows(fwd *f, tsr_tensor *t) { return f->out_ids ? tsr_get_rows(f->ctx, t, f->out_ids) : t; }
 
 static tsr_tensor *feed_forward(fwd *f, const llm_layer *l, tsr_tensor *x)
 {
@@ -382,12 +331,9 @@ static tsr_tensor *feed_forward(fwd *f, const llm_layer *l, tsr_tensor *x)
     return tsr_mul_mat(f->ctx, l->ffn_down, tsr_swiglu(f->ctx, gate, up));
 }
 
-/* The graph of one micro-batch; returns the logits [n_vocab, n_out], or,
- * when no row is wanted, the last layer's attention (which writes the
- * cache). NULL on an op error (recorded in the context). */
-static tsr_tensor *build(fwd *f, tsr_tensor *tokens)
+static tsr_tensor *graph(fwd *f, tsr_tensor *tokens)
 {
-    llm *m = f->m;
+    const tsr_model *m = f->m;
     tsr_context *ctx = f->ctx;
     tsr_tensor *x = tsr_get_rows(ctx, m->tok_embd, tokens);
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -405,201 +351,30 @@ static tsr_tensor *build(fwd *f, tsr_tensor *tokens)
     return tsr_mul_mat(ctx, m->output, rms_norm(f, x, m->out_norm));
 }
 
-/* Builds the graph of tokens[0..n) at positions pos[]; *out is its result.
- * pos NULL builds the worst case for tsr_reserve (every cache cell read). */
-static tsr_status prepare(llm *m, fwd *f, const int32_t *tokens, const int32_t *pos, int64_t n, int64_t out0,
-                          int64_t n_out, tsr_tensor **out)
+/* Whether out_ids[0..n_out) is 0..n-1 (every row: no gather). */
+static int all_rows(const llm_batch *b)
 {
-    int64_t ne = n;
-    memset(f, 0, sizeof *f);
-    f->m = m;
-    f->n = n;
-    f->out0 = out0;
-    f->n_out = n_out;
-    f->ctx = tsr_context_new(m->be);
-    if (!f->ctx)
-        return fail_tsr(TSR_E_NOMEM, "creating a context");
-    tsr_tensor *tok = tsr_input(f->ctx, TSR_TYPE_I32, 1, &ne, tokens);
-    f->pos = tsr_input(f->ctx, TSR_TYPE_I32, 1, &ne, pos);
-    tsr_status st = pos ? tsr_kv_cache_begin(m->cache, f->ctx, n, pos, NULL)
-                        : tsr_kv_cache_begin_reserve(m->cache, f->ctx, n);
-    if (st != TSR_OK)
-        return fail_tsr(st, "kv cache");
-    *out = build(f, tok);
+    if (b->n_out != b->n)
+        return 0;
+    for (int64_t i = 0; b->out_ids && i < b->n_out; i++)
+        if (b->out_ids[i] != i)
+            return 0;
+    return 1;
+}
+
+tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out)
+{
+    fwd f = {m, ctx, cache, NULL, NULL, b->n, b->n_out};
+    int64_t ne = b->n, ne_out = b->n_out;
+    tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
+    f.pos = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->pos);
+    if (b->n_out > 0 && (!b->tokens || !all_rows(b)))
+        f.out_ids = tsr_input(ctx, TSR_TYPE_I32, 1, &ne_out, b->out_ids);
+    *out = graph(&f, tok);
     if (!*out) {
-        st = tsr_context_status(f->ctx);
+        tsr_status st = tsr_context_status(ctx);
         return fail(st ? st : TSR_E_INVALID, "building the graph: %s",
-                    tsr_context_error(f->ctx) ? tsr_context_error(f->ctx) : tsr_last_error());
+                    tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
     }
     return TSR_OK;
-}
-
-/* One micro-batch: n tokens at n_past.., logits rows [out0, out0+n_out). */
-static tsr_status ubatch(llm *m, const int32_t *tokens, int64_t n, int64_t out0, int64_t n_out, float *logits)
-{
-    int32_t *pos = malloc((size_t)n * sizeof *pos);
-    if (!pos)
-        return fail(TSR_E_NOMEM, "out of memory for %lld positions", (long long)n);
-    for (int64_t i = 0; i < n; i++)
-        pos[i] = (int32_t)(m->n_past + i);
-    fwd f;
-    tsr_tensor *out = NULL;
-    tsr_status st = prepare(m, &f, tokens, pos, n, out0, n_out, &out);
-    free(pos);
-    if (st == TSR_OK && (st = tsr_compute(f.ctx, &out, 1)) != TSR_OK)
-        fail_tsr(st, "compute");
-    if (st == TSR_OK && n_out > 0 && logits) {
-        size_t bytes = (size_t)n_out * (size_t)m->hp.n_vocab * sizeof(float);
-        if ((st = tsr_tensor_read(out, logits, 0, bytes)) != TSR_OK)
-            fail_tsr(st, "reading logits");
-    }
-    tsr_context_close(f.ctx);
-    if (st == TSR_OK)
-        m->n_past += n;
-    else /* forget the cells this batch took, so the cache stays consistent */
-        llm_forget(m);
-    return st;
-}
-
-tsr_status llm_decode(llm *m, const int32_t *tokens, int64_t n, int64_t logits_from, float *logits)
-{
-    if (!m || n < 0 || (n > 0 && !tokens))
-        return fail(TSR_E_INVALID, "llm_decode: invalid arguments");
-    if (m->n_past + n > m->n_ctx)
-        return fail(TSR_E_FULL, "context is full: %lld tokens in the cache + %lld new > n_ctx %lld",
-                    (long long)m->n_past, (long long)n, (long long)m->n_ctx);
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
-            return fail(TSR_E_RANGE, "token id %d at %lld is outside the vocabulary (0..%lld)", tokens[i],
-                        (long long)i, (long long)m->hp.n_vocab - 1);
-    if (!logits || logits_from < 0)
-        logits_from = logits ? 0 : n;
-    float *dst = logits;
-    for (int64_t i0 = 0; i0 < n; i0 += m->p.n_ubatch) {
-        int64_t nb = n - i0 < m->p.n_ubatch ? n - i0 : m->p.n_ubatch;
-        int64_t out0 = logits_from > i0 ? logits_from - i0 : 0;
-        int64_t n_out = out0 < nb ? nb - out0 : 0;
-        if (n_out > m->p.n_outputs_max)
-            return fail(TSR_E_RANGE, "%lld logits rows asked in one micro-batch, at most %lld were reserved",
-                        (long long)n_out, (long long)m->p.n_outputs_max);
-        tsr_status st = ubatch(m, tokens + i0, nb, out0 < nb ? out0 : 0, n_out, dst);
-        if (st != TSR_OK)
-            return st;
-        if (dst)
-            dst += n_out * m->hp.n_vocab;
-    }
-    return TSR_OK;
-}
-
-/* Forgets cache cells at positions >= n_past (after a failed batch). */
-static void llm_forget(llm *m)
-{
-    if (tsr_kv_cache_remove(m->cache, -1, (int32_t)m->n_past, -1) != TSR_OK)
-        tsr_kv_cache_clear(m->cache), m->n_past = 0;
-}
-
-void llm_reset(llm *m)
-{
-    tsr_kv_cache_clear(m->cache);
-    m->n_past = 0;
-}
-
-/* ---- opening ------------------------------------------------------------- */
-
-/* Sizes the compute buffers for the worst micro-batch: n_ubatch tokens at
- * the end of a full context, n_outputs_max logits rows. */
-static tsr_status reserve(llm *m)
-{
-    int64_t n = m->p.n_ubatch, n_out = m->p.n_outputs_max;
-    fwd f;
-    tsr_tensor *out = NULL;
-    tsr_status st = prepare(m, &f, NULL, NULL, n, n - n_out, n_out, &out);
-    if (st == TSR_OK && (st = tsr_reserve(f.ctx, &out, 1)) != TSR_OK)
-        fail_tsr(st, "reserving compute memory");
-    tsr_context_close(f.ctx);
-    return st;
-}
-
-static tsr_status make_cache(llm *m)
-{
-    const llm_hparams *hp = &m->hp;
-    tsr_kv_cache_params kp;
-    tsr_kv_cache_params_init(&kp, sizeof kp);
-    kp.n_layers = hp->n_layer;
-    kp.n_ctx = m->n_ctx;
-    kp.n_head_kv = hp->n_head_kv;
-    kp.head_dim_k = hp->head_dim_k;
-    kp.head_dim_v = hp->head_dim_v;
-    kp.type_k = m->p.type_k;
-    kp.type_v = m->p.type_v;
-    kp.n_seq = 1;
-    kp.n_batch_max = m->p.n_ubatch;
-    tsr_status st = tsr_kv_cache_new(m->be, &kp, &m->cache);
-    return st == TSR_OK ? TSR_OK : fail_tsr(st, "creating the KV cache");
-}
-
-/* Context size and batch sizes from the caller's wishes and the model. */
-static tsr_status settle_params(llm *m, const llm_params *p)
-{
-    const llm_hparams *hp = &m->hp;
-    if (p)
-        m->p = *p;
-    else
-        llm_params_default(&m->p);
-    m->n_ctx = m->p.n_ctx > 0 ? m->p.n_ctx : hp->n_ctx_train;
-    if (m->n_ctx > INT32_MAX / 2)
-        return fail(TSR_E_INVALID, "context size %lld is too large", (long long)m->n_ctx);
-    if (hp->sliding_window > 0 && hp->sliding_window < m->n_ctx)
-        return fail(TSR_E_UNSUPPORTED,
-                    "%s: sliding-window attention (window %lld) is not supported yet; use a context of at most "
-                    "%lld tokens (-c %lld), where it makes no difference",
-                    tsr_gguf_path(m->gguf), (long long)hp->sliding_window, (long long)hp->sliding_window,
-                    (long long)hp->sliding_window);
-    if (m->p.n_ubatch <= 0 || m->p.n_ubatch > m->n_ctx)
-        m->p.n_ubatch = m->n_ctx < 512 ? m->n_ctx : 512;
-    if (m->p.n_outputs_max < 0 || m->p.n_outputs_max > m->p.n_ubatch)
-        m->p.n_outputs_max = m->p.n_ubatch;
-    return TSR_OK;
-}
-
-tsr_status llm_open(tsr_backend *be, const char *path, const tsr_load_params *lp, const llm_params *p, llm **out)
-{
-    if (!be || !path || !out)
-        return fail(TSR_E_INVALID, "llm_open: NULL argument");
-    *out = NULL;
-    llm *m = calloc(1, sizeof *m);
-    if (!m)
-        return fail(TSR_E_NOMEM, "out of memory");
-    m->be = be;
-    tsr_status st = tsr_gguf_open(path, &m->gguf);
-    if (st != TSR_OK)
-        st = fail(st, "%s", tsr_last_error());
-    if (st == TSR_OK)
-        st = llm_hparams_read(m->gguf, &m->hp);
-    if (st == TSR_OK)
-        st = settle_params(m, p);
-    if (st == TSR_OK)
-        st = load_weights(m, path, lp);
-    if (st == TSR_OK)
-        st = bind_weights(m);
-    if (st == TSR_OK)
-        st = make_cache(m);
-    if (st == TSR_OK)
-        st = reserve(m);
-    if (st != TSR_OK) {
-        llm_free(m);
-        return st;
-    }
-    *out = m;
-    return TSR_OK;
-}
-
-void llm_free(llm *m)
-{
-    if (!m)
-        return;
-    tsr_kv_cache_free(m->cache);
-    free(m->layers);
-    tsr_gguf_close(m->gguf);
-    free(m);
 }

@@ -1,5 +1,5 @@
 /* tokenizer.c - loads a tokenizer from GGUF metadata (public libtensr GGUF
- * API only) and converts text to token ids and back (examples/model).
+ * API only) and converts text to token ids and back (libtensr/model).
  *
  * The algorithms mirror llama.cpp's (llama-vocab.cpp) so ids are identical:
  * control tokens found in the text first (longest first), then for BPE the
@@ -17,15 +17,11 @@
 
 /* ---- errors -------------------------------------------------------------- */
 
-static _Thread_local char tok_err[512];
-
-const char *tok_last_error(void) { return tok_err; }
-
 static tsr_status fail(tsr_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tok_err, sizeof tok_err, fmt, ap);
+    st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
     va_end(ap);
     return st;
 }

@@ -1,8 +1,8 @@
 /* tok-unicode.h - UTF-8 coding, Unicode classes and the pre-tokenizer
- * splitting used by the tokenizer (examples/model). Private to the model
+ * splitting used by the tokenizer (libtensr/model). Private to the model
  * example; behaves like llama.cpp's unicode.cpp so token ids match. */
-#ifndef TSR_EXAMPLES_TOK_UNICODE_H
-#define TSR_EXAMPLES_TOK_UNICODE_H
+#ifndef TSR_MODEL_TOK_UNICODE_H
+#define TSR_MODEL_TOK_UNICODE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* tokenizer.h - text <-> token ids for GGUF models, loaded from the GGUF
- * metadata through libtensr's public GGUF API (examples/model).
+ * metadata through libtensr's public GGUF API (libtensr/model).
  *
  * Supports byte-level BPE vocabularies (tokenizer.ggml.model = "gpt2") with
  * the gpt2, smollm and llama3 families of pre-tokenizers, and SentencePiece
@@ -8,15 +8,15 @@
  * llama.cpp's llama_tokenize / llama_token_to_piece for the same model.
  *
  * A tok_vocab is immutable after loading: using one from several threads is
- * safe. Errors: functions return a tsr_status and tok_last_error() gives a
+ * safe. Errors: functions return a tsr_status and tsr_last_error() gives a
  * thread-local detail. */
-#ifndef TSR_EXAMPLES_TOKENIZER_H
-#define TSR_EXAMPLES_TOKENIZER_H
+#ifndef TSR_MODEL_TOKENIZER_H
+#define TSR_MODEL_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "libtensr.h"
+#include "bridge.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,9 +39,6 @@ typedef enum tok_attr {
     TOK_ATTR_UNUSED = 5,
     TOK_ATTR_BYTE = 6
 } tok_attr;
-
-/* Thread-local detail of the last tok_* error ("" when none). */
-const char *tok_last_error(void);
 
 /* Loads the tokenizer from an open GGUF (g is not kept). Unsupported
  * tokenizer models or pre-tokenizers fail with TSR_E_UNSUPPORTED naming them. */

@@ -1,4 +1,4 @@
-/* chat.h - chat templates for instruct models (examples/model).
+/* chat.h - chat templates for instruct models (libtensr/model).
  *
  * We do not run Jinja: a template is recognized by markers in the text of
  * tokenizer.chat_template (as llama.cpp's llama_chat_apply_template does)
@@ -8,12 +8,12 @@
  * (<|start_header_id|>), zephyr (<|user|> ... <|endoftext|>), gemma
  * (<start_of_turn>) and phi-3 (<|assistant|> ... <|end|>). Anything else
  * fails with TSR_E_UNSUPPORTED, never a guess. */
-#ifndef TSR_EXAMPLES_CHAT_H
-#define TSR_EXAMPLES_CHAT_H
+#ifndef TSR_MODEL_CHAT_H
+#define TSR_MODEL_CHAT_H
 
 #include <stddef.h>
 
-#include "libtensr.h"
+#include "bridge.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -25,9 +25,6 @@ typedef struct chat_msg {
 } chat_msg;
 
 typedef struct chat_template chat_template;
-
-/* Thread-local detail of the last chat_* error. */
-const char *chat_last_error(void);
 
 /* Recognizes a template from its Jinja text. */
 tsr_status chat_template_detect(const char *text, chat_template **out);

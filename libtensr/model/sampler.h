@@ -1,4 +1,4 @@
-/* sampler.h - choosing the next token from logits (examples/model).
+/* sampler.h - choosing the next token from logits (libtensr/model).
  *
  * llama.cpp's semantics and default order: repetition penalties (over the
  * last repeat_last_n accepted tokens), top-k, top-p, min-p, temperature,
@@ -8,8 +8,8 @@
  *
  * The filter steps are exposed on a candidate array so they can be tested
  * and combined. A sampler is not thread-safe; use one per sequence. */
-#ifndef TSR_EXAMPLES_SAMPLER_H
-#define TSR_EXAMPLES_SAMPLER_H
+#ifndef TSR_MODEL_SAMPLER_H
+#define TSR_MODEL_SAMPLER_H
 
 #include <stddef.h>
 #include <stdint.h>

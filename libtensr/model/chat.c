@@ -34,15 +34,11 @@ struct chat_template {
     char *default_system;
 };
 
-static _Thread_local char chat_err[256];
-
-const char *chat_last_error(void) { return chat_err; }
-
 static tsr_status fail(tsr_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(chat_err, sizeof chat_err, fmt, ap);
+    st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
     va_end(ap);
     return st;
 }

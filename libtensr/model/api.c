@@ -1,0 +1,289 @@
+/* api.c - the model layer's public functions: loading a model (weights,
+ * vocabulary, chat template), the tokenizer and chat formatting into the
+ * caller's buffers, and the sampler. Sessions are in session.c. */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- loading --------------------------------------------------------------- */
+
+/* The chat template, when the model has one: a model without one (or with
+ * one we do not know) still loads; tsr_model_chat_format says why. */
+static void load_template(tsr_model *m)
+{
+    const char *text = NULL;
+    if (tsr_gguf_find_key(m->gguf, "tokenizer.chat_template") < 0 ||
+        tsr_gguf_get_str(m->gguf, "tokenizer.chat_template", &text, NULL) != TSR_OK) {
+        m->tmpl_status = TSR_E_NOT_FOUND;
+        snprintf(m->tmpl_error, sizeof m->tmpl_error, "%s: the model has no tokenizer.chat_template",
+                 tsr_gguf_path(m->gguf));
+        tsr_clear_error();
+        return;
+    }
+    m->tmpl_status = chat_template_detect(text, &m->tmpl);
+    if (m->tmpl_status != TSR_OK)
+        snprintf(m->tmpl_error, sizeof m->tmpl_error, "%s: %s", tsr_gguf_path(m->gguf), tsr_last_error());
+    tsr_clear_error();
+}
+
+static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp)
+{
+    tsr_status st = tsr_gguf_open(path, &m->gguf);
+    if (st != TSR_OK)
+        return st; /* the detail names the file */
+    if ((st = llm_hparams_read(m->gguf, &m->hp)) != TSR_OK)
+        return st;
+    if ((st = tok_vocab_load(m->gguf, &m->vocab)) != TSR_OK)
+        return st;
+    if (tok_n_vocab(m->vocab) != m->hp.n_vocab)
+        return llm_fail(TSR_E_MALFORMED, "%s: the vocabulary has %d tokens, token_embd.weight %lld rows", path,
+                        tok_n_vocab(m->vocab), (long long)m->hp.n_vocab);
+    if ((st = tsr_backend_load_gguf(m->be, path, lp)) != TSR_OK)
+        return llm_fail(st, "loading weights: %s", tsr_last_error());
+    if ((st = llm_bind_weights(m)) != TSR_OK)
+        return st;
+    load_template(m);
+    return TSR_OK;
+}
+
+tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out)
+{
+    if (out)
+        *out = NULL;
+    if (!b || !path || !out)
+        return llm_fail(TSR_E_INVALID, "tsr_model_load: NULL %s", !b ? "backend" : !path ? "path" : "out");
+    if (tsr_backend_n_weights(b) > 0)
+        return llm_fail(TSR_E_STATE, "tsr_model_load: the backend already holds %zu weights (one model per backend)",
+                        tsr_backend_n_weights(b));
+    tsr_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return llm_fail(TSR_E_NOMEM, "tsr_model_load: out of host memory");
+    m->be = b;
+    tsr_status st = load(m, path, lp);
+    if (st != TSR_OK) {
+        llm_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return TSR_OK;
+}
+
+void tsr_model_free(tsr_model *m)
+{
+    if (!m)
+        return;
+    if (m->n_sessions > 0) { /* as sqlite3_close_v2: the last session to close frees the model */
+        m->freed = 1;
+        return;
+    }
+    llm_model_destroy(m);
+}
+
+void llm_model_destroy(tsr_model *m)
+{
+    free(m->layers);
+    tok_vocab_free(m->vocab);
+    chat_template_free(m->tmpl);
+    tsr_gguf_close(m->gguf);
+    free(m);
+}
+
+const char *tsr_model_arch(const tsr_model *m) { return m ? m->hp.arch : NULL; }
+int32_t tsr_model_n_vocab(const tsr_model *m) { return m ? (int32_t)m->hp.n_vocab : 0; }
+int64_t tsr_model_n_ctx_train(const tsr_model *m) { return m ? m->hp.n_ctx_train : 0; }
+int32_t tsr_model_token_bos(const tsr_model *m) { return m ? tok_bos(m->vocab) : -1; }
+int32_t tsr_model_token_eos(const tsr_model *m) { return m ? tok_eos(m->vocab) : -1; }
+int tsr_model_token_is_eog(const tsr_model *m, int32_t token) { return m && tok_is_eog(m->vocab, token); }
+
+/* ---- text ------------------------------------------------------------------ */
+
+/* Copies n bytes of src into buf (cap), NUL-terminated when it fits; TSR_E_RANGE when it does not. */
+static tsr_status copy_out(const char *what, const char *src, size_t n, char *buf, size_t cap, int nul, size_t *len)
+{
+    *len = n;
+    if (n > cap || (nul && n == cap))
+        return llm_fail(TSR_E_RANGE, "%s: %zu bytes%s do not fit in a buffer of %zu", what, n,
+                        nul ? " and a NUL" : "", cap);
+    if (n)
+        memcpy(buf, src, n);
+    if (nul)
+        buf[n] = '\0';
+    return TSR_OK;
+}
+
+tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, unsigned flags, int32_t *tokens,
+                              size_t cap, size_t *n_tokens)
+{
+    if (n_tokens)
+        *n_tokens = 0;
+    if (!m || (!text && len) || (!tokens && cap) || !n_tokens)
+        return llm_fail(TSR_E_INVALID, "tsr_model_tokenize: NULL argument");
+    if (flags & ~(TSR_TOKENIZE_ADD_SPECIAL | TSR_TOKENIZE_PARSE_SPECIAL))
+        return llm_fail(TSR_E_INVALID, "tsr_model_tokenize: unknown flags 0x%x", flags);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    tsr_status st = tok_tokenize(m->vocab, text ? text : "", len, (flags & TSR_TOKENIZE_ADD_SPECIAL) != 0,
+                                 (flags & TSR_TOKENIZE_PARSE_SPECIAL) != 0, &ids, &n);
+    if (st != TSR_OK)
+        return st;
+    *n_tokens = n;
+    if (n > cap)
+        st = llm_fail(TSR_E_RANGE, "tsr_model_tokenize: %zu tokens do not fit in a buffer of %zu", n, cap);
+    else if (n)
+        memcpy(tokens, ids, n * sizeof *ids);
+    free(ids);
+    return st;
+}
+
+tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special, char *buf, size_t cap, size_t *len)
+{
+    if (len)
+        *len = 0;
+    if (!m || (!buf && cap) || !len)
+        return llm_fail(TSR_E_INVALID, "tsr_model_token_piece: NULL argument");
+    if (token < 0 || token >= m->hp.n_vocab)
+        return llm_fail(TSR_E_INVALID, "tsr_model_token_piece: token %d is outside the vocabulary (0..%lld)", token,
+                        (long long)m->hp.n_vocab - 1);
+    size_t n = 0;
+    const char *p = tok_piece(m->vocab, token, special, &n);
+    return copy_out("tsr_model_token_piece", p, n, buf, cap, 0, len);
+}
+
+tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_t n, int special, char *buf,
+                                size_t cap, size_t *len)
+{
+    if (len)
+        *len = 0;
+    if (!m || (!tokens && n) || (!buf && cap) || !len)
+        return llm_fail(TSR_E_INVALID, "tsr_model_detokenize: NULL argument");
+    for (size_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
+            return llm_fail(TSR_E_INVALID, "tsr_model_detokenize: token %zu: id %d is outside the vocabulary", i,
+                            tokens[i]);
+    char *text = NULL;
+    size_t n_text = 0;
+    tsr_status st = tok_detokenize(m->vocab, tokens, n, 0, special, &text, &n_text);
+    if (st == TSR_OK)
+        st = copy_out("tsr_model_detokenize", text, n_text, buf, cap, 1, len);
+    free(text);
+    return st;
+}
+
+tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msgs, size_t n, int add_assistant,
+                                 char *buf, size_t cap, size_t *len)
+{
+    if (len)
+        *len = 0;
+    if (!m || (!msgs && n) || (!buf && cap) || !len)
+        return llm_fail(TSR_E_INVALID, "tsr_model_chat_format: NULL argument");
+    for (size_t i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return llm_fail(TSR_E_INVALID, "tsr_model_chat_format: message %zu has a NULL role or content", i);
+    if (!m->tmpl)
+        return llm_fail(m->tmpl_status, "%s", m->tmpl_error);
+    char *text = NULL;
+    /* tsr_chat_message and chat_msg are the same two strings */
+    chat_msg *cm = n ? malloc(n * sizeof *cm) : NULL;
+    if (n && !cm)
+        return llm_fail(TSR_E_NOMEM, "tsr_model_chat_format: out of host memory");
+    for (size_t i = 0; i < n; i++)
+        cm[i] = (chat_msg){msgs[i].role, msgs[i].content};
+    tsr_status st = chat_format(m->tmpl, cm, n, add_assistant, &text);
+    free(cm);
+    if (st == TSR_OK)
+        st = copy_out("tsr_model_chat_format", text, strlen(text), buf, cap, 1, len);
+    free(text);
+    return st;
+}
+
+/* ---- sampler --------------------------------------------------------------- */
+
+struct tsr_sampler {
+    smp_sampler *s;
+};
+
+void tsr_sampler_params_init(tsr_sampler_params *p, size_t size)
+{
+    if (!p || size < sizeof(size_t))
+        return;
+    tsr_sampler_params d;
+    memset(&d, 0, sizeof d);
+    smp_params sp;
+    smp_params_default(&sp);
+    d.temp = sp.temp;
+    d.top_k = sp.top_k;
+    d.top_p = sp.top_p;
+    d.min_p = sp.min_p;
+    d.repeat_penalty = sp.repeat_penalty;
+    d.repeat_last_n = sp.repeat_last_n;
+    d.seed = sp.seed;
+    d.size = size < sizeof d ? size : sizeof d;
+    memcpy(p, &d, d.size);
+    p->size = size;
+}
+
+tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out)
+{
+    if (out)
+        *out = NULL;
+    if (!m || !out)
+        return llm_fail(TSR_E_INVALID, "tsr_sampler_new: NULL %s", m ? "out" : "model");
+    tsr_sampler_params q;
+    tsr_sampler_params_init(&q, sizeof q);
+    if (p && p->size > sizeof(size_t)) {
+        size_t n = p->size < sizeof q ? p->size : sizeof q;
+        memcpy((char *)&q + sizeof(size_t), (const char *)p + sizeof(size_t), n - sizeof(size_t));
+    }
+    if (!(q.temp >= 0.0f) || !(q.top_p >= 0.0f) || !(q.min_p >= 0.0f) || !(q.repeat_penalty > 0.0f) ||
+        q.repeat_last_n < 0)
+        return llm_fail(TSR_E_INVALID,
+                        "tsr_sampler_new: temp %g, top_p %g, min_p %g must be >= 0, repeat_penalty %g > 0, "
+                        "repeat_last_n %d >= 0",
+                        q.temp, q.top_p, q.min_p, q.repeat_penalty, q.repeat_last_n);
+    smp_params sp;
+    smp_params_default(&sp);
+    sp.temp = q.temp;
+    sp.top_k = q.top_k;
+    sp.top_p = q.top_p;
+    sp.min_p = q.min_p;
+    sp.repeat_penalty = q.repeat_penalty;
+    sp.repeat_last_n = q.repeat_last_n;
+    sp.seed = q.seed;
+    tsr_sampler *s = calloc(1, sizeof *s);
+    if (!s)
+        return llm_fail(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
+    tsr_status st = smp_new(&sp, (int32_t)m->hp.n_vocab, &s->s);
+    if (st != TSR_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return TSR_OK;
+}
+
+void tsr_sampler_free(tsr_sampler *s)
+{
+    if (!s)
+        return;
+    smp_free(s->s);
+    free(s);
+}
+
+int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits)
+{
+    if (!s || !logits) {
+        llm_fail(TSR_E_INVALID, "tsr_sampler_sample: NULL %s", s ? "logits" : "sampler");
+        return -1;
+    }
+    int32_t id = smp_sample(s->s, logits);
+    smp_accept(s->s, id);
+    return id;
+}
+
+void tsr_sampler_reset(tsr_sampler *s)
+{
+    if (s)
+        smp_reset(s->s);
+}

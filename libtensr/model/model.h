@@ -1,0 +1,91 @@
+/*
+ * model.h - private declarations of the model layer (libtensr/model/): the
+ * model and session structs, the llama/mistral hyper-parameters and the
+ * graph of one micro-batch (llama.c), shared by the public functions of
+ * api.c and session.c. Like every model source it sees libtensr.h only
+ * (bridge.h adds the error channel).
+ */
+#ifndef TSR_MODEL_MODEL_H
+#define TSR_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bridge.h"
+#include "chat.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+/* What the GGUF metadata says about the network. */
+typedef struct llm_hparams {
+    char arch[32];      /* general.architecture ("llama", "mistral") */
+    int64_t n_vocab;
+    int64_t n_ctx_train;
+    int64_t n_embd;
+    int64_t n_ff;
+    int n_layer;
+    int n_head;
+    int n_head_kv;
+    int head_dim_k;     /* attention.key_length, else n_embd / n_head */
+    int head_dim_v;     /* attention.value_length, else n_embd / n_head */
+    int n_rot;          /* rope.dimension_count, else head_dim_k */
+    float norm_eps;     /* attention.layer_norm_rms_epsilon */
+    float rope_freq_base;
+    float rope_freq_scale; /* 1 / rope.scaling.factor (linear scaling) */
+    int64_t n_ctx_orig; /* rope.scaling.original_context_length, else n_ctx_train */
+    int64_t sliding_window; /* attention.sliding_window; 0 when absent */
+    int tied_output;    /* 1 when output.weight is absent (the head is token_embd) */
+    int has_rope_freqs; /* 1 when rope_freqs.weight is present */
+} llm_hparams;
+
+typedef struct llm_layer {
+    tsr_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
+    tsr_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    tsr_tensor *rope_freqs; /* the copy on this layer's device, or NULL */
+} llm_layer;
+
+struct tsr_model {
+    tsr_backend *be;
+    tsr_gguf *gguf;
+    llm_hparams hp;
+    tsr_tensor *tok_embd, *out_norm, *output;
+    llm_layer *layers;
+    tok_vocab *vocab;
+    chat_template *tmpl;     /* NULL when the model has none we know */
+    tsr_status tmpl_status;  /* why tmpl is NULL */
+    char tmpl_error[256];
+    size_t n_sessions;       /* open sessions: they keep the model alive */
+    int freed;               /* tsr_model_free was called while sessions were open */
+};
+
+/* One micro-batch to build: n tokens (ids, positions, sequences), the rows
+ * whose logits are kept (out_ids[0..n_out), increasing). tokens == NULL
+ * builds the worst case for tsr_reserve. */
+typedef struct llm_batch {
+    const int32_t *tokens, *pos, *seq, *out_ids;
+    int64_t n, n_out;
+} llm_batch;
+
+/* Reads the hyper-parameters of an open GGUF (no weights needed).
+ * TSR_E_UNSUPPORTED for an architecture or a feature the layer lacks,
+ * TSR_E_MALFORMED for inconsistent metadata. */
+tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp);
+/* Looks up every weight of m->hp in m->be and checks its shape. */
+tsr_status llm_bind_weights(tsr_model *m);
+/* Builds the graph of batch b in ctx over cache (tsr_kv_cache_begin* already
+ * called); *out: logits [n_vocab, n_out], or, when n_out == 0, the last
+ * layer's attention (which writes the cache). */
+tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
+                     tsr_tensor **out);
+
+/* Frees m for real (tsr_model_free, or its last session after that). */
+void llm_model_destroy(tsr_model *m);
+
+/* Sets the error detail and returns st (printf format). */
+tsr_status llm_fail(tsr_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#endif

@@ -1,0 +1,318 @@
+/* session.c - tsr_session: a KV cache shared by up to n_seq_max sequences,
+ * decode of mixed batches in micro-batches of n_ubatch tokens, the logits of
+ * the rows asked for. Everything a decode needs beyond its per-graph
+ * context (logits rows, positions, row indices) is allocated by
+ * tsr_session_new, and the compute buffers are reserved there for the worst
+ * micro-batch (n_ubatch tokens against a full cache, n_outputs_max rows), so
+ * an out-of-memory shows at creation, never in the middle of a generation. */
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct tsr_session {
+    tsr_model *m;
+    tsr_session_params p;  /* settled: n_ctx, n_batch, n_ubatch, ... as used */
+    tsr_kv_cache *cache;
+    float *logits;         /* rows of the last decode, n_vocab each */
+    int64_t cap_rows;
+    int64_t *row_of;       /* per token of the last decode: its logits row or -1 */
+    size_t n_last;
+    int32_t *pos, *out_ids, *next; /* scratch: n_batch positions, n_ubatch rows, n_seq_max next positions */
+    int counted;           /* made whole: counted in m->n_sessions */
+};
+
+void tsr_session_params_init(tsr_session_params *p, size_t size)
+{
+    if (!p || size < sizeof(size_t))
+        return;
+    tsr_session_params d;
+    memset(&d, 0, sizeof d);
+    d.n_ctx = 0;
+    d.n_batch = 2048;
+    d.n_ubatch = 512;
+    d.n_seq_max = 1;
+    d.n_outputs_max = 0; /* 0: n_seq_max */
+    d.type_k = TSR_TYPE_F16;
+    d.type_v = TSR_TYPE_F16;
+    d.size = size < sizeof d ? size : sizeof d;
+    memcpy(p, &d, d.size);
+    p->size = size;
+}
+
+/* The caller's params over the defaults (only the fields it knows). */
+static void params_read(const tsr_session_params *in, tsr_session_params *out)
+{
+    tsr_session_params_init(out, sizeof *out);
+    if (in && in->size > sizeof(size_t)) {
+        size_t n = in->size < sizeof *out ? in->size : sizeof *out;
+        memcpy((char *)out + sizeof(size_t), (const char *)in + sizeof(size_t), n - sizeof(size_t));
+    }
+    out->size = sizeof *out;
+}
+
+static tsr_status settle(const tsr_model *m, tsr_session_params *p)
+{
+    const llm_hparams *hp = &m->hp;
+    if (p->n_ctx < 0 || p->n_batch < 0 || p->n_ubatch < 0 || p->n_seq_max < 0 || p->n_outputs_max < 0)
+        return llm_fail(TSR_E_INVALID, "tsr_session_new: negative sizes (n_ctx %lld, n_batch %lld, n_ubatch %lld, "
+                                       "n_seq_max %d, n_outputs_max %lld)",
+                        (long long)p->n_ctx, (long long)p->n_batch, (long long)p->n_ubatch, (int)p->n_seq_max,
+                        (long long)p->n_outputs_max);
+    if (p->n_ctx == 0)
+        p->n_ctx = hp->n_ctx_train;
+    if (p->n_ctx > INT32_MAX / 2)
+        return llm_fail(TSR_E_INVALID, "tsr_session_new: context size %lld is too large", (long long)p->n_ctx);
+    if (hp->sliding_window > 0 && hp->sliding_window < p->n_ctx)
+        return llm_fail(TSR_E_UNSUPPORTED,
+                        "%s: sliding-window attention (window %lld) is not supported yet; use a context of at most "
+                        "%lld tokens, where it makes no difference",
+                        tsr_gguf_path(m->gguf), (long long)hp->sliding_window, (long long)hp->sliding_window);
+    if (p->n_seq_max == 0)
+        p->n_seq_max = 1;
+    if (p->n_batch == 0 || p->n_batch > p->n_ctx)
+        p->n_batch = p->n_ctx < 2048 ? p->n_ctx : 2048;
+    if (p->n_ubatch == 0 || p->n_ubatch > p->n_batch)
+        p->n_ubatch = p->n_batch < 512 ? p->n_batch : 512;
+    if (p->n_outputs_max == 0)
+        p->n_outputs_max = p->n_seq_max;
+    if (p->n_outputs_max > p->n_ubatch)
+        p->n_outputs_max = p->n_ubatch;
+    return TSR_OK;
+}
+
+static tsr_status make_cache(tsr_session *s)
+{
+    const llm_hparams *hp = &s->m->hp;
+    tsr_kv_cache_params kp;
+    tsr_kv_cache_params_init(&kp, sizeof kp);
+    kp.n_layers = hp->n_layer;
+    kp.n_ctx = s->p.n_ctx;
+    kp.n_head_kv = hp->n_head_kv;
+    kp.head_dim_k = hp->head_dim_k;
+    kp.head_dim_v = hp->head_dim_v;
+    kp.type_k = s->p.type_k;
+    kp.type_v = s->p.type_v;
+    kp.n_seq = s->p.n_seq_max;
+    kp.n_batch_max = s->p.n_ubatch;
+    tsr_status st = tsr_kv_cache_new(s->m->be, &kp, &s->cache);
+    return st == TSR_OK ? TSR_OK : llm_fail(st, "creating the KV cache: %s", tsr_last_error());
+}
+
+/* Sizes the compute buffers for the worst micro-batch. */
+static tsr_status reserve(tsr_session *s)
+{
+    tsr_context *ctx = tsr_context_new(s->m->be);
+    if (!ctx)
+        return llm_fail(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
+    llm_batch b = {NULL, NULL, NULL, NULL, s->p.n_ubatch, s->p.n_outputs_max};
+    tsr_tensor *out = NULL;
+    tsr_status st = tsr_kv_cache_begin_reserve(s->cache, ctx, b.n);
+    if (st != TSR_OK)
+        st = llm_fail(st, "kv cache: %s", tsr_last_error());
+    if (st == TSR_OK)
+        st = llm_build(s->m, ctx, s->cache, &b, &out);
+    if (st == TSR_OK && (st = tsr_reserve(ctx, &out, 1)) != TSR_OK)
+        st = llm_fail(st, "reserving compute memory: %s", tsr_last_error());
+    tsr_context_close(ctx);
+    return st;
+}
+
+static tsr_status alloc_scratch(tsr_session *s)
+{
+    const int64_t n_vocab = s->m->hp.n_vocab;
+    int64_t n_ub = (s->p.n_batch + s->p.n_ubatch - 1) / s->p.n_ubatch;
+    s->cap_rows = n_ub * s->p.n_outputs_max < s->p.n_batch ? n_ub * s->p.n_outputs_max : s->p.n_batch;
+    if ((uint64_t)s->cap_rows > SIZE_MAX / sizeof(float) / (uint64_t)n_vocab)
+        return llm_fail(TSR_E_NOMEM, "tsr_session_new: %lld logits rows of %lld do not fit in memory",
+                        (long long)s->cap_rows, (long long)n_vocab);
+    s->logits = malloc((size_t)s->cap_rows * (size_t)n_vocab * sizeof *s->logits);
+    s->row_of = malloc((size_t)s->p.n_batch * sizeof *s->row_of);
+    s->pos = malloc((size_t)s->p.n_batch * sizeof *s->pos);
+    s->out_ids = malloc((size_t)s->p.n_ubatch * sizeof *s->out_ids);
+    s->next = malloc((size_t)s->p.n_seq_max * sizeof *s->next);
+    if (!s->logits || !s->row_of || !s->pos || !s->out_ids || !s->next)
+        return llm_fail(TSR_E_NOMEM, "tsr_session_new: out of host memory for %lld logits rows",
+                        (long long)s->cap_rows);
+    return TSR_OK;
+}
+
+tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_session **out)
+{
+    if (out)
+        *out = NULL;
+    if (!m || !out)
+        return llm_fail(TSR_E_INVALID, "tsr_session_new: NULL %s", m ? "out" : "model");
+    tsr_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return llm_fail(TSR_E_NOMEM, "tsr_session_new: out of host memory");
+    s->m = m;
+    params_read(p, &s->p);
+    tsr_status st = settle(m, &s->p);
+    if (st == TSR_OK)
+        st = alloc_scratch(s);
+    if (st == TSR_OK)
+        st = make_cache(s);
+    if (st == TSR_OK)
+        st = reserve(s);
+    if (st != TSR_OK) {
+        tsr_session_free(s);
+        return st;
+    }
+    m->n_sessions++;
+    s->counted = 1;
+    *out = s;
+    return TSR_OK;
+}
+
+void tsr_session_free(tsr_session *s)
+{
+    if (!s)
+        return;
+    if (s->counted && --s->m->n_sessions == 0 && s->m->freed)
+        llm_model_destroy(s->m);
+    tsr_kv_cache_free(s->cache);
+    free(s->logits);
+    free(s->row_of);
+    free(s->pos);
+    free(s->out_ids);
+    free(s->next);
+    free(s);
+}
+
+int64_t tsr_session_n_ctx(const tsr_session *s) { return s ? s->p.n_ctx : 0; }
+
+int32_t tsr_session_n_past(const tsr_session *s, int32_t seq)
+{
+    if (!s || seq < 0 || seq >= s->p.n_seq_max)
+        return -1;
+    int32_t max = tsr_kv_cache_seq_pos_max(s->cache, seq);
+    return max < 0 ? 0 : max + 1;
+}
+
+tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, int32_t p1)
+{
+    if (!s)
+        return llm_fail(TSR_E_INVALID, "tsr_session_remove: NULL session");
+    if (seq < -1 || seq >= s->p.n_seq_max)
+        return llm_fail(TSR_E_INVALID, "tsr_session_remove: sequence %d is outside -1..%d", seq, s->p.n_seq_max - 1);
+    if (p0 < 0)
+        p0 = 0;
+    tsr_status st = tsr_kv_cache_remove(s->cache, seq, p0, p1);
+    return st == TSR_OK ? TSR_OK : llm_fail(st, "tsr_session_remove: %s", tsr_last_error());
+}
+
+const float *tsr_session_logits(const tsr_session *s, size_t i)
+{
+    if (!s || i >= s->n_last || s->row_of[i] < 0)
+        return NULL;
+    return s->logits + (size_t)s->row_of[i] * (size_t)s->m->hp.n_vocab;
+}
+
+static int wants(const int8_t *want, size_t n, size_t i) { return want ? want[i] != 0 : i + 1 == n; }
+
+/* Every check that can fail before anything changes. */
+static tsr_status check_batch(const tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
+                              const int32_t *seq, const int8_t *want)
+{
+    if (n > (size_t)s->p.n_batch)
+        return llm_fail(TSR_E_INVALID, "tsr_session_decode: %zu tokens, the session takes at most n_batch %lld", n,
+                        (long long)s->p.n_batch);
+    for (size_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
+            return llm_fail(TSR_E_INVALID, "tsr_session_decode: token %zu: id %d is outside the vocabulary (0..%lld)",
+                            i, tokens[i], (long long)s->m->hp.n_vocab - 1);
+        if (seq && (seq[i] < 0 || seq[i] >= s->p.n_seq_max))
+            return llm_fail(TSR_E_INVALID, "tsr_session_decode: token %zu: sequence %d is outside 0..%d", i, seq[i],
+                            s->p.n_seq_max - 1);
+        if (pos && pos[i] < 0)
+            return llm_fail(TSR_E_INVALID, "tsr_session_decode: token %zu: position %d is negative", i, pos[i]);
+    }
+    for (size_t i0 = 0; i0 < n; i0 += (size_t)s->p.n_ubatch) {
+        size_t nb = n - i0 < (size_t)s->p.n_ubatch ? n - i0 : (size_t)s->p.n_ubatch, rows = 0;
+        for (size_t i = i0; i < i0 + nb; i++)
+            rows += wants(want, n, i);
+        if (rows > (size_t)s->p.n_outputs_max)
+            return llm_fail(TSR_E_RANGE,
+                            "tsr_session_decode: %zu logits rows asked in one micro-batch of %lld tokens, at most "
+                            "n_outputs_max %lld were reserved",
+                            rows, (long long)s->p.n_ubatch, (long long)s->p.n_outputs_max);
+    }
+    int64_t free_cells = s->p.n_ctx - tsr_kv_cache_used(s->cache);
+    if ((int64_t)n > free_cells)
+        return llm_fail(TSR_E_FULL, "tsr_session_decode: the cache has %lld free cells of %lld, the batch needs %zu",
+                        (long long)free_cells, (long long)s->p.n_ctx, n);
+    return TSR_OK;
+}
+
+/* Positions: given, or each sequence after its last one. */
+static void fill_positions(tsr_session *s, size_t n, const int32_t *pos, const int32_t *seq)
+{
+    if (pos) {
+        memcpy(s->pos, pos, n * sizeof *pos);
+        return;
+    }
+    for (int32_t q = 0; q < s->p.n_seq_max; q++)
+        s->next[q] = tsr_session_n_past(s, q);
+    for (size_t i = 0; i < n; i++)
+        s->pos[i] = s->next[seq ? seq[i] : 0]++;
+}
+
+/* One micro-batch: tokens [i0, i0+nb) of the call; its rows go to logits row *row.. */
+static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const int32_t *tokens, const int32_t *seq,
+                         const int8_t *want, int64_t *row)
+{
+    llm_batch b = {tokens + i0, s->pos + i0, seq ? seq + i0 : NULL, s->out_ids, (int64_t)nb, 0};
+    for (size_t i = i0; i < i0 + nb; i++)
+        if (wants(want, n, i)) {
+            s->out_ids[b.n_out++] = (int32_t)(i - i0);
+            s->row_of[i] = *row + b.n_out - 1;
+        }
+    tsr_context *ctx = tsr_context_new(s->m->be);
+    if (!ctx)
+        return llm_fail(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
+    tsr_tensor *out = NULL;
+    tsr_status st = tsr_kv_cache_begin(s->cache, ctx, b.n, b.pos, b.seq);
+    if (st != TSR_OK)
+        st = llm_fail(st, "kv cache: %s", tsr_last_error());
+    if (st == TSR_OK)
+        st = llm_build(s->m, ctx, s->cache, &b, &out);
+    if (st == TSR_OK && (st = tsr_compute(ctx, &out, 1)) != TSR_OK)
+        st = llm_fail(st, "compute: %s", tsr_last_error());
+    if (st == TSR_OK && b.n_out > 0) {
+        float *dst = s->logits + (size_t)*row * (size_t)s->m->hp.n_vocab;
+        size_t bytes = (size_t)b.n_out * (size_t)s->m->hp.n_vocab * sizeof(float);
+        if ((st = tsr_tensor_read(out, dst, 0, bytes)) != TSR_OK)
+            st = llm_fail(st, "reading logits: %s", tsr_last_error());
+    }
+    tsr_context_close(ctx);
+    *row += b.n_out;
+    return st;
+}
+
+tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
+                              const int32_t *seq, const int8_t *want_logits)
+{
+    if (!s || (n > 0 && !tokens))
+        return llm_fail(TSR_E_INVALID, "tsr_session_decode: NULL %s", s ? "tokens" : "session");
+    tsr_status st = check_batch(s, n, tokens, pos, seq, want_logits);
+    if (st != TSR_OK)
+        return st;
+    s->n_last = 0;
+    fill_positions(s, n, pos, seq);
+    for (size_t i = 0; i < n; i++)
+        s->row_of[i] = -1;
+    int64_t row = 0;
+    size_t i0 = 0;
+    for (; i0 < n && st == TSR_OK; i0 += (size_t)s->p.n_ubatch) {
+        size_t nb = n - i0 < (size_t)s->p.n_ubatch ? n - i0 : (size_t)s->p.n_ubatch;
+        st = ubatch(s, n, i0, nb, tokens, seq, want_logits, &row);
+    }
+    if (st != TSR_OK) { /* forget the cells this call took, so the cache stays as it was */
+        for (size_t i = 0; i < i0 && i < n; i++)
+            tsr_kv_cache_remove(s->cache, seq ? seq[i] : 0, s->pos[i], s->pos[i] + 1);
+        return st;
+    }
+    s->n_last = n;
+    return TSR_OK;
+}
