@@ -1,9 +1,11 @@
 #!/bin/sh
 # check-consumers.sh - a program outside the tree needs nothing but the
 # installed package: install into a temporary DESTDIR, then build
-# examples/minimal.c and examples/minimal.cpp with only
+# examples/minimal.c, examples/minimal.cpp and examples/model-demo.c with only
 # `pkg-config --cflags --libs libtensr` (shared) and
 # `pkg-config --static --cflags --libs libtensr` (fully static), and run them.
+# model-demo runs on the default model when it is cached (or TSR_MODEL names
+# it): load, tokenize, generate, two sequences in one batch, statuses.
 # Also checks that the header, the .pc file and the man pages were installed.
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -42,15 +44,15 @@ cflags=$(pkg-config --cflags libtensr) && libs=$(pkg-config --libs libtensr) &&
 echo "pkg-config: cflags '$cflags' libs '$libs' static '$slibs'"
 CC=${CC:-cc}; CXX=${CXX:-c++}
 
-build_run() { # name compiler source linkmode
-    name=$1; comp=$2; src=$3; mode=$4
+build_run() { # name compiler source linkmode [program arguments...]
+    name=$1; comp=$2; src=$3; mode=$4; shift 4
     if [ "$mode" = static ]; then
         link="-static $slibs"
     else
         link=$libs
     fi
     # shellcheck disable=SC2086
-    if ! $comp -o "$tmp/$name" "$srcdir/$src" $cflags $link >"$tmp/$name.log" 2>&1; then
+    if ! $comp -o "$tmp/$name" "$srcdir/$src" $cflags $link -lm >"$tmp/$name.log" 2>&1; then
         if [ "$mode" = static ] && grep -q "cannot find -l\(c\|stdc++\|m\|pthread\)" "$tmp/$name.log"; then
             echo "skip: $name: no static system libraries"; return 0
         fi
@@ -59,7 +61,7 @@ build_run() { # name compiler source linkmode
     if [ "$mode" = shared ] && ! LD_LIBRARY_PATH=$dest$libdir ldd "$tmp/$name" | grep -q "$dest$libdir/libtensr"; then
         echo "FAIL: $name does not use the installed libtensr.so"; rc=1
     fi
-    if LD_LIBRARY_PATH=$dest$libdir "$tmp/$name" >"$tmp/$name.out" 2>&1; then
+    if LD_LIBRARY_PATH=$dest$libdir "$tmp/$name" "$@" >"$tmp/$name.out" 2>&1; then
         echo "ok: $name ($mode)"
     else
         echo "FAIL: run $name ($mode)"; cat "$tmp/$name.out"; rc=1
@@ -67,6 +69,12 @@ build_run() { # name compiler source linkmode
 }
 build_run minimal-c-shared "$CC" examples/minimal.c shared
 build_run minimal-cpp-shared "$CXX" examples/minimal.cpp shared
+model=${TSR_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf}
+if [ -f "$model" ]; then
+    build_run model-demo-shared "$CC" examples/model-demo.c shared "$model"
+else
+    echo "skip: model-demo (no $model)"
+fi
 if [ -n "$(find "$dest" -name libtensr.a)" ]; then
     build_run minimal-c-static "$CC" examples/minimal.c static
     build_run minimal-cpp-static "$CXX" examples/minimal.cpp static

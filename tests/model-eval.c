@@ -1,5 +1,5 @@
-/* model-eval.c - a small driver of the model runner (examples/model/llama.c)
- * for tests/test-model.py: evaluates token ids given on the command line and
+/* model-eval.c - a small driver of the model layer (public API only) for
+ * tests/test-model.py: evaluates token ids given on the command line and
  * prints logits or greedy continuations as plain text, so the test can
  * compare them with llama.cpp's recorded answers.
  *
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "libtensr/model/llama.h"
+#include "libtensr.h"
 
 static int die(const char *what, const char *detail)
 {
@@ -41,18 +41,25 @@ static void top_k(const float *row, int64_t n, int k, int64_t *idx)
     }
 }
 
-static int print_logits(llm *m, const int32_t *ids, int64_t n, int k)
+typedef struct eval {
+    tsr_model *m;
+    tsr_session *s;
+    int64_t n_vocab;
+} eval;
+
+static int print_logits(eval *e, const int32_t *ids, int64_t n, int k)
 {
-    int64_t nv = llm_get_hparams(m)->n_vocab, idx[64];
-    float *logits = malloc((size_t)(n * nv) * sizeof *logits);
-    if (!logits)
+    int64_t nv = e->n_vocab, idx[64];
+    int8_t *want = malloc((size_t)n);
+    if (!want)
         return die("logits", "out of memory");
-    if (llm_decode(m, ids, n, 0, logits) != TSR_OK) {
-        free(logits);
+    memset(want, 1, (size_t)n);
+    tsr_status st = tsr_session_decode(e->s, (size_t)n, ids, NULL, NULL, want);
+    free(want);
+    if (st != TSR_OK)
         return die("decode", tsr_last_error());
-    }
     for (int64_t p = 0; p < n; p++) {
-        const float *row = logits + p * nv;
+        const float *row = tsr_session_logits(e->s, (size_t)p);
         printf("%lld", (long long)p);
         if (k <= 0) {
             for (int64_t i = 0; i < nv; i++)
@@ -64,32 +71,29 @@ static int print_logits(llm *m, const int32_t *ids, int64_t n, int k)
         }
         printf("\n");
     }
-    free(logits);
     return 0;
 }
 
-static int greedy(llm *m, const int32_t *ids, int64_t n, int n_gen, int32_t eos)
+static int greedy(eval *e, const int32_t *ids, int64_t n, int n_gen, int32_t eos)
 {
-    int64_t nv = llm_get_hparams(m)->n_vocab, idx[2];
-    float *logits = malloc((size_t)nv * sizeof *logits);
-    if (!logits)
-        return die("greedy", "out of memory");
-    tsr_status st = llm_decode(m, ids, n, n - 1, logits);
+    int64_t nv = e->n_vocab, idx[2];
+    tsr_status st = tsr_session_decode(e->s, (size_t)n, ids, NULL, NULL, NULL);
     for (int i = 0; st == TSR_OK && i < n_gen; i++) {
+        const float *logits = tsr_session_logits(e->s, n - 1);
         top_k(logits, nv, 2, idx);
         printf("%lld %.7g %lld %.7g\n", (long long)idx[0], logits[idx[0]], (long long)idx[1], logits[idx[1]]);
         fflush(stdout);
         int32_t tok = (int32_t)idx[0];
         if (tok == eos || i + 1 == n_gen)
             break;
-        st = llm_decode(m, &tok, 1, 0, logits);
+        n = 1;
+        st = tsr_session_decode(e->s, 1, &tok, NULL, NULL, NULL);
     }
-    free(logits);
     return st == TSR_OK ? 0 : die("decode", tsr_last_error());
 }
 
 /* Runs one command line; the cache is emptied first. */
-static int run_line(llm *m, char *line)
+static int run_line(eval *e, char *line)
 {
     char *words[8192];
     int nw = 0;
@@ -105,17 +109,17 @@ static int run_line(llm *m, char *line)
     int32_t ids[8192];
     for (int64_t i = 0; i < n; i++)
         ids[i] = atoi(words[n_fixed + i]);
-    llm_reset(m);
+    tsr_session_remove(e->s, -1, 0, -1);
     int rc;
     if (!strcmp(mode, "logits"))
-        rc = print_logits(m, ids, n, 0);
+        rc = print_logits(e, ids, n, 0);
     else if (!strcmp(mode, "top"))
-        rc = print_logits(m, ids, n, atoi(words[1]) > 64 ? 64 : atoi(words[1]));
+        rc = print_logits(e, ids, n, atoi(words[1]) > 64 ? 64 : atoi(words[1]));
     else if (!strcmp(mode, "greedy")) {
-        int64_t eos = atoi(words[2]);
-        if (eos == -2 && tsr_gguf_get_i64(llm_get_gguf(m), "tokenizer.ggml.eos_token_id", &eos) != TSR_OK)
-            eos = -1;
-        rc = greedy(m, ids, n, atoi(words[1]), (int32_t)eos);
+        int32_t eos = atoi(words[2]);
+        if (eos == -2)
+            eos = tsr_model_token_eos(e->m);
+        rc = greedy(e, ids, n, atoi(words[1]), eos);
     }
     else
         rc = die("unknown command", mode);
@@ -127,39 +131,44 @@ static int run_line(llm *m, char *line)
 int main(int argc, char **argv)
 {
     tsr_backend_params bp;
-    llm_params lp;
+    tsr_session_params sp;
     tsr_backend_params_init(&bp, sizeof bp);
-    llm_params_default(&lp);
+    tsr_session_params_init(&sp, sizeof sp);
     bp.n_threads = 2;
     bp.flash_attn = TSR_FLASH_ATTN_OFF; /* the references were recorded without it */
-    lp.n_ctx = 512;
+    sp.n_ctx = 512;
     int a = 1;
     for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
         if (!strcmp(argv[a], "-t"))
             bp.n_threads = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-c"))
-            lp.n_ctx = atoll(argv[a + 1]);
+            sp.n_ctx = atoll(argv[a + 1]);
         else if (!strcmp(argv[a], "-fa"))
             bp.flash_attn = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-ub"))
-            lp.n_ubatch = atoll(argv[a + 1]);
+            sp.n_ubatch = atoll(argv[a + 1]);
         else
             return die("usage", argv[a]);
     }
     if (argc - a != 1)
         return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] MODEL < commands");
-    lp.n_outputs_max = -1; /* every row of a micro-batch */
+    sp.n_batch = sp.n_ctx;               /* a whole command in one decode */
+    sp.n_outputs_max = sp.n_ubatch > 0 ? sp.n_ubatch : 512; /* every row of a micro-batch */
     tsr_backend *be = NULL;
-    llm *m = NULL;
+    eval e = {NULL, NULL, 0};
     int rc = 0;
     if (tsr_backend_new(&bp, &be) != TSR_OK)
         rc = die("backend", tsr_last_error());
-    else if (llm_open(be, argv[a], NULL, &lp, &m) != TSR_OK)
+    else if (tsr_model_load(be, argv[a], NULL, &e.m) != TSR_OK)
         rc = die("open", tsr_last_error());
+    else if (tsr_session_new(e.m, &sp, &e.s) != TSR_OK)
+        rc = die("session", tsr_last_error());
+    e.n_vocab = e.m ? tsr_model_n_vocab(e.m) : 0;
     static char line[1 << 17];
     while (rc == 0 && fgets(line, sizeof line, stdin))
-        rc = run_line(m, line);
-    llm_free(m);
+        rc = run_line(&e, line);
+    tsr_session_free(e.s);
+    tsr_model_free(e.m);
     tsr_backend_free(be);
     return rc;
 }

@@ -1,0 +1,202 @@
+/*
+ * test-session.c - the model layer over a long generation on the real model
+ * (SmolLM2-135M-Instruct Q4_1 in ~/.cache/libtensr, or $TSR_TEST_MODEL; skips
+ * when it is absent, fails when it is absent and CI=true):
+ *  - after tsr_session_new, decode allocates no device or compute memory (the
+ *    memory plan and the compute buffers stay as reserved) and the host
+ *    allocations of a one-token decode are the same number every step (the
+ *    per-graph context, nothing that grows);
+ *  - greedy generation is the same for 1, 2 and 3 threads; a sequence decoded
+ *    inside mixed batches of two, teacher-forced along its own greedy tokens,
+ *    picks the same token wherever its top-2 gap alone is at least 0.5 (the
+ *    kernels of a 2-token batch may sum in another order than those of one
+ *    token: near-ties may flip, nothing else);
+ *  - bad arguments give the statuses the header promises, and change nothing.
+ */
+#include "internal.h" /* tsr__alloc_count: the test links the static library */
+#include "tsrtest.h"
+
+#include <unistd.h>
+
+#define N_GEN 48
+
+static int argmax(const float *v, int32_t n) {
+    int best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+/* Top-1 minus top-2 logit. */
+static float gap(const float *v, int32_t n) {
+    int best = argmax(v, n);
+    float second = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (i != best && v[i] > second)
+            second = v[i];
+    return v[best] - second;
+}
+
+static size_t compute_bytes(const tsr_backend *b) {
+    size_t total = 0, c = 0;
+    for (size_t i = 0; i < tsr_backend_n_devices(b); i++)
+        if (tsr_backend_memory_plan(b, i, NULL, NULL, &c) == TSR_OK)
+            total += c;
+    return total;
+}
+
+/* Greedy tokens of prompt on a fresh backend with n_threads; checks the allocations on the way. */
+static void generate(const char *path, int n_threads, const int32_t *prompt, size_t n, int32_t *out, float *gaps,
+                     int check_alloc) {
+    tsr_backend_params bp;
+    tsr_backend_params_init(&bp, sizeof bp);
+    bp.n_threads = n_threads;
+    tsr_backend *be = NULL;
+    tsr_model *m = NULL;
+    tsr_session *s = NULL;
+    CHECK_OK(tsr_backend_new(&bp, &be));
+    CHECK_OK(tsr_model_load(be, path, NULL, &m));
+    tsr_session_params sp;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 256;
+    CHECK_OK(tsr_session_new(m, &sp, &s));
+    if (!s) {
+        tsr_model_free(m);
+        tsr_backend_free(be);
+        return;
+    }
+    const size_t reserved = compute_bytes(be);
+    CHECK_OK(tsr_session_decode(s, n, prompt, NULL, NULL, NULL));
+    int32_t tok = argmax(tsr_session_logits(s, n - 1), tsr_model_n_vocab(m));
+    float g = gap(tsr_session_logits(s, n - 1), tsr_model_n_vocab(m));
+    uint64_t per_step = 0;
+    for (int i = 0; i < N_GEN; i++) {
+        out[i] = tok;
+        gaps[i] = g;
+        uint64_t a0 = tsr__alloc_count();
+        CHECK_OK(tsr_session_decode(s, 1, &tok, NULL, NULL, NULL));
+        uint64_t used = tsr__alloc_count() - a0;
+        if (check_alloc && i == 1)
+            per_step = used;
+        if (check_alloc && i > 1)
+            CHECK(used == per_step, "step %d: %llu allocations, step 1 made %llu", i, (unsigned long long)used,
+                  (unsigned long long)per_step);
+        tok = argmax(tsr_session_logits(s, 0), tsr_model_n_vocab(m));
+        g = gap(tsr_session_logits(s, 0), tsr_model_n_vocab(m));
+    }
+    if (check_alloc)
+        CHECK(compute_bytes(be) == reserved, "compute memory %zu after the generation, %zu reserved",
+              compute_bytes(be), reserved);
+    tsr_session_free(s);
+    tsr_model_free(m);
+    tsr_backend_free(be);
+}
+
+/* b decoded in batches together with a on sequence 0, teacher-forced along
+ * forced[] (b's own greedy tokens alone): out[i] is its argmax at step i. */
+static void generate_mixed(const char *path, const int32_t *a, size_t na, const int32_t *b, size_t nb,
+                           const int32_t *forced, int32_t *out) {
+    tsr_backend *be = NULL;
+    tsr_model *m = NULL;
+    tsr_session *s = NULL;
+    CHECK_OK(tsr_backend_new(NULL, &be));
+    CHECK_OK(tsr_model_load(be, path, NULL, &m));
+    tsr_session_params sp;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 256;
+    sp.n_seq_max = 2;
+    CHECK_OK(tsr_session_new(m, &sp, &s));
+    if (!s) {
+        tsr_model_free(m);
+        tsr_backend_free(be);
+        return;
+    }
+    int32_t toks[128], seq[128];
+    int8_t want[128] = {0};
+    for (size_t i = 0; i < na + nb; i++) {
+        toks[i] = i < na ? a[i] : b[i - na];
+        seq[i] = i >= na;
+    }
+    want[na - 1] = want[na + nb - 1] = 1;
+    CHECK_OK(tsr_session_decode(s, na + nb, toks, NULL, seq, want));
+    int32_t nv = tsr_model_n_vocab(m);
+    int32_t ta = argmax(tsr_session_logits(s, na - 1), nv), tb = argmax(tsr_session_logits(s, na + nb - 1), nv);
+    for (int i = 0; i < N_GEN; i++) {
+        out[i] = tb;
+        int32_t two[2] = {ta, forced[i]}, sq[2] = {0, 1};
+        int8_t w[2] = {1, 1};
+        CHECK_OK(tsr_session_decode(s, 2, two, NULL, sq, w));
+        ta = argmax(tsr_session_logits(s, 0), nv);
+        tb = argmax(tsr_session_logits(s, 1), nv);
+    }
+    tsr_session_free(s);
+    tsr_model_free(m);
+    tsr_backend_free(be);
+}
+
+static void statuses(const char *path) {
+    tsr_backend *be = NULL;
+    tsr_model *m = NULL;
+    tsr_session *s = NULL;
+    CHECK_OK(tsr_backend_new(NULL, &be));
+    CHECK_OK(tsr_model_load(be, path, NULL, &m));
+    tsr_model *twice = NULL;
+    CHECK_STATUS(tsr_model_load(be, path, NULL, &twice), TSR_E_STATE);
+    CHECK(twice == NULL);
+    CHECK_OK(tsr_session_new(m, NULL, &s));
+    CHECK(tsr_session_n_ctx(s) == tsr_model_n_ctx_train(m));
+    int32_t bad = tsr_model_n_vocab(m), ok_tok = 1, seq2 = 1;
+    CHECK_STATUS(tsr_session_decode(s, 1, &bad, NULL, NULL, NULL), TSR_E_INVALID);
+    CHECK_STATUS(tsr_session_decode(s, 1, &ok_tok, NULL, &seq2, NULL), TSR_E_INVALID); /* n_seq_max 1 */
+    CHECK_STATUS(tsr_session_decode(NULL, 1, &ok_tok, NULL, NULL, NULL), TSR_E_INVALID);
+    CHECK(tsr_session_n_past(s, 0) == 0);
+    CHECK(tsr_session_logits(s, 0) == NULL);
+    char piece[4];
+    size_t len = 0;
+    CHECK_STATUS(tsr_model_token_piece(m, bad, 0, piece, sizeof piece, &len), TSR_E_INVALID);
+    CHECK_STATUS(tsr_model_tokenize(m, "x", 1, 8u, NULL, 0, &len), TSR_E_INVALID);
+    tsr_chat_message msg = {"user", "Hi"};
+    char buf[4];
+    CHECK_STATUS(tsr_model_chat_format(m, &msg, 1, 1, buf, sizeof buf, &len), TSR_E_RANGE);
+    CHECK(len > sizeof buf);
+    tsr_model_free(m); /* with a session open: freed with the session */
+    CHECK_OK(tsr_session_decode(s, 1, &ok_tok, NULL, NULL, NULL));
+    tsr_session_free(s);
+    tsr_backend_free(be);
+}
+
+int main(void) {
+    const char *env = getenv("TSR_TEST_MODEL"), *home = getenv("HOME"), *ci = getenv("CI");
+    char path[1024];
+    if (env && *env)
+        snprintf(path, sizeof path, "%s", env);
+    else
+        snprintf(path, sizeof path, "%s/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
+    if (access(path, R_OK) != 0) {
+        if (!ci || strcmp(ci, "true") != 0)
+            SKIP("model %s is absent (make run fetches it)", path);
+        CHECK(0, "model %s is absent (make run fetches it); CI=true requires it", path);
+        return tsrtest_done("test-session");
+    }
+    const int32_t a[] = {1, 504, 3575, 282, 4649, 314}, b[] = {1, 9590, 2056, 253, 655, 28};
+    int32_t out[3][N_GEN], mixed[N_GEN], alone[N_GEN];
+    float gaps[3][N_GEN], gaps_alone[N_GEN];
+    for (int t = 0; t < 3; t++)
+        generate(path, t + 1, a, 6, out[t], gaps[t], t == 1);
+    CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0, "1 and 2 threads generate differently");
+    CHECK(memcmp(out[2], out[1], sizeof out[0]) == 0, "3 and 2 threads generate differently");
+    generate(path, 2, b, 6, alone, gaps_alone, 0);
+    generate_mixed(path, a, 6, b, 6, alone, mixed);
+    int judged = 0;
+    for (int i = 0; i < N_GEN; i++) {
+        if (gaps_alone[i] < 0.5f)
+            continue;
+        judged++;
+        CHECK(mixed[i] == alone[i], "step %d: inside the mixed batch %d, alone %d (gap %.3f)", i, mixed[i], alone[i],
+              gaps_alone[i]);
+    }
+    CHECK(judged > N_GEN / 2, "only %d of %d steps were not near-ties", judged, N_GEN);
+    statuses(path);
+    return tsrtest_done("test-session");
+}
