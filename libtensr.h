@@ -640,7 +640,8 @@ typedef struct tsr_sampler tsr_sampler;
  * architecture, tensor or tokenizer it does not know, named),
  * TSR_E_DEVICE_NOMEM, TSR_E_STATE when b already holds weights. */
 TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out);
-/* Frees the model (NULL is a no-op). Its sessions and samplers must be freed first. */
+/* Frees the model (NULL is a no-op). Sessions still open keep it alive: it
+ * is then freed with the last of them. Samplers do not refer to it. */
 TSR_API void tsr_model_free(tsr_model *m);
 /* general.architecture ("llama", "mistral"); owned by the model. */
 TSR_API const char *tsr_model_arch(const tsr_model *m);

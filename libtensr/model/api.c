@@ -11,8 +11,7 @@
 
 /* The chat template, when the model has one: a model without one (or with
  * one we do not know) still loads; tsr_model_chat_format says why. */
-static void load_template(tsr_model *m)
-{
+static void load_template(tsr_model *m) {
     const char *text = NULL;
     if (tsr_gguf_find_key(m->gguf, "tokenizer.chat_template") < 0 ||
         tsr_gguf_get_str(m->gguf, "tokenizer.chat_template", &text, NULL) != TSR_OK) {
@@ -28,8 +27,7 @@ static void load_template(tsr_model *m)
     tsr_clear_error();
 }
 
-static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp)
-{
+static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp) {
     tsr_status st = tsr_gguf_open(path, &m->gguf);
     if (st != TSR_OK)
         return st; /* the detail names the file */
@@ -48,8 +46,7 @@ static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp
     return TSR_OK;
 }
 
-tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out)
-{
+tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out) {
     if (out)
         *out = NULL;
     if (!b || !path || !out)
@@ -70,8 +67,7 @@ tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_param
     return TSR_OK;
 }
 
-void tsr_model_free(tsr_model *m)
-{
+void tsr_model_free(tsr_model *m) {
     if (!m)
         return;
     if (m->n_sessions > 0) { /* as sqlite3_close_v2: the last session to close frees the model */
@@ -81,8 +77,7 @@ void tsr_model_free(tsr_model *m)
     llm_model_destroy(m);
 }
 
-void llm_model_destroy(tsr_model *m)
-{
+void llm_model_destroy(tsr_model *m) {
     free(m->layers);
     tok_vocab_free(m->vocab);
     chat_template_free(m->tmpl);
@@ -100,12 +95,11 @@ int tsr_model_token_is_eog(const tsr_model *m, int32_t token) { return m && tok_
 /* ---- text ------------------------------------------------------------------ */
 
 /* Copies n bytes of src into buf (cap), NUL-terminated when it fits; TSR_E_RANGE when it does not. */
-static tsr_status copy_out(const char *what, const char *src, size_t n, char *buf, size_t cap, int nul, size_t *len)
-{
+static tsr_status copy_out(const char *what, const char *src, size_t n, char *buf, size_t cap, int nul, size_t *len) {
     *len = n;
     if (n > cap || (nul && n == cap))
-        return llm_fail(TSR_E_RANGE, "%s: %zu bytes%s do not fit in a buffer of %zu", what, n,
-                        nul ? " and a NUL" : "", cap);
+        return llm_fail(TSR_E_RANGE, "%s: %zu bytes%s do not fit in a buffer of %zu", what, n, nul ? " and a NUL" : "",
+                        cap);
     if (n)
         memcpy(buf, src, n);
     if (nul)
@@ -114,8 +108,7 @@ static tsr_status copy_out(const char *what, const char *src, size_t n, char *bu
 }
 
 tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, unsigned flags, int32_t *tokens,
-                              size_t cap, size_t *n_tokens)
-{
+                              size_t cap, size_t *n_tokens) {
     if (n_tokens)
         *n_tokens = 0;
     if (!m || (!text && len) || (!tokens && cap) || !n_tokens)
@@ -137,8 +130,7 @@ tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, 
     return st;
 }
 
-tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special, char *buf, size_t cap, size_t *len)
-{
+tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special, char *buf, size_t cap, size_t *len) {
     if (len)
         *len = 0;
     if (!m || (!buf && cap) || !len)
@@ -151,9 +143,8 @@ tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special,
     return copy_out("tsr_model_token_piece", p, n, buf, cap, 0, len);
 }
 
-tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_t n, int special, char *buf,
-                                size_t cap, size_t *len)
-{
+tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_t n, int special, char *buf, size_t cap,
+                                size_t *len) {
     if (len)
         *len = 0;
     if (!m || (!tokens && n) || (!buf && cap) || !len)
@@ -172,8 +163,7 @@ tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_
 }
 
 tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msgs, size_t n, int add_assistant,
-                                 char *buf, size_t cap, size_t *len)
-{
+                                 char *buf, size_t cap, size_t *len) {
     if (len)
         *len = 0;
     if (!m || (!msgs && n) || (!buf && cap) || !len)
@@ -188,8 +178,7 @@ tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msg
     chat_msg *cm = n ? malloc(n * sizeof *cm) : NULL;
     if (n && !cm)
         return llm_fail(TSR_E_NOMEM, "tsr_model_chat_format: out of host memory");
-    for (size_t i = 0; i < n; i++)
-        cm[i] = (chat_msg){msgs[i].role, msgs[i].content};
+    for (size_t i = 0; i < n; i++) cm[i] = (chat_msg){msgs[i].role, msgs[i].content};
     tsr_status st = chat_format(m->tmpl, cm, n, add_assistant, &text);
     free(cm);
     if (st == TSR_OK)
@@ -204,8 +193,7 @@ struct tsr_sampler {
     smp_sampler *s;
 };
 
-void tsr_sampler_params_init(tsr_sampler_params *p, size_t size)
-{
+void tsr_sampler_params_init(tsr_sampler_params *p, size_t size) {
     if (!p || size < sizeof(size_t))
         return;
     tsr_sampler_params d;
@@ -224,8 +212,7 @@ void tsr_sampler_params_init(tsr_sampler_params *p, size_t size)
     p->size = size;
 }
 
-tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out)
-{
+tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out) {
     if (out)
         *out = NULL;
     if (!m || !out)
@@ -263,16 +250,14 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     return TSR_OK;
 }
 
-void tsr_sampler_free(tsr_sampler *s)
-{
+void tsr_sampler_free(tsr_sampler *s) {
     if (!s)
         return;
     smp_free(s->s);
     free(s);
 }
 
-int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits)
-{
+int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits) {
     if (!s || !logits) {
         llm_fail(TSR_E_INVALID, "tsr_sampler_sample: NULL %s", s ? "logits" : "sampler");
         return -1;
@@ -282,8 +267,7 @@ int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits)
     return id;
 }
 
-void tsr_sampler_reset(tsr_sampler *s)
-{
+void tsr_sampler_reset(tsr_sampler *s) {
     if (s)
         smp_reset(s->s);
 }

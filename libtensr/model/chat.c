@@ -24,18 +24,26 @@ typedef enum kind {
     K_PHI3
 } kind;
 
-static const char *const kind_names[] = {"chatml",     "llama2",     "llama2-sys",        "llama2-sys-bos",
-                                         "llama2-sys-strip", "mistral-v1", "mistral-v3",
-                                         "mistral-v3-tekken", "mistral-v7", "llama3", "zephyr",
-                                         "gemma", "phi3"};
+static const char *const kind_names[] = {"chatml",
+                                         "llama2",
+                                         "llama2-sys",
+                                         "llama2-sys-bos",
+                                         "llama2-sys-strip",
+                                         "mistral-v1",
+                                         "mistral-v3",
+                                         "mistral-v3-tekken",
+                                         "mistral-v7",
+                                         "llama3",
+                                         "zephyr",
+                                         "gemma",
+                                         "phi3"};
 
 struct chat_template {
     kind k;
     char *default_system;
 };
 
-static tsr_status fail(tsr_status st, const char *fmt, ...)
-{
+static tsr_status fail(tsr_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
@@ -43,8 +51,7 @@ static tsr_status fail(tsr_status st, const char *fmt, ...)
     return st;
 }
 
-static tsr_status make(kind k, chat_template **out)
-{
+static tsr_status make(kind k, chat_template **out) {
     if (!(*out = calloc(1, sizeof **out)))
         return fail(TSR_E_NOMEM, "chat: out of memory");
     (*out)->k = k;
@@ -53,8 +60,7 @@ static tsr_status make(kind k, chat_template **out)
 
 /* SmolLM2-style templates open with a fixed system turn when the first
  * message is not a system one: find that literal in the template text. */
-static char *find_default_system(const char *text)
-{
+static char *find_default_system(const char *text) {
     static const char *const opens[] = {"<|im_start|>system\n", "<|im_start|>system\\n"};
     const char *p, *e;
     char *s;
@@ -83,8 +89,7 @@ static char *find_default_system(const char *text)
 
 static int has(const char *t, const char *s) { return strstr(t, s) != NULL; }
 
-static int detect_inst(const char *t)
-{
+static int detect_inst(const char *t) {
     if (has(t, "[SYSTEM_PROMPT]"))
         return K_MISTRAL_V7;
     if (has(t, "' [INST] ' + system_message") || has(t, "[AVAILABLE_TOOLS]")) {
@@ -99,8 +104,7 @@ static int detect_inst(const char *t)
     return has(t, "<<SYS>>") ? K_LLAMA2_SYS : K_LLAMA2;
 }
 
-tsr_status chat_template_detect(const char *t, chat_template **out)
-{
+tsr_status chat_template_detect(const char *t, chat_template **out) {
     int k = -1;
     tsr_status st;
     if (!t || !out)
@@ -118,8 +122,9 @@ tsr_status chat_template_detect(const char *t, chat_template **out)
     else if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>"))
         k = K_LLAMA3;
     if (k < 0)
-        return fail(TSR_E_UNSUPPORTED, "chat: unknown chat template (starts with '%.60s'); "
-                                       "supported: chatml, llama2, mistral, llama3, zephyr, gemma, phi3",
+        return fail(TSR_E_UNSUPPORTED,
+                    "chat: unknown chat template (starts with '%.60s'); "
+                    "supported: chatml, llama2, mistral, llama3, zephyr, gemma, phi3",
                     t);
     if ((st = make((kind)k, out)) != TSR_OK)
         return st;
@@ -128,8 +133,7 @@ tsr_status chat_template_detect(const char *t, chat_template **out)
     return TSR_OK;
 }
 
-tsr_status chat_template_by_name(const char *name, chat_template **out)
-{
+tsr_status chat_template_by_name(const char *name, chat_template **out) {
     if (!name || !out)
         return fail(TSR_E_INVALID, "chat_template_by_name: NULL argument");
     for (size_t i = 0; i < sizeof kind_names / sizeof kind_names[0]; i++)
@@ -138,8 +142,7 @@ tsr_status chat_template_by_name(const char *name, chat_template **out)
     return fail(TSR_E_NOT_FOUND, "chat: no chat template named '%s'", name);
 }
 
-void chat_template_free(chat_template *t)
-{
+void chat_template_free(chat_template *t) {
     if (!t)
         return;
     free(t->default_system);
@@ -157,15 +160,13 @@ typedef struct sbuf {
     int oom;
 } sbuf;
 
-static void put_n(sbuf *b, const char *s, size_t n)
-{
+static void put_n(sbuf *b, const char *s, size_t n) {
     if (b->oom)
         return;
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         char *p;
-        while (cap < b->n + n + 1)
-            cap *= 2;
+        while (cap < b->n + n + 1) cap *= 2;
         if (!(p = realloc(b->s, cap))) {
             b->oom = 1;
             return;
@@ -180,20 +181,16 @@ static void put_n(sbuf *b, const char *s, size_t n)
 static void put(sbuf *b, const char *s) { put_n(b, s, strlen(s)); }
 
 /* Appends s without leading and trailing white space. */
-static void put_trim(sbuf *b, const char *s)
-{
+static void put_trim(sbuf *b, const char *s) {
     size_t n = strlen(s);
-    while (n && isspace((unsigned char)*s))
-        s++, n--;
-    while (n && isspace((unsigned char)s[n - 1]))
-        n--;
+    while (n && isspace((unsigned char)*s)) s++, n--;
+    while (n && isspace((unsigned char)s[n - 1])) n--;
     put_n(b, s, n);
 }
 
 static int is_role(const chat_msg *m, const char *r) { return strcmp(m->role, r) == 0; }
 
-static void render_mistral(sbuf *b, kind k, const chat_msg *m, size_t n)
-{
+static void render_mistral(sbuf *b, kind k, const chat_msg *m, size_t n) {
     const char *lead = k == K_MISTRAL_V1 ? " " : "", *trail = k == K_MISTRAL_V3_TEKKEN ? "" : " ";
     int inside = 0;
     for (size_t i = 0; i < n; i++) {
@@ -217,8 +214,7 @@ static void render_mistral(sbuf *b, kind k, const chat_msg *m, size_t n)
     }
 }
 
-static void render_mistral_v7(sbuf *b, const chat_msg *m, size_t n)
-{
+static void render_mistral_v7(sbuf *b, const chat_msg *m, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (is_role(&m[i], "system"))
             put(b, "[SYSTEM_PROMPT] "), put(b, m[i].content), put(b, "[/SYSTEM_PROMPT]");
@@ -229,8 +225,7 @@ static void render_mistral_v7(sbuf *b, const chat_msg *m, size_t n)
     }
 }
 
-static void render_llama2(sbuf *b, kind k, const chat_msg *m, size_t n)
-{
+static void render_llama2(sbuf *b, kind k, const chat_msg *m, size_t n) {
     int inside = 1; /* the first [INST] comes without BOS: the tokenizer adds it */
     put(b, "[INST] ");
     for (size_t i = 0; i < n; i++) {
@@ -253,8 +248,7 @@ static void render_llama2(sbuf *b, kind k, const chat_msg *m, size_t n)
     }
 }
 
-static void render_gemma(sbuf *b, const chat_msg *m, size_t n, int add)
-{
+static void render_gemma(sbuf *b, const chat_msg *m, size_t n, int add) {
     sbuf sys = {0};
     for (size_t i = 0; i < n; i++) {
         int model = is_role(&m[i], "assistant");
@@ -275,8 +269,7 @@ static void render_gemma(sbuf *b, const chat_msg *m, size_t n, int add)
     free(sys.s);
 }
 
-static void render_simple(sbuf *b, kind k, const chat_msg *m, size_t n, int add)
-{
+static void render_simple(sbuf *b, kind k, const chat_msg *m, size_t n, int add) {
     for (size_t i = 0; i < n; i++) {
         if (k == K_CHATML) {
             put(b, "<|im_start|>"), put(b, m[i].role), put(b, "\n"), put(b, m[i].content);
@@ -296,8 +289,7 @@ static void render_simple(sbuf *b, kind k, const chat_msg *m, size_t n, int add)
                                : "<|assistant|>\n");
 }
 
-tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, int add_assistant, char **out)
-{
+tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, int add_assistant, char **out) {
     sbuf b = {0};
     chat_msg *all = NULL;
 

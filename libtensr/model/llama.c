@@ -16,8 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-tsr_status llm_fail(tsr_status st, const char *fmt, ...)
-{
+tsr_status llm_fail(tsr_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
@@ -28,16 +27,14 @@ tsr_status llm_fail(tsr_status st, const char *fmt, ...)
 #define fail llm_fail
 
 /* A libtensr call failed: keep its detail behind our prefix. */
-static tsr_status fail_tsr(tsr_status st, const char *what)
-{
+static tsr_status fail_tsr(tsr_status st, const char *what) {
     return fail(st, "%s: %s", what, tsr_last_error()[0] ? tsr_last_error() : tsr_status_string(st));
 }
 
 /* ---- hyper-parameters ---------------------------------------------------- */
 
 /* Integer key ARCH.suffix: required (def < 0) or defaulted. */
-static tsr_status key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out)
-{
+static tsr_status key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", hp->arch, suffix);
     tsr_status st = tsr_gguf_get_i64(g, key, out);
@@ -57,8 +54,7 @@ static tsr_status key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *
     return TSR_OK;
 }
 
-static tsr_status key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out)
-{
+static tsr_status key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", hp->arch, suffix);
     tsr_status st = tsr_gguf_get_f32(g, key, out);
@@ -74,8 +70,7 @@ static tsr_status key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *
 }
 
 /* Rope scaling: none and linear are supported; YaRN and others are not. */
-static tsr_status read_rope_scaling(const tsr_gguf *g, llm_hparams *hp)
-{
+static tsr_status read_rope_scaling(const tsr_gguf *g, llm_hparams *hp) {
     char key[160];
     const char *type = "none";
     float factor = 0.0f;
@@ -102,8 +97,7 @@ static tsr_status read_rope_scaling(const tsr_gguf *g, llm_hparams *hp)
 }
 
 /* Sizes that must agree with each other; one message per inconsistency. */
-static tsr_status check_hparams(const tsr_gguf *g, const llm_hparams *hp)
-{
+static tsr_status check_hparams(const tsr_gguf *g, const llm_hparams *hp) {
     const char *path = tsr_gguf_path(g);
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0)
         return fail(TSR_E_MALFORMED, "%s: embedding %lld, layers %d, heads %d/%d, ffn %lld: all must be > 0", path,
@@ -125,8 +119,7 @@ static tsr_status check_hparams(const tsr_gguf *g, const llm_hparams *hp)
 
 /* Head dimensions: key_length/value_length when given (Mistral-style),
  * else n_embd / n_head, which must then divide evenly. */
-static tsr_status read_head_dims(const tsr_gguf *g, llm_hparams *hp)
-{
+static tsr_status read_head_dims(const tsr_gguf *g, llm_hparams *hp) {
     int64_t def = hp->n_head > 0 && hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0, v;
     tsr_status st = key_i64(g, hp, "attention.key_length", def, &v);
     if (st != TSR_OK)
@@ -141,8 +134,7 @@ static tsr_status read_head_dims(const tsr_gguf *g, llm_hparams *hp)
     return TSR_OK;
 }
 
-static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp)
-{
+static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp) {
     const char *arch;
     size_t len;
     if (tsr_gguf_get_str(g, "general.architecture", &arch, &len) != TSR_OK)
@@ -155,8 +147,7 @@ static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp)
 }
 
 /* Fills the sizes that come from tensor shapes: vocabulary, tied head. */
-static tsr_status read_tensor_facts(const tsr_gguf *g, llm_hparams *hp)
-{
+static tsr_status read_tensor_facts(const tsr_gguf *g, llm_hparams *hp) {
     int64_t i = tsr_gguf_find_tensor(g, "token_embd.weight");
     if (i < 0)
         return fail(TSR_E_MALFORMED, "%s: tensor 'token_embd.weight' is missing", tsr_gguf_path(g));
@@ -169,8 +160,7 @@ static tsr_status read_tensor_facts(const tsr_gguf *g, llm_hparams *hp)
     return TSR_OK;
 }
 
-tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp)
-{
+tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     int64_t v;
     tsr_status st;
     memset(hp, 0, sizeof *hp);
@@ -202,8 +192,7 @@ tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp)
 
 /* Looks up a weight and checks its shape ({ne0, ne1}; ne1 = 0 for 1-D).
  * Optional weights may be absent (*out = NULL). */
-static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out)
-{
+static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out) {
     tsr_tensor *t = tsr_backend_weight(m->be, name);
     *out = t;
     if (!t) {
@@ -215,23 +204,31 @@ static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1,
         tsr_tensor_ne(t, 3) != 1)
         return fail(TSR_E_MALFORMED, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
                     tsr_gguf_path(m->gguf), name, (long long)tsr_tensor_ne(t, 0), (long long)tsr_tensor_ne(t, 1),
-                    (long long)tsr_tensor_ne(t, 2), (long long)tsr_tensor_ne(t, 3), (long long)ne0,
-                    (long long)want1);
+                    (long long)tsr_tensor_ne(t, 2), (long long)tsr_tensor_ne(t, 3), (long long)ne0, (long long)want1);
     return TSR_OK;
 }
 
-static tsr_status bind_layer(tsr_model *m, int il)
-{
+static tsr_status bind_layer(tsr_model *m, int il) {
     const llm_hparams *hp = &m->hp;
     llm_layer *l = &m->layers[il];
     int64_t nq = (int64_t)hp->n_head * hp->head_dim_k, nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
     int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v, no = (int64_t)hp->n_head * hp->head_dim_v;
-    struct { const char *s; int64_t ne0, ne1; int opt; tsr_tensor **dst; } w[] = {
-        {"attn_norm.weight", hp->n_embd, 0, 0, &l->attn_norm}, {"attn_q.weight", hp->n_embd, nq, 0, &l->wq},
-        {"attn_k.weight", hp->n_embd, nk, 0, &l->wk},           {"attn_v.weight", hp->n_embd, nv, 0, &l->wv},
-        {"attn_output.weight", no, hp->n_embd, 0, &l->wo},      {"attn_q.bias", nq, 0, 1, &l->bq},
-        {"attn_k.bias", nk, 0, 1, &l->bk},                      {"attn_v.bias", nv, 0, 1, &l->bv},
-        {"attn_output.bias", hp->n_embd, 0, 1, &l->bo},         {"ffn_norm.weight", hp->n_embd, 0, 0, &l->ffn_norm},
+    struct {
+        const char *s;
+        int64_t ne0, ne1;
+        int opt;
+        tsr_tensor **dst;
+    } w[] = {
+        {"attn_norm.weight", hp->n_embd, 0, 0, &l->attn_norm},
+        {"attn_q.weight", hp->n_embd, nq, 0, &l->wq},
+        {"attn_k.weight", hp->n_embd, nk, 0, &l->wk},
+        {"attn_v.weight", hp->n_embd, nv, 0, &l->wv},
+        {"attn_output.weight", no, hp->n_embd, 0, &l->wo},
+        {"attn_q.bias", nq, 0, 1, &l->bq},
+        {"attn_k.bias", nk, 0, 1, &l->bk},
+        {"attn_v.bias", nv, 0, 1, &l->bv},
+        {"attn_output.bias", hp->n_embd, 0, 1, &l->bo},
+        {"ffn_norm.weight", hp->n_embd, 0, 0, &l->ffn_norm},
         {"ffn_gate.weight", hp->n_embd, hp->n_ff, 0, &l->ffn_gate},
         {"ffn_up.weight", hp->n_embd, hp->n_ff, 0, &l->ffn_up},
         {"ffn_down.weight", hp->n_ff, hp->n_embd, 0, &l->ffn_down},
@@ -253,8 +250,7 @@ static tsr_status bind_layer(tsr_model *m, int il)
     return TSR_OK;
 }
 
-tsr_status llm_bind_weights(tsr_model *m)
-{
+tsr_status llm_bind_weights(tsr_model *m) {
     const llm_hparams *hp = &m->hp;
     tsr_status st;
     if ((st = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, &m->tok_embd)) != TSR_OK ||
@@ -286,27 +282,23 @@ typedef struct fwd {
     int64_t n, n_out;
 } fwd;
 
-static tsr_tensor *rms_norm(fwd *f, tsr_tensor *x, tsr_tensor *w)
-{
+static tsr_tensor *rms_norm(fwd *f, tsr_tensor *x, tsr_tensor *w) {
     return tsr_mul(f->ctx, tsr_rms_norm(f->ctx, x, f->m->hp.norm_eps), w);
 }
 
-static tsr_tensor *linear(fwd *f, tsr_tensor *w, tsr_tensor *b, tsr_tensor *x)
-{
+static tsr_tensor *linear(fwd *f, tsr_tensor *w, tsr_tensor *b, tsr_tensor *x) {
     tsr_tensor *y = tsr_mul_mat(f->ctx, w, x);
     return b ? tsr_add(f->ctx, y, b) : y;
 }
 
-static tsr_tensor *rope(fwd *f, tsr_tensor *x, tsr_tensor *factors)
-{
+static tsr_tensor *rope(fwd *f, tsr_tensor *x, tsr_tensor *factors) {
     const llm_hparams *hp = &f->m->hp;
-    return tsr_rope_ext(f->ctx, x, f->pos, factors, hp->n_rot, TSR_ROPE_NORMAL, (int)hp->n_ctx_orig,
-                        hp->rope_freq_base, hp->rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
+    return tsr_rope_ext(f->ctx, x, f->pos, factors, hp->n_rot, TSR_ROPE_NORMAL, (int)hp->n_ctx_orig, hp->rope_freq_base,
+                        hp->rope_freq_scale, 0.0f, 1.0f, 32.0f, 1.0f);
 }
 
 /* Self-attention of layer il on the normed input: [head_dim_v*n_head, n]. */
-static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur)
-{
+static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur) {
     const llm_hparams *hp = &f->m->hp;
     const llm_layer *l = &f->m->layers[il];
     tsr_context *ctx = f->ctx;
@@ -323,16 +315,14 @@ static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur)
 /* The rows whose logits are wanted of a [ne0, n] tensor. */
 static tsr_tensor *out_rows(fwd *f, tsr_tensor *t) { return f->out_ids ? tsr_get_rows(f->ctx, t, f->out_ids) : t; }
 
-static tsr_tensor *feed_forward(fwd *f, const llm_layer *l, tsr_tensor *x)
-{
+static tsr_tensor *feed_forward(fwd *f, const llm_layer *l, tsr_tensor *x) {
     tsr_tensor *cur = rms_norm(f, x, l->ffn_norm);
     tsr_tensor *gate = tsr_mul_mat(f->ctx, l->ffn_gate, cur);
     tsr_tensor *up = tsr_mul_mat(f->ctx, l->ffn_up, cur);
     return tsr_mul_mat(f->ctx, l->ffn_down, tsr_swiglu(f->ctx, gate, up));
 }
 
-static tsr_tensor *graph(fwd *f, tsr_tensor *tokens)
-{
+static tsr_tensor *graph(fwd *f, tsr_tensor *tokens) {
     const tsr_model *m = f->m;
     tsr_context *ctx = f->ctx;
     tsr_tensor *x = tsr_get_rows(ctx, m->tok_embd, tokens);
@@ -352,8 +342,7 @@ static tsr_tensor *graph(fwd *f, tsr_tensor *tokens)
 }
 
 /* Whether out_ids[0..n_out) is 0..n-1 (every row: no gather). */
-static int all_rows(const llm_batch *b)
-{
+static int all_rows(const llm_batch *b) {
     if (b->n_out != b->n)
         return 0;
     for (int64_t i = 0; b->out_ids && i < b->n_out; i++)
@@ -362,8 +351,7 @@ static int all_rows(const llm_batch *b)
     return 1;
 }
 
-tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out)
-{
+tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out) {
     fwd f = {m, ctx, cache, NULL, NULL, b->n, b->n_out};
     int64_t ne = b->n, ne_out = b->n_out;
     tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);

@@ -18,7 +18,7 @@
 
 /* What the GGUF metadata says about the network. */
 typedef struct llm_hparams {
-    char arch[32];      /* general.architecture ("llama", "mistral") */
+    char arch[32]; /* general.architecture ("llama", "mistral") */
     int64_t n_vocab;
     int64_t n_ctx_train;
     int64_t n_embd;
@@ -26,16 +26,16 @@ typedef struct llm_hparams {
     int n_layer;
     int n_head;
     int n_head_kv;
-    int head_dim_k;     /* attention.key_length, else n_embd / n_head */
-    int head_dim_v;     /* attention.value_length, else n_embd / n_head */
-    int n_rot;          /* rope.dimension_count, else head_dim_k */
-    float norm_eps;     /* attention.layer_norm_rms_epsilon */
+    int head_dim_k; /* attention.key_length, else n_embd / n_head */
+    int head_dim_v; /* attention.value_length, else n_embd / n_head */
+    int n_rot;      /* rope.dimension_count, else head_dim_k */
+    float norm_eps; /* attention.layer_norm_rms_epsilon */
     float rope_freq_base;
-    float rope_freq_scale; /* 1 / rope.scaling.factor (linear scaling) */
-    int64_t n_ctx_orig; /* rope.scaling.original_context_length, else n_ctx_train */
+    float rope_freq_scale;  /* 1 / rope.scaling.factor (linear scaling) */
+    int64_t n_ctx_orig;     /* rope.scaling.original_context_length, else n_ctx_train */
     int64_t sliding_window; /* attention.sliding_window; 0 when absent */
-    int tied_output;    /* 1 when output.weight is absent (the head is token_embd) */
-    int has_rope_freqs; /* 1 when rope_freqs.weight is present */
+    int tied_output;        /* 1 when output.weight is absent (the head is token_embd) */
+    int has_rope_freqs;     /* 1 when rope_freqs.weight is present */
 } llm_hparams;
 
 typedef struct llm_layer {
@@ -51,11 +51,11 @@ struct tsr_model {
     tsr_tensor *tok_embd, *out_norm, *output;
     llm_layer *layers;
     tok_vocab *vocab;
-    chat_template *tmpl;     /* NULL when the model has none we know */
-    tsr_status tmpl_status;  /* why tmpl is NULL */
+    chat_template *tmpl;    /* NULL when the model has none we know */
+    tsr_status tmpl_status; /* why tmpl is NULL */
     char tmpl_error[256];
-    size_t n_sessions;       /* open sessions: they keep the model alive */
-    int freed;               /* tsr_model_free was called while sessions were open */
+    size_t n_sessions; /* open sessions: they keep the model alive */
+    int freed;         /* tsr_model_free was called while sessions were open */
 };
 
 /* One micro-batch to build: n tokens (ids, positions, sequences), the rows
@@ -75,8 +75,7 @@ tsr_status llm_bind_weights(tsr_model *m);
 /* Builds the graph of batch b in ctx over cache (tsr_kv_cache_begin* already
  * called); *out: logits [n_vocab, n_out], or, when n_out == 0, the last
  * layer's attention (which writes the cache). */
-tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
-                     tsr_tensor **out);
+tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out);
 
 /* Frees m for real (tsr_model_free, or its last session after that). */
 void llm_model_destroy(tsr_model *m);

@@ -16,8 +16,7 @@ struct smp_sampler {
     uint64_t rng;
 };
 
-void smp_params_default(smp_params *p)
-{
+void smp_params_default(smp_params *p) {
     p->temp = 0.8f;
     p->top_k = 40;
     p->top_p = 0.95f;
@@ -30,8 +29,7 @@ void smp_params_default(smp_params *p)
     p->seed = 0x5EED;
 }
 
-double smp_uniform(uint64_t *state)
-{
+double smp_uniform(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -39,16 +37,14 @@ double smp_uniform(uint64_t *state)
     return (double)(z >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static int cmp_cand(const void *a, const void *b)
-{
+static int cmp_cand(const void *a, const void *b) {
     const smp_cand *x = a, *y = b;
     if (x->logit != y->logit)
         return x->logit > y->logit ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-void smp_sort(smp_cands *c)
-{
+void smp_sort(smp_cands *c) {
     if (!c->sorted)
         qsort(c->data, c->size, sizeof *c->data, cmp_cand);
     c->sorted = 1;
@@ -57,8 +53,7 @@ void smp_sort(smp_cands *c)
 /* A repeated token's logit is divided by the penalty when positive and
  * multiplied when not (so it always becomes less likely); frequency and
  * presence penalties are subtracted. */
-void smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, float freq, float present)
-{
+void smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, float freq, float present) {
     if (!counts || (repeat == 1.0f && freq == 0.0f && present == 0.0f))
         return;
     for (size_t i = 0; i < c->size; i++) {
@@ -74,8 +69,7 @@ void smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, floa
     c->sorted = 0;
 }
 
-void smp_top_k(smp_cands *c, int32_t k)
-{
+void smp_top_k(smp_cands *c, int32_t k) {
     if (k <= 0)
         return;
     smp_sort(c);
@@ -83,22 +77,18 @@ void smp_top_k(smp_cands *c, int32_t k)
         c->size = (size_t)k;
 }
 
-void smp_softmax(smp_cands *c)
-{
+void smp_softmax(smp_cands *c) {
     float max_l = -INFINITY, sum = 0.0f;
-    for (size_t i = 0; i < c->size; i++)
-        max_l = c->data[i].logit > max_l ? c->data[i].logit : max_l;
+    for (size_t i = 0; i < c->size; i++) max_l = c->data[i].logit > max_l ? c->data[i].logit : max_l;
     for (size_t i = 0; i < c->size; i++) {
         c->data[i].p = expf(c->data[i].logit - max_l);
         sum += c->data[i].p;
     }
-    for (size_t i = 0; i < c->size; i++)
-        c->data[i].p /= sum;
+    for (size_t i = 0; i < c->size; i++) c->data[i].p /= sum;
 }
 
 /* Keeps the most likely tokens whose probabilities add up to at least p. */
-void smp_top_p(smp_cands *c, float p, size_t min_keep)
-{
+void smp_top_p(smp_cands *c, float p, size_t min_keep) {
     float cum = 0.0f;
     if (p >= 1.0f || c->size == 0)
         return;
@@ -114,8 +104,7 @@ void smp_top_p(smp_cands *c, float p, size_t min_keep)
 }
 
 /* Keeps the tokens at least p times as likely as the most likely one. */
-void smp_min_p(smp_cands *c, float p, size_t min_keep)
-{
+void smp_min_p(smp_cands *c, float p, size_t min_keep) {
     size_t i = 1;
     float min_logit;
     if (p <= 0.0f || c->size == 0)
@@ -129,8 +118,7 @@ void smp_min_p(smp_cands *c, float p, size_t min_keep)
 }
 
 /* temp <= 0 leaves only the first highest logit finite. */
-void smp_temp(smp_cands *c, float temp)
-{
+void smp_temp(smp_cands *c, float temp) {
     if (c->size == 0)
         return;
     if (temp <= 0.0f) {
@@ -143,12 +131,10 @@ void smp_temp(smp_cands *c, float temp)
                 c->data[i].logit = -INFINITY;
         return;
     }
-    for (size_t i = 0; i < c->size; i++)
-        c->data[i].logit /= temp;
+    for (size_t i = 0; i < c->size; i++) c->data[i].logit /= temp;
 }
 
-tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out)
-{
+tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
     smp_sampler *s;
     size_t n_hist;
     if (!out || n_vocab <= 0)
@@ -174,8 +160,7 @@ tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out)
     return TSR_OK;
 }
 
-void smp_free(smp_sampler *s)
-{
+void smp_free(smp_sampler *s) {
     if (!s)
         return;
     free(s->cands);
@@ -184,15 +169,13 @@ void smp_free(smp_sampler *s)
     free(s);
 }
 
-void smp_reset(smp_sampler *s)
-{
+void smp_reset(smp_sampler *s) {
     memset(s->counts, 0, (size_t)s->n_vocab * sizeof *s->counts);
     s->n_hist = s->hist_pos = 0;
     s->rng = s->p.seed;
 }
 
-void smp_accept(smp_sampler *s, int32_t id)
-{
+void smp_accept(smp_sampler *s, int32_t id) {
     size_t cap = s->p.repeat_last_n > 0 ? (size_t)s->p.repeat_last_n : 0;
     if (cap == 0 || id < 0 || id >= s->n_vocab)
         return;
@@ -205,8 +188,7 @@ void smp_accept(smp_sampler *s, int32_t id)
     s->hist_pos = (s->hist_pos + 1) % cap;
 }
 
-static int32_t argmax(const float *logits, int32_t n)
-{
+static int32_t argmax(const float *logits, int32_t n) {
     int32_t best = 0;
     for (int32_t i = 1; i < n; i++)
         if (logits[i] > logits[best])
@@ -214,16 +196,13 @@ static int32_t argmax(const float *logits, int32_t n)
     return best;
 }
 
-int32_t smp_sample(smp_sampler *s, const float *logits)
-{
+int32_t smp_sample(smp_sampler *s, const float *logits) {
     smp_cands c = {s->cands, (size_t)s->n_vocab, 0};
     const smp_params *p = &s->p;
     double u, cum = 0.0;
 
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        s->cands[i] = (smp_cand){i, logits[i], 0.0f};
-    smp_apply_penalties(&c, s->n_hist ? s->counts : NULL, p->repeat_penalty, p->freq_penalty,
-                        p->presence_penalty);
+    for (int32_t i = 0; i < s->n_vocab; i++) s->cands[i] = (smp_cand){i, logits[i], 0.0f};
+    smp_apply_penalties(&c, s->n_hist ? s->counts : NULL, p->repeat_penalty, p->freq_penalty, p->presence_penalty);
     if (p->temp <= 0.0f) { /* greedy, after the penalties */
         smp_sort(&c);
         return c.data[0].id;

@@ -12,18 +12,17 @@
 
 struct tsr_session {
     tsr_model *m;
-    tsr_session_params p;  /* settled: n_ctx, n_batch, n_ubatch, ... as used */
+    tsr_session_params p; /* settled: n_ctx, n_batch, n_ubatch, ... as used */
     tsr_kv_cache *cache;
-    float *logits;         /* rows of the last decode, n_vocab each */
+    float *logits; /* rows of the last decode, n_vocab each */
     int64_t cap_rows;
-    int64_t *row_of;       /* per token of the last decode: its logits row or -1 */
+    int64_t *row_of; /* per token of the last decode: its logits row or -1 */
     size_t n_last;
     int32_t *pos, *out_ids, *next; /* scratch: n_batch positions, n_ubatch rows, n_seq_max next positions */
-    int counted;           /* made whole: counted in m->n_sessions */
+    int counted;                   /* made whole: counted in m->n_sessions */
 };
 
-void tsr_session_params_init(tsr_session_params *p, size_t size)
-{
+void tsr_session_params_init(tsr_session_params *p, size_t size) {
     if (!p || size < sizeof(size_t))
         return;
     tsr_session_params d;
@@ -41,8 +40,7 @@ void tsr_session_params_init(tsr_session_params *p, size_t size)
 }
 
 /* The caller's params over the defaults (only the fields it knows). */
-static void params_read(const tsr_session_params *in, tsr_session_params *out)
-{
+static void params_read(const tsr_session_params *in, tsr_session_params *out) {
     tsr_session_params_init(out, sizeof *out);
     if (in && in->size > sizeof(size_t)) {
         size_t n = in->size < sizeof *out ? in->size : sizeof *out;
@@ -51,12 +49,12 @@ static void params_read(const tsr_session_params *in, tsr_session_params *out)
     out->size = sizeof *out;
 }
 
-static tsr_status settle(const tsr_model *m, tsr_session_params *p)
-{
+static tsr_status settle(const tsr_model *m, tsr_session_params *p) {
     const llm_hparams *hp = &m->hp;
     if (p->n_ctx < 0 || p->n_batch < 0 || p->n_ubatch < 0 || p->n_seq_max < 0 || p->n_outputs_max < 0)
-        return llm_fail(TSR_E_INVALID, "tsr_session_new: negative sizes (n_ctx %lld, n_batch %lld, n_ubatch %lld, "
-                                       "n_seq_max %d, n_outputs_max %lld)",
+        return llm_fail(TSR_E_INVALID,
+                        "tsr_session_new: negative sizes (n_ctx %lld, n_batch %lld, n_ubatch %lld, "
+                        "n_seq_max %d, n_outputs_max %lld)",
                         (long long)p->n_ctx, (long long)p->n_batch, (long long)p->n_ubatch, (int)p->n_seq_max,
                         (long long)p->n_outputs_max);
     if (p->n_ctx == 0)
@@ -81,8 +79,7 @@ static tsr_status settle(const tsr_model *m, tsr_session_params *p)
     return TSR_OK;
 }
 
-static tsr_status make_cache(tsr_session *s)
-{
+static tsr_status make_cache(tsr_session *s) {
     const llm_hparams *hp = &s->m->hp;
     tsr_kv_cache_params kp;
     tsr_kv_cache_params_init(&kp, sizeof kp);
@@ -100,8 +97,7 @@ static tsr_status make_cache(tsr_session *s)
 }
 
 /* Sizes the compute buffers for the worst micro-batch. */
-static tsr_status reserve(tsr_session *s)
-{
+static tsr_status reserve(tsr_session *s) {
     tsr_context *ctx = tsr_context_new(s->m->be);
     if (!ctx)
         return llm_fail(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
@@ -118,8 +114,7 @@ static tsr_status reserve(tsr_session *s)
     return st;
 }
 
-static tsr_status alloc_scratch(tsr_session *s)
-{
+static tsr_status alloc_scratch(tsr_session *s) {
     const int64_t n_vocab = s->m->hp.n_vocab;
     int64_t n_ub = (s->p.n_batch + s->p.n_ubatch - 1) / s->p.n_ubatch;
     s->cap_rows = n_ub * s->p.n_outputs_max < s->p.n_batch ? n_ub * s->p.n_outputs_max : s->p.n_batch;
@@ -137,8 +132,7 @@ static tsr_status alloc_scratch(tsr_session *s)
     return TSR_OK;
 }
 
-tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_session **out)
-{
+tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_session **out) {
     if (out)
         *out = NULL;
     if (!m || !out)
@@ -165,8 +159,7 @@ tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_sessio
     return TSR_OK;
 }
 
-void tsr_session_free(tsr_session *s)
-{
+void tsr_session_free(tsr_session *s) {
     if (!s)
         return;
     if (s->counted && --s->m->n_sessions == 0 && s->m->freed)
@@ -182,16 +175,14 @@ void tsr_session_free(tsr_session *s)
 
 int64_t tsr_session_n_ctx(const tsr_session *s) { return s ? s->p.n_ctx : 0; }
 
-int32_t tsr_session_n_past(const tsr_session *s, int32_t seq)
-{
+int32_t tsr_session_n_past(const tsr_session *s, int32_t seq) {
     if (!s || seq < 0 || seq >= s->p.n_seq_max)
         return -1;
     int32_t max = tsr_kv_cache_seq_pos_max(s->cache, seq);
     return max < 0 ? 0 : max + 1;
 }
 
-tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, int32_t p1)
-{
+tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, int32_t p1) {
     if (!s)
         return llm_fail(TSR_E_INVALID, "tsr_session_remove: NULL session");
     if (seq < -1 || seq >= s->p.n_seq_max)
@@ -202,8 +193,7 @@ tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, int32_t p
     return st == TSR_OK ? TSR_OK : llm_fail(st, "tsr_session_remove: %s", tsr_last_error());
 }
 
-const float *tsr_session_logits(const tsr_session *s, size_t i)
-{
+const float *tsr_session_logits(const tsr_session *s, size_t i) {
     if (!s || i >= s->n_last || s->row_of[i] < 0)
         return NULL;
     return s->logits + (size_t)s->row_of[i] * (size_t)s->m->hp.n_vocab;
@@ -213,8 +203,7 @@ static int wants(const int8_t *want, size_t n, size_t i) { return want ? want[i]
 
 /* Every check that can fail before anything changes. */
 static tsr_status check_batch(const tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
-                              const int32_t *seq, const int8_t *want)
-{
+                              const int32_t *seq, const int8_t *want) {
     if (n > (size_t)s->p.n_batch)
         return llm_fail(TSR_E_INVALID, "tsr_session_decode: %zu tokens, the session takes at most n_batch %lld", n,
                         (long long)s->p.n_batch);
@@ -230,8 +219,7 @@ static tsr_status check_batch(const tsr_session *s, size_t n, const int32_t *tok
     }
     for (size_t i0 = 0; i0 < n; i0 += (size_t)s->p.n_ubatch) {
         size_t nb = n - i0 < (size_t)s->p.n_ubatch ? n - i0 : (size_t)s->p.n_ubatch, rows = 0;
-        for (size_t i = i0; i < i0 + nb; i++)
-            rows += wants(want, n, i);
+        for (size_t i = i0; i < i0 + nb; i++) rows += wants(want, n, i);
         if (rows > (size_t)s->p.n_outputs_max)
             return llm_fail(TSR_E_RANGE,
                             "tsr_session_decode: %zu logits rows asked in one micro-batch of %lld tokens, at most "
@@ -246,22 +234,18 @@ static tsr_status check_batch(const tsr_session *s, size_t n, const int32_t *tok
 }
 
 /* Positions: given, or each sequence after its last one. */
-static void fill_positions(tsr_session *s, size_t n, const int32_t *pos, const int32_t *seq)
-{
+static void fill_positions(tsr_session *s, size_t n, const int32_t *pos, const int32_t *seq) {
     if (pos) {
         memcpy(s->pos, pos, n * sizeof *pos);
         return;
     }
-    for (int32_t q = 0; q < s->p.n_seq_max; q++)
-        s->next[q] = tsr_session_n_past(s, q);
-    for (size_t i = 0; i < n; i++)
-        s->pos[i] = s->next[seq ? seq[i] : 0]++;
+    for (int32_t q = 0; q < s->p.n_seq_max; q++) s->next[q] = tsr_session_n_past(s, q);
+    for (size_t i = 0; i < n; i++) s->pos[i] = s->next[seq ? seq[i] : 0]++;
 }
 
 /* One micro-batch: tokens [i0, i0+nb) of the call; its rows go to logits row *row.. */
 static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const int32_t *tokens, const int32_t *seq,
-                         const int8_t *want, int64_t *row)
-{
+                         const int8_t *want, int64_t *row) {
     llm_batch b = {tokens + i0, s->pos + i0, seq ? seq + i0 : NULL, s->out_ids, (int64_t)nb, 0};
     for (size_t i = i0; i < i0 + nb; i++)
         if (wants(want, n, i)) {
@@ -290,9 +274,8 @@ static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const i
     return st;
 }
 
-tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
-                              const int32_t *seq, const int8_t *want_logits)
-{
+tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos, const int32_t *seq,
+                              const int8_t *want_logits) {
     if (!s || (n > 0 && !tokens))
         return llm_fail(TSR_E_INVALID, "tsr_session_decode: NULL %s", s ? "tokens" : "session");
     tsr_status st = check_batch(s, n, tokens, pos, seq, want_logits);
@@ -300,8 +283,7 @@ tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, c
         return st;
     s->n_last = 0;
     fill_positions(s, n, pos, seq);
-    for (size_t i = 0; i < n; i++)
-        s->row_of[i] = -1;
+    for (size_t i = 0; i < n; i++) s->row_of[i] = -1;
     int64_t row = 0;
     size_t i0 = 0;
     for (; i0 < n && st == TSR_OK; i0 += (size_t)s->p.n_ubatch) {

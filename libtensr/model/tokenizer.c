@@ -17,8 +17,7 @@
 
 /* ---- errors -------------------------------------------------------------- */
 
-static tsr_status fail(tsr_status st, const char *fmt, ...)
-{
+static tsr_status fail(tsr_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
@@ -33,19 +32,15 @@ typedef struct strtab {
     size_t mask;
 } strtab;
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
+static uint64_t hash_bytes(const char *s, size_t n) {
     uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h;
 }
 
-static tsr_status strtab_init(strtab *t, size_t n)
-{
+static tsr_status strtab_init(strtab *t, size_t n) {
     size_t cap = 16;
-    while (cap < 2 * n + 1)
-        cap *= 2;
+    while (cap < 2 * n + 1) cap *= 2;
     t->slots = malloc(cap * sizeof *t->slots);
     if (!t->slots)
         return fail(TSR_E_NOMEM, "tokenizer: out of memory for a table of %zu entries", n);
@@ -58,8 +53,7 @@ static tsr_status strtab_init(strtab *t, size_t n)
  * gives the key text of value i. */
 typedef const char *(*key_fn)(const void *owner, int32_t i, size_t *len);
 
-static size_t strtab_slot(const strtab *t, const char *s, size_t n, key_fn keys, const void *owner)
-{
+static size_t strtab_slot(const strtab *t, const char *s, size_t n, key_fn keys, const void *owner) {
     size_t i = (size_t)hash_bytes(s, n) & t->mask;
     for (;; i = (i + 1) & t->mask) {
         size_t klen;
@@ -90,8 +84,8 @@ struct tok_vocab {
     char *merges;        /* merge strings "a b", NUL-separated */
     size_t *merge_off;   /* [n_merges + 1] */
     int32_t n_merges;
-    strtab ranks;        /* merge string -> rank */
-    int32_t *specials;   /* control/user-defined/unknown ids, longest text first */
+    strtab ranks;      /* merge string -> rank */
+    int32_t *specials; /* control/user-defined/unknown ids, longest text first */
     int32_t n_specials;
     int32_t bos, eos, unk;
     int32_t eog[MAX_EOG];
@@ -99,36 +93,31 @@ struct tok_vocab {
     int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
 };
 
-static const char *token_key(const void *owner, int32_t i, size_t *len)
-{
+static const char *token_key(const void *owner, int32_t i, size_t *len) {
     const tok_vocab *v = owner;
     *len = v->text_off[i + 1] - v->text_off[i] - 1;
     return v->text + v->text_off[i];
 }
 
-static const char *merge_key(const void *owner, int32_t i, size_t *len)
-{
+static const char *merge_key(const void *owner, int32_t i, size_t *len) {
     const tok_vocab *v = owner;
     *len = v->merge_off[i + 1] - v->merge_off[i] - 1;
     return v->merges + v->merge_off[i];
 }
 
-int32_t tok_find(const tok_vocab *v, const char *text, size_t len)
-{
+int32_t tok_find(const tok_vocab *v, const char *text, size_t len) {
     return v->ids.slots[strtab_slot(&v->ids, text, len, token_key, v)];
 }
 
 /* Rank of merging left and right, or -1. */
-static int32_t merge_rank(const tok_vocab *v, const char *l, size_t nl, const char *r, size_t nr, char *scratch)
-{
+static int32_t merge_rank(const tok_vocab *v, const char *l, size_t nl, const char *r, size_t nr, char *scratch) {
     memcpy(scratch, l, nl);
     scratch[nl] = ' ';
     memcpy(scratch + nl + 1, r, nr);
     return v->ranks.slots[strtab_slot(&v->ranks, scratch, nl + 1 + nr, merge_key, v)];
 }
 
-void tok_vocab_free(tok_vocab *v)
-{
+void tok_vocab_free(tok_vocab *v) {
     if (!v)
         return;
     free(v->text);
@@ -151,30 +140,25 @@ int32_t tok_bos(const tok_vocab *v) { return v->bos; }
 int32_t tok_eos(const tok_vocab *v) { return v->eos; }
 int tok_add_bos(const tok_vocab *v) { return v->add_bos; }
 
-int tok_is_eog(const tok_vocab *v, int32_t id)
-{
+int tok_is_eog(const tok_vocab *v, int32_t id) {
     for (int i = 0; i < v->n_eog; i++)
         if (v->eog[i] == id)
             return 1;
     return 0;
 }
 
-tok_attr tok_token_attr(const tok_vocab *v, int32_t id)
-{
+tok_attr tok_token_attr(const tok_vocab *v, int32_t id) {
     return (id >= 0 && id < v->n_vocab) ? (tok_attr)v->attr[id] : TOK_ATTR_UNDEFINED;
 }
 
-const char *tok_token_text(const tok_vocab *v, int32_t id)
-{
+const char *tok_token_text(const tok_vocab *v, int32_t id) {
     return (id >= 0 && id < v->n_vocab) ? v->text + v->text_off[id] : "";
 }
 
 /* ---- loading ------------------------------------------------------------- */
 
 /* Reads a string array key into one NUL-separated arena. */
-static tsr_status load_str_array(const tsr_gguf *g, const char *key, char **arena, size_t **off,
-                                 uint64_t *n_out)
-{
+static tsr_status load_str_array(const tsr_gguf *g, const char *key, char **arena, size_t **off, uint64_t *n_out) {
     tsr_gguf_type et;
     uint64_t n;
     size_t total = 0, len;
@@ -209,8 +193,7 @@ static tsr_status load_str_array(const tsr_gguf *g, const char *key, char **aren
     return TSR_OK;
 }
 
-static tsr_status load_merges(tok_vocab *v, const tsr_gguf *g)
-{
+static tsr_status load_merges(tok_vocab *v, const tsr_gguf *g) {
     uint64_t n;
     tsr_status st = load_str_array(g, "tokenizer.ggml.merges", &v->merges, &v->merge_off, &n);
     if (st != TSR_OK)
@@ -228,8 +211,7 @@ static tsr_status load_merges(tok_vocab *v, const tsr_gguf *g)
     return TSR_OK;
 }
 
-static tsr_status load_numeric(tok_vocab *v, const tsr_gguf *g)
-{
+static tsr_status load_numeric(tok_vocab *v, const tsr_gguf *g) {
     tsr_gguf_type et;
     uint64_t n;
     const void *data;
@@ -276,16 +258,15 @@ typedef struct pre_name {
 /* The tokenizer.ggml.pre names whose splitting we implement, grouped as
  * llama.cpp groups them. */
 static const pre_name pre_names[] = {
-    {"smollm", TKU_PRE_SMOLLM},    {"starcoder", TKU_PRE_SMOLLM}, {"refact", TKU_PRE_SMOLLM},
-    {"command-r", TKU_PRE_SMOLLM}, {"codeshell", TKU_PRE_SMOLLM}, {"exaone", TKU_PRE_SMOLLM},
+    {"smollm", TKU_PRE_SMOLLM},     {"starcoder", TKU_PRE_SMOLLM}, {"refact", TKU_PRE_SMOLLM},
+    {"command-r", TKU_PRE_SMOLLM},  {"codeshell", TKU_PRE_SMOLLM}, {"exaone", TKU_PRE_SMOLLM},
     {"minerva-7b", TKU_PRE_SMOLLM}, {"mpt", TKU_PRE_GPT2},         {"olmo", TKU_PRE_GPT2},
-    {"jais", TKU_PRE_GPT2},        {"trillion", TKU_PRE_GPT2},     {"llama3", TKU_PRE_LLAMA3},
-    {"llama-v3", TKU_PRE_LLAMA3},  {"llama-bpe", TKU_PRE_LLAMA3},  {"falcon3", TKU_PRE_LLAMA3},
+    {"jais", TKU_PRE_GPT2},         {"trillion", TKU_PRE_GPT2},    {"llama3", TKU_PRE_LLAMA3},
+    {"llama-v3", TKU_PRE_LLAMA3},   {"llama-bpe", TKU_PRE_LLAMA3}, {"falcon3", TKU_PRE_LLAMA3},
     {"pixtral", TKU_PRE_LLAMA3},
 };
 
-static tsr_status load_type(tok_vocab *v, const tsr_gguf *g)
-{
+static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
     const char *model, *pre = "";
     tsr_status st = tsr_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL);
 
@@ -318,8 +299,7 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g)
                 pre);
 }
 
-static void load_special_ids(tok_vocab *v, const tsr_gguf *g)
-{
+static void load_special_ids(tok_vocab *v, const tsr_gguf *g) {
     uint32_t id;
     int b;
     if (tsr_gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id) == TSR_OK && id < (uint32_t)v->n_vocab)
@@ -340,8 +320,7 @@ static void load_special_ids(tok_vocab *v, const tsr_gguf *g)
         v->add_space_prefix = b;
 }
 
-static void add_eog(tok_vocab *v, int32_t id)
-{
+static void add_eog(tok_vocab *v, int32_t id) {
     if (id < 0 || tok_is_eog(v, id) || v->n_eog == MAX_EOG)
         return;
     v->eog[v->n_eog++] = id;
@@ -349,11 +328,9 @@ static void add_eog(tok_vocab *v, int32_t id)
 
 /* End-of-generation tokens: EOS/EOT/EOM ids and, as llama.cpp does, tokens
  * known by their text (they are made control tokens if they are not). */
-static void find_eog(tok_vocab *v, const tsr_gguf *g)
-{
-    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                        "<|endoftext|>", "<|eom_id|>", "<EOT>", "<|end_of_text|>",
-                                        "</s>", "<eos>"};
+static void find_eog(tok_vocab *v, const tsr_gguf *g) {
+    static const char *const names[] = {"<|eot_id|>", "<|im_end|>", "<|end|>",         "<end_of_turn>", "<|endoftext|>",
+                                        "<|eom_id|>", "<EOT>",      "<|end_of_text|>", "</s>",          "<eos>"};
     uint32_t id;
     add_eog(v, v->eos);
     if (tsr_gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &id) == TSR_OK && id < (uint32_t)v->n_vocab)
@@ -377,16 +354,14 @@ typedef struct len_id {
 
 /* Longest text first (a token containing another must be found first);
  * equal lengths by id so the order is deterministic. */
-static int cmp_len_id(const void *a, const void *b)
-{
+static int cmp_len_id(const void *a, const void *b) {
     const len_id *x = a, *y = b;
     if (x->len != y->len)
         return x->len > y->len ? -1 : 1;
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static tsr_status build_specials(tok_vocab *v)
-{
+static tsr_status build_specials(tok_vocab *v) {
     len_id *tmp = malloc(((size_t)v->n_vocab + 1) * sizeof *tmp);
     v->specials = malloc(((size_t)v->n_vocab + 1) * sizeof *v->specials);
     if (!v->specials || !tmp) {
@@ -399,15 +374,13 @@ static tsr_status build_specials(tok_vocab *v)
             tmp[v->n_specials++] = (len_id){v->text_off[i + 1] - v->text_off[i], i};
     }
     qsort(tmp, (size_t)v->n_specials, sizeof *tmp, cmp_len_id);
-    for (int32_t k = 0; k < v->n_specials; k++)
-        v->specials[k] = tmp[k].id;
+    for (int32_t k = 0; k < v->n_specials; k++) v->specials[k] = tmp[k].id;
     free(tmp);
     return TSR_OK;
 }
 
 /* Decoded bytes of token i (what llama_token_to_piece gives with special). */
-static size_t decode_token(const tok_vocab *v, int32_t i, char *dst)
-{
+static size_t decode_token(const tok_vocab *v, int32_t i, char *dst) {
     size_t len, n = 0, pos = 0;
     const char *t = token_key(v, i, &len);
     unsigned a = v->attr[i];
@@ -448,8 +421,7 @@ static size_t decode_token(const tok_vocab *v, int32_t i, char *dst)
     return n;
 }
 
-static tsr_status build_pieces(tok_vocab *v)
-{
+static tsr_status build_pieces(tok_vocab *v) {
     size_t total = v->text_off[v->n_vocab] + 1;
     v->piece = malloc(total);
     v->piece_off = malloc(((size_t)v->n_vocab + 1) * sizeof *v->piece_off);
@@ -461,8 +433,7 @@ static tsr_status build_pieces(tok_vocab *v)
     return TSR_OK;
 }
 
-static tsr_status load_all(tok_vocab *v, const tsr_gguf *g)
-{
+static tsr_status load_all(tok_vocab *v, const tsr_gguf *g) {
     uint64_t n;
     tsr_status st;
 
@@ -489,8 +460,7 @@ static tsr_status load_all(tok_vocab *v, const tsr_gguf *g)
     return build_pieces(v);
 }
 
-tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out)
-{
+tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out) {
     tok_vocab *v;
     tsr_status st;
 
@@ -509,8 +479,7 @@ tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out)
     return TSR_OK;
 }
 
-tsr_status tok_vocab_load_file(const char *path, tok_vocab **out)
-{
+tsr_status tok_vocab_load_file(const char *path, tok_vocab **out) {
     tsr_gguf *g = NULL;
     tsr_status st = tsr_gguf_open(path, &g);
     if (st != TSR_OK)
@@ -527,8 +496,7 @@ typedef struct idbuf {
     size_t n, cap;
 } idbuf;
 
-static tsr_status push_id(idbuf *b, int32_t id)
-{
+static tsr_status push_id(idbuf *b, int32_t id) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 64;
         int32_t *p = realloc(b->ids, cap * sizeof *p);
@@ -549,8 +517,7 @@ typedef struct sym {
     int next;     /* index of the next live symbol, -1 at the end */
 } sym;
 
-static int32_t pair_rank(const tok_vocab *v, const char *w, const sym *s, int i, char *scratch)
-{
+static int32_t pair_rank(const tok_vocab *v, const char *w, const sym *s, int i, char *scratch) {
     int j = s[i].next;
     if (j < 0)
         return -1;
@@ -558,8 +525,7 @@ static int32_t pair_rank(const tok_vocab *v, const char *w, const sym *s, int i,
 }
 
 /* Emits the ids of one symbol: the token, or else its single bytes. */
-static tsr_status emit_symbol(const tok_vocab *v, const char *t, size_t len, idbuf *out)
-{
+static tsr_status emit_symbol(const tok_vocab *v, const char *t, size_t len, idbuf *out) {
     int32_t id = tok_find(v, t, len);
     tsr_status st = TSR_OK;
     if (id >= 0)
@@ -574,8 +540,7 @@ static tsr_status emit_symbol(const tok_vocab *v, const char *t, size_t len, idb
 
 /* Merges the byte-encoded word w (n bytes) by rank and emits its ids. s and
  * scratch have room for the word. */
-static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, char *scratch, idbuf *out)
-{
+static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, char *scratch, idbuf *out) {
     int ns = 0;
     tsr_status st = TSR_OK;
 
@@ -588,8 +553,7 @@ static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, 
         s[ns].next = off + s[ns].len < n ? ns + 1 : -1;
         off += s[ns].len;
     }
-    for (int i = 0; i < ns; i++)
-        s[i].rank = pair_rank(v, w, s, i, scratch);
+    for (int i = 0; i < ns; i++) s[i].rank = pair_rank(v, w, s, i, scratch);
     for (;;) { /* lowest rank first; ties: leftmost */
         int best = -1;
         for (int i = 0; i >= 0 && i < ns; i = s[i].next)
@@ -607,26 +571,22 @@ static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, 
                 break;
             }
     }
-    for (int i = 0; i >= 0 && ns > 0 && st == TSR_OK; i = s[i].next)
-        st = emit_symbol(v, w + s[i].off, s[i].len, out);
+    for (int i = 0; i >= 0 && ns > 0 && st == TSR_OK; i = s[i].next) st = emit_symbol(v, w + s[i].off, s[i].len, out);
     return st;
 }
 
 /* Decodes text to codepoints (llama.cpp's lenient decoding). */
-static uint32_t *to_cps(const char *text, size_t len, size_t *n)
-{
+static uint32_t *to_cps(const char *text, size_t len, size_t *n) {
     uint32_t *cps = malloc((len + 1) * sizeof *cps);
     size_t pos = 0;
     *n = 0;
     if (!cps)
         return NULL;
-    while (pos < len)
-        cps[(*n)++] = tku_decode(text, len, &pos);
+    while (pos < len) cps[(*n)++] = tku_decode(text, len, &pos);
     return cps;
 }
 
-static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len, idbuf *out)
-{
+static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len, idbuf *out) {
     size_t n_cps, n_words, *lens = NULL, pos = 0;
     uint32_t *cps = to_cps(text, len, &n_cps);
     char *word = NULL, *scratch = NULL;
@@ -648,8 +608,7 @@ static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len,
         for (size_t k = 0; k < lens[w]; k++) {
             char u[4];
             size_t nu = tku_encode(cps[pos + k], u);
-            for (size_t b = 0; b < nu; b++)
-                wn += tku_encode(tku_byte_to_cp((unsigned char)u[b]), word + wn);
+            for (size_t b = 0; b < nu; b++) wn += tku_encode(tku_byte_to_cp((unsigned char)u[b]), word + wn);
         }
         pos += lens[w];
         st = bpe_word(v, word, wn, syms, scratch, out);
@@ -665,16 +624,14 @@ done:
 
 /* ---- SentencePiece --------------------------------------------------------- */
 
-static int32_t spm_pair(const tok_vocab *v, const char *t, const sym *s, int i)
-{
+static int32_t spm_pair(const tok_vocab *v, const char *t, const sym *s, int i) {
     int j = s[i].next;
     if (j < 0)
         return -1;
     return tok_find(v, t + s[i].off, s[i].len + s[j].len);
 }
 
-static tsr_status spm_emit(const tok_vocab *v, const char *t, const sym *s, int i, idbuf *out)
-{
+static tsr_status spm_emit(const tok_vocab *v, const char *t, const sym *s, int i, idbuf *out) {
     int32_t id = tok_find(v, t + s[i].off, s[i].len);
     tsr_status st = TSR_OK;
     if (id >= 0)
@@ -686,8 +643,7 @@ static tsr_status spm_emit(const tok_vocab *v, const char *t, const sym *s, int 
         if (id < 0)
             id = tok_find(v, t + s[i].off + k, 1);
         if (id < 0)
-            return fail(TSR_E_MALFORMED, "tokenizer: no byte token for 0x%02X",
-                        (unsigned char)t[s[i].off + k]);
+            return fail(TSR_E_MALFORMED, "tokenizer: no byte token for 0x%02X", (unsigned char)t[s[i].off + k]);
         st = push_id(out, id);
     }
     return st;
@@ -695,8 +651,7 @@ static tsr_status spm_emit(const tok_vocab *v, const char *t, const sym *s, int 
 
 /* Merges the best-scored pair first (ties: leftmost) while the merged text
  * is a token; unknown characters become byte tokens. */
-static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *out)
-{
+static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *out) {
     sym *s = malloc((n + 1) * sizeof *s);
     int ns = 0;
     tsr_status st = TSR_OK;
@@ -710,8 +665,7 @@ static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *o
         s[ns].next = off + s[ns].len < n ? ns + 1 : -1;
         off += s[ns].len;
     }
-    for (int i = 0; i < ns; i++)
-        s[i].rank = spm_pair(v, t, s, i);
+    for (int i = 0; i < ns; i++) s[i].rank = spm_pair(v, t, s, i);
     for (;;) {
         int best = -1;
         for (int i = 0; i >= 0 && i < ns; i = s[i].next)
@@ -729,15 +683,13 @@ static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *o
                 break;
             }
     }
-    for (int i = 0; i >= 0 && ns > 0 && st == TSR_OK; i = s[i].next)
-        st = spm_emit(v, t, s, i, out);
+    for (int i = 0; i >= 0 && ns > 0 && st == TSR_OK; i = s[i].next) st = spm_emit(v, t, s, i, out);
     free(s);
     return st;
 }
 
 /* Prefixes a space if asked, replaces spaces by U+2581, tokenizes. */
-static tsr_status spm_fragment(const tok_vocab *v, const char *text, size_t len, int prefix, idbuf *out)
-{
+static tsr_status spm_fragment(const tok_vocab *v, const char *text, size_t len, int prefix, idbuf *out) {
     size_t n = 0;
     char *t = malloc(3 * (len + 1) + 1);
     tsr_status st;
@@ -770,8 +722,7 @@ typedef struct fragbuf {
     size_t n, cap;
 } fragbuf;
 
-static tsr_status frag_insert(fragbuf *b, size_t at, frag f)
-{
+static tsr_status frag_insert(fragbuf *b, size_t at, frag f) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 16;
         frag *p = realloc(b->f, cap * sizeof *p);
@@ -785,8 +736,7 @@ static tsr_status frag_insert(fragbuf *b, size_t at, frag f)
     return TSR_OK;
 }
 
-static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t nn)
-{
+static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t nn) {
     if (nn == 0 || nn > hn)
         return NULL;
     for (size_t i = 0; i + nn <= hn; i++)
@@ -796,8 +746,7 @@ static const char *find_bytes(const char *h, size_t hn, const char *nd, size_t n
 }
 
 /* Splits every raw fragment at each occurrence of special token id. */
-static tsr_status split_special(const char *text, fragbuf *b, int32_t id, const char *tt, size_t tn)
-{
+static tsr_status split_special(const char *text, fragbuf *b, int32_t id, const char *tt, size_t tn) {
     for (size_t i = 0; i < b->n; i++) {
         frag f = b->f[i];
         const char *m;
@@ -815,8 +764,7 @@ static tsr_status split_special(const char *text, fragbuf *b, int32_t id, const 
     return TSR_OK;
 }
 
-static tsr_status partition(const tok_vocab *v, const char *text, size_t len, int parse_special, fragbuf *b)
-{
+static tsr_status partition(const tok_vocab *v, const char *text, size_t len, int parse_special, fragbuf *b) {
     tsr_status st;
     if (len && (st = frag_insert(b, 0, (frag){0, len, -1})) != TSR_OK)
         return st;
@@ -834,8 +782,7 @@ static tsr_status partition(const tok_vocab *v, const char *text, size_t len, in
 
 /* ---- tokenize ------------------------------------------------------------ */
 
-static tsr_status tokenize_frags(const tok_vocab *v, const char *text, const fragbuf *b, idbuf *out)
-{
+static tsr_status tokenize_frags(const tok_vocab *v, const char *text, const fragbuf *b, idbuf *out) {
     int prev_special = 1; /* SentencePiece prefixes a space at the start and after a token */
     tsr_status st = TSR_OK;
     for (size_t i = 0; i < b->n && st == TSR_OK; i++) {
@@ -856,8 +803,7 @@ static tsr_status tokenize_frags(const tok_vocab *v, const char *text, const fra
 }
 
 tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int add_special, int parse_special,
-                        int32_t **out, size_t *n_out)
-{
+                        int32_t **out, size_t *n_out) {
     idbuf ids = {0};
     fragbuf frags = {0};
     tsr_status st = TSR_OK;
@@ -890,8 +836,7 @@ tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int ad
  * place, with its exact quirks) so the bytes stay identical: " ?" " !" " ."
  * " ," lose the space, a lone quote between spaces loses both, and " 's"
  * " 'm" " 're" " 've" lose the space. Returns the new length. */
-static size_t clean_spaces(char *text, size_t total)
-{
+static size_t clean_spaces(char *text, size_t total) {
     size_t t1 = total, t2, t3;
     total = total ? 1 : 0;
     for (size_t i = 1; i < t1; i++) {
@@ -918,7 +863,8 @@ static size_t clean_spaces(char *text, size_t total)
             char x1 = text[i + 1];
             if (x1 == 's' || x1 == 'm')
                 total--;
-            else if (x1 != 't' && x1 != 'd' && i + 2 < t3 && ((x1 == 'r' && text[i + 2] == 'e') || (x1 == 'v' && text[i + 2] == 'e')))
+            else if (x1 != 't' && x1 != 'd' && i + 2 < t3 &&
+                     ((x1 == 'r' && text[i + 2] == 'e') || (x1 == 'v' && text[i + 2] == 'e')))
                 total--;
         }
         text[total++] = x;
@@ -926,8 +872,7 @@ static size_t clean_spaces(char *text, size_t total)
     return total;
 }
 
-const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len)
-{
+const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len) {
     unsigned a;
     *len = 0;
     if (!v || id < 0 || id >= v->n_vocab)
@@ -939,9 +884,8 @@ const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len)
     return v->piece + v->piece_off[id];
 }
 
-tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int remove_special, int special,
-                          char **out, size_t *len)
-{
+tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int remove_special, int special, char **out,
+                          size_t *len) {
     size_t total = 0, k = 0;
     int strip = v && v->add_space_prefix;
     char *s;
@@ -978,14 +922,12 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
 
 void tok_stream_init(tok_stream *s) { memset(s, 0, sizeof *s); }
 
-void tok_stream_free(tok_stream *s)
-{
+void tok_stream_free(tok_stream *s) {
     free(s->buf);
     memset(s, 0, sizeof *s);
 }
 
-static tsr_status stream_reserve(tok_stream *s, size_t need)
-{
+static tsr_status stream_reserve(tok_stream *s, size_t need) {
     if (need > s->cap) {
         char *p = realloc(s->buf, need);
         if (!p)
@@ -997,25 +939,27 @@ static tsr_status stream_reserve(tok_stream *s, size_t need)
 
 /* Length of the valid UTF-8 sequence at u[0..n), 0 if malformed, or -1 if
  * it is a valid but incomplete start. */
-static int utf8_seq(const unsigned char *u, size_t n)
-{
+static int utf8_seq(const unsigned char *u, size_t n) {
     int need = u[0] < 0x80 ? 1 : u[0] < 0xC2 ? 0 : u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : u[0] < 0xF5 ? 4 : 0;
     for (int k = 1; k < need; k++) {
         unsigned char lo = 0x80, hi = 0xBF;
         if ((size_t)k >= n)
             return -1;
-        if (k == 1 && u[0] == 0xE0) lo = 0xA0; /* overlong */
-        if (k == 1 && u[0] == 0xED) hi = 0x9F; /* surrogates */
-        if (k == 1 && u[0] == 0xF0) lo = 0x90; /* overlong */
-        if (k == 1 && u[0] == 0xF4) hi = 0x8F; /* past U+10FFFF */
+        if (k == 1 && u[0] == 0xE0)
+            lo = 0xA0; /* overlong */
+        if (k == 1 && u[0] == 0xED)
+            hi = 0x9F; /* surrogates */
+        if (k == 1 && u[0] == 0xF0)
+            lo = 0x90; /* overlong */
+        if (k == 1 && u[0] == 0xF4)
+            hi = 0x8F; /* past U+10FFFF */
         if (u[k] < lo || u[k] > hi)
             return 0;
     }
     return need;
 }
 
-tsr_status tok_stream_push(tok_stream *s, const char *bytes, size_t len, const char **out, size_t *out_len)
-{
+tsr_status tok_stream_push(tok_stream *s, const char *bytes, size_t len, const char **out, size_t *out_len) {
     size_t n = s->n_pend + len, k = 0, i = 0;
     unsigned char *in;
     /* output (at most 3 bytes per input byte: U+FFFD) first, the input after it */
@@ -1046,8 +990,7 @@ tsr_status tok_stream_push(tok_stream *s, const char *bytes, size_t len, const c
     return TSR_OK;
 }
 
-tsr_status tok_stream_flush(tok_stream *s, const char **out, size_t *out_len)
-{
+tsr_status tok_stream_flush(tok_stream *s, const char **out, size_t *out_len) {
     int had = s->n_pend > 0;
     tsr_status st = stream_reserve(s, 4);
     if (st != TSR_OK)

@@ -45,13 +45,13 @@ typedef enum tok_attr {
 tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out);
 /* Opens path, loads the tokenizer, closes the file. */
 tsr_status tok_vocab_load_file(const char *path, tok_vocab **out);
-void tok_vocab_free(tok_vocab *v);  /* NULL is a no-op */
+void tok_vocab_free(tok_vocab *v); /* NULL is a no-op */
 
 tok_type tok_vocab_type(const tok_vocab *v);
 int32_t tok_n_vocab(const tok_vocab *v);
-int32_t tok_bos(const tok_vocab *v);  /* -1 when none */
-int32_t tok_eos(const tok_vocab *v);  /* -1 when none */
-int tok_add_bos(const tok_vocab *v);  /* tokenizer.ggml.add_bos_token (or the model type's default) */
+int32_t tok_bos(const tok_vocab *v); /* -1 when none */
+int32_t tok_eos(const tok_vocab *v); /* -1 when none */
+int tok_add_bos(const tok_vocab *v); /* tokenizer.ggml.add_bos_token (or the model type's default) */
 /* End of generation: EOS, EOT, EOM and the usual end-of-turn tokens. */
 int tok_is_eog(const tok_vocab *v, int32_t id);
 tok_attr tok_token_attr(const tok_vocab *v, int32_t id);
@@ -64,8 +64,8 @@ int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
  * parse_special: control tokens written in the text ("<|im_start|>") become
  * their ids instead of being tokenized as text. *out (malloc'ed, the caller
  * frees it with free()) receives *n_out ids. */
-tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int add_special,
-                        int parse_special, int32_t **out, size_t *n_out);
+tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int add_special, int parse_special,
+                        int32_t **out, size_t *n_out);
 
 /* The bytes a token stands for (not NUL-terminated; owned by v). Control
  * and unknown tokens give their text when special is non-zero, else
@@ -76,8 +76,8 @@ const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len);
  * BOS / trailing EOS the model adds, special renders control tokens. *out is
  * malloc'ed, NUL-terminated; *len excludes the NUL. Bytes are raw (may be
  * invalid UTF-8 when the ids are). */
-tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int remove_special,
-                          int special, char **out, size_t *len);
+tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int remove_special, int special, char **out,
+                          size_t *len);
 
 /* Streaming detokenizer for printing tokens as they come: buffers the
  * bytes of UTF-8 sequences split across tokens and only ever emits valid
@@ -90,11 +90,10 @@ typedef struct tok_stream {
 } tok_stream;
 
 void tok_stream_init(tok_stream *s);
-void tok_stream_free(tok_stream *s);  /* frees s->buf; s can be re-initialized */
+void tok_stream_free(tok_stream *s); /* frees s->buf; s can be re-initialized */
 /* Feeds bytes; *out (owned by s, valid until the next call) receives the
  * complete UTF-8 text now available, *out_len its length. */
-tsr_status tok_stream_push(tok_stream *s, const char *bytes, size_t len, const char **out,
-                           size_t *out_len);
+tsr_status tok_stream_push(tok_stream *s, const char *bytes, size_t len, const char **out, size_t *out_len);
 /* Ends the stream: a pending incomplete sequence is emitted as U+FFFD. */
 tsr_status tok_stream_flush(tok_stream *s, const char **out, size_t *out_len);
 
