@@ -641,7 +641,9 @@ typedef struct tsr_sampler tsr_sampler;
  * TSR_E_DEVICE_NOMEM, TSR_E_STATE when b already holds weights. */
 TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out);
 /* Frees the model (NULL is a no-op). Sessions still open keep it alive: it
- * is then freed with the last of them. Samplers do not refer to it. */
+ * is then freed with the last of them. Samplers do not refer to it. The
+ * weights belong to the backend and are freed with it (tsr_backend_free);
+ * load another model into a new backend. */
 TSR_API void tsr_model_free(tsr_model *m);
 /* general.architecture ("llama", "mistral"); owned by the model. */
 TSR_API const char *tsr_model_arch(const tsr_model *m);
