@@ -659,19 +659,22 @@ TSR_API int tsr_model_token_is_eog(const tsr_model *m, int32_t token);
 #define TSR_TOKENIZE_PARSE_SPECIAL 2u /* "<|im_start|>" in the text becomes its control token */
 /* Tokenizes text[0..len) as llama.cpp does. At most cap tokens are written;
  * *n_tokens is the count, also when cap is too small (TSR_E_RANGE; call
- * again with a larger buffer). TSR_E_INVALID for NULL arguments or unknown flags. */
+ * again with a larger buffer; tokens may be NULL when cap is 0).
+ * TSR_E_INVALID for NULL arguments or unknown flags. */
 TSR_API tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, unsigned flags,
                                       int32_t *tokens, size_t cap, size_t *n_tokens);
 /* The bytes of one token (control tokens rendered when special != 0, else
  * nothing); may be part of a UTF-8 character. At most cap bytes are written
  * (no NUL); *len is the full length, also when cap is too small
- * (TSR_E_RANGE). TSR_E_INVALID for a token outside the vocabulary. */
+ * (TSR_E_RANGE; buf may be NULL when cap is 0). TSR_E_INVALID for a token
+ * outside the vocabulary. */
 TSR_API tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special, char *buf, size_t cap,
                                          size_t *len);
 /* The text of n tokens as llama.cpp's detokenizer writes it (control
- * tokens rendered when special != 0). *len is the full length (without a
- * NUL); the text is NUL-terminated when len < cap; TSR_E_RANGE when it does
- * not fit in cap bytes. The bytes are raw: invalid UTF-8 stays as it is. */
+ * tokens rendered when special != 0). *len is the full length (without the
+ * NUL); the text and a NUL are written when len < cap, else TSR_E_RANGE
+ * (buf may be NULL when cap is 0). TSR_E_INVALID for a token outside the
+ * vocabulary. The bytes are raw: invalid UTF-8 stays as it is. */
 TSR_API tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_t n, int special, char *buf,
                                         size_t cap, size_t *len);
 
@@ -694,7 +697,7 @@ typedef struct tsr_session_params {
     int64_t n_batch;       /* most tokens one decode call takes; default 2048 */
     int64_t n_ubatch;      /* tokens per graph; default 512 */
     int32_t n_seq_max;     /* sequence ids 0 .. n_seq_max-1; default 1 */
-    int64_t n_outputs_max; /* most logits rows of one micro-batch; default n_seq_max */
+    int64_t n_outputs_max; /* most logits rows of one micro-batch; 0 (the default) = n_seq_max */
     tsr_type type_k, type_v; /* KV cache types; default F16 */
 } tsr_session_params;
 TSR_API void tsr_session_params_init(tsr_session_params *p, size_t size);
@@ -733,7 +736,7 @@ typedef struct tsr_sampler_params {
     float top_p, min_p;    /* defaults 0.95, 0.05; top_p >= 1 and min_p <= 0 are off */
     float repeat_penalty;  /* 1 = off (default) */
     int32_t repeat_last_n; /* default 64 */
-    uint64_t seed;
+    uint64_t seed;         /* default 0x5EED */
 } tsr_sampler_params;
 TSR_API void tsr_sampler_params_init(tsr_sampler_params *p, size_t size);
 /* llama.cpp's order: repetition penalty, top-k, top-p, min-p, temperature,
