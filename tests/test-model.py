@@ -22,6 +22,7 @@ say so, except under CI=true, where a missing model is a failure.
 """
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -247,6 +248,31 @@ def judge_greedy(label, steps, ids, top2):
           + f": llama.cpp {t and t[0]} ({t and t[1]:.3f}) over {t and t[2]} ({t and t[3]:.3f}), gap {gap:.3f};"
           f" ours {ours and ours[0]} ({ours and ours[1]:.3f}) over {ours and ours[2]} ({ours and ours[3]:.3f})")
     return False
+
+
+def grouped_kl(p, q):
+    """KL(P || Q) between two distributions reduced to the same K tokens plus
+    one bucket for all the others. Each is (log-probabilities of the K
+    tokens, probability of the rest), renormalised here to sum to 1 (stored
+    references are rounded). By the log-sum inequality this is at most the
+    KL over the full vocabulary."""
+    def norm(d):
+        lp, tail = d
+        z = sum(math.exp(x) for x in lp) + tail
+        lz = math.log(z)
+        return [x - lz for x in lp], tail / z
+    lp, tp = norm(p)
+    lq, tq = norm(q)
+    kl = sum(math.exp(a) * (a - b) for a, b in zip(lp, lq))
+    if tp > 0:
+        kl += tp * (math.log(tp) - math.log(max(tq, 1e-300)))
+    return kl
+
+
+def stored_dist(step, path):
+    """llama.cpp's distribution of one step of kl-smollm2.json (path "off" or
+    "on", stored as -log p) in grouped_kl's form."""
+    return [-x for x in step[path]], step["tail"][0 if path == "off" else 1]
 
 
 def teacher_forced(ev, case):
