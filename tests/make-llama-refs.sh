@@ -5,7 +5,15 @@
 # llama.cpp's source and builds it), installed once into a cached virtual
 # environment; on two cores the build takes several minutes. Then
 # tests/make_llama_refs.py records token ids, greedy continuations, top-5
-# logits, perplexity and the tiny models' logits. Commit the result.
+# logits, perplexity, the tiny models' logits, and (kl-smollm2.json)
+# llama.cpp's distributions teacher-forced along its greedy continuations
+# with flash attention off and on, which tests/test-model.py's KL test
+# compares libtensr with. Commit the result.
+#
+# Usage: tests/make-llama-refs.sh [--skip-ppl] [PART...]
+#   PART: tokenizer, tiny, greedy, ppl, kl (default: all). Only the parts
+#   named are recorded again, e.g. `tests/make-llama-refs.sh kl` rewrites
+#   kl-smollm2.json alone (from the committed greedy-smollm2.json).
 #
 # Environment: LLAMA_CPP_PYTHON_VERSION (default 0.3.36, the version the
 # committed refs were made with), LLAMA_VENV (default

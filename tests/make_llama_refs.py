@@ -3,13 +3,18 @@
 tokenizer and model tests are judged against. Run by tests/make-llama-refs.sh;
 the output in tests/data/refs/ is committed.
 
-Usage: make_llama_refs.py MODEL.gguf TINY_DIR OUT_DIR [--skip-ppl]
+Usage: make_llama_refs.py MODEL.gguf TINY_DIR OUT_DIR [--skip-ppl] [PART...]
+
+PART is one of tokenizer, tiny, greedy, ppl, kl (default: all of them), so
+that one reference can be recorded again without touching the others. kl
+reads the greedy continuations from greedy-smollm2.json in OUT_DIR.
 
 Every JSON file has a header (llama-cpp-python version, the model's SHA-256)
 and its records one per line, so that a C test can read them line by line.
 """
 import ctypes
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -23,6 +28,7 @@ GPL3 = "/usr/share/common-licenses/GPL-3"
 PPL_CTX = 512
 PPL_CHUNKS = 4
 N_GREEDY = 64
+KL_TOP = 20  # tokens kept per step in kl-smollm2.json (the rest is one bucket)
 
 TOKENIZER_STRINGS = [
     "",
@@ -108,22 +114,24 @@ def header(model_path, **extra):
     }
 
 
-def write_records(path, head, key, records):
-    """JSON object with the header fields, then key: [one record per line]."""
+def write_records(path, head, key, records, compact=False):
+    """JSON object with the header fields, then key: [one record per line]
+    (compact: without blanks after , and :)."""
+    sep = (",", ":") if compact else (", ", ": ")
     with open(path, "w", encoding="utf-8") as f:
-        h = json.dumps(head, ensure_ascii=False)
-        f.write(h[:-1] + ", " + json.dumps(key) + ": [\n")
+        h = json.dumps(head, ensure_ascii=False, separators=sep)
+        f.write(h[:-1] + sep[0] + json.dumps(key) + sep[1] + "[\n")
         for i, r in enumerate(records):
-            f.write(json.dumps(r, ensure_ascii=False, separators=(", ", ": ")))
+            f.write(json.dumps(r, ensure_ascii=False, separators=sep))
             f.write(",\n" if i + 1 < len(records) else "\n")
         f.write("]}\n")
     print("wrote", path, file=sys.stderr)
 
 
-def load(path, n_ctx, vocab_only=False):
+def load(path, n_ctx, vocab_only=False, flash_attn=False):
     return llama_cpp.Llama(path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True,
                            n_threads=N_THREADS, n_threads_batch=N_THREADS, vocab_only=vocab_only,
-                           seed=1234, verbose=False)
+                           flash_attn=flash_attn, seed=1234, verbose=False)
 
 
 def tokenizer_refs(model_path, out, name):
@@ -297,18 +305,123 @@ def tiny_refs(tiny_dir, out):
         write_records(os.path.join(out, f"model-{name}.json"), head, "positions", recs)
 
 
+def test_model_module():
+    """tests/test-model.py, for its grouped_kl (one definition for the
+    recording and the test)."""
+    spec = importlib.util.spec_from_file_location(
+        "test_model", os.path.join(os.path.dirname(os.path.abspath(__file__)), "test-model.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def log_softmax(logits):
+    x = np.asarray(logits, dtype=np.float64)
+    mx = x.max(axis=-1, keepdims=True)
+    return x - (mx + np.log(np.exp(x - mx).sum(axis=-1, keepdims=True)))
+
+
+def g5(x):
+    """5 significant digits: enough for the grouped KL (checked below)."""
+    return float(f"{x:.5g}")
+
+
+def kl_refs(model_path, out):
+    greedy = json.load(open(os.path.join(out, "greedy-smollm2.json"), encoding="utf-8"))
+    assert greedy["model_sha256"] == sha256(model_path), "greedy-smollm2.json is from another model file"
+    tm = test_model_module()
+    paths = {"off": load(model_path, 512, flash_attn=False), "on": load(model_path, 512, flash_attn=True)}
+    cases, recs = [], []
+    exact = {"off_on": [], "on_off": [], "g_off_on": [], "g_on_off": []}
+    rounding = []
+    for ci, c in enumerate(greedy["cases"]):
+        tokens = c["prompt_ids"] + c["ids"][:-1]
+        first = len(c["prompt_ids"]) - 1
+        cases.append({"case": ci, "prompt": c["prompt"], "chat": c["chat"], "tokens": tokens, "first": first})
+        lp = {}
+        for name, m in paths.items():
+            m.reset()
+            m.eval(tokens)  # one batch (n_batch = n_ubatch = n_ctx = 512)
+            lp[name] = log_softmax(np.array(m.scores[:len(tokens)], dtype=np.float32))
+        for pos in range(first, len(tokens)):
+            off, on = lp["off"][pos], lp["on"][pos]
+            top = np.argsort(-off, kind="stable")[:KL_TOP]
+            rest = np.ones(off.shape, dtype=bool)
+            rest[top] = False
+            tail = [float(np.exp(off[rest]).sum()), float(np.exp(on[rest]).sum())]
+            top_on = np.argsort(-on, kind="stable")[:2]
+            p_off, p_on = np.exp(off), np.exp(on)
+            kl_off_on = float((p_off * (off - on)).sum())
+            kl_on_off = float((p_on * (on - off)).sum())
+            r = {"case": ci, "pos": pos, "ids": [int(i) for i in top],
+                 "off": [g5(-off[i]) for i in top], "on": [g5(-on[i]) for i in top],
+                 "tail": [float(f"{t:.4e}") for t in tail],
+                 "top1": [int(top[0]), int(top_on[0])],
+                 "gap": [g5(off[top[0]] - off[top[1]]), g5(on[top_on[0]] - on[top_on[1]])],
+                 "kl": [float(f"{kl_off_on:.4e}"), float(f"{kl_on_off:.4e}")]}
+            recs.append(r)
+            # the grouped KL from the exact values and from the rounded ones
+            ex_off = (off[top], tail[0])
+            ex_on = (on[top], tail[1])
+            g_exact = tm.grouped_kl(ex_off, ex_on)
+            g_round = tm.grouped_kl(tm.stored_dist(r, "off"), tm.stored_dist(r, "on"))
+            rounding.append(abs(g_round - g_exact))
+            exact["off_on"].append(kl_off_on)
+            exact["on_off"].append(kl_on_off)
+            exact["g_off_on"].append(g_round)
+            exact["g_on_off"].append(tm.grouped_kl(tm.stored_dist(r, "on"), tm.stored_dist(r, "off")))
+    mean = {k: float(f"{np.mean(v):.6e}") for k, v in exact.items()}
+    head = header(model_path, what=(
+        "llama.cpp's distributions teacher-forced along its greedy continuations (greedy-smollm2.json): "
+        "for every case, tokens = prompt_ids + ids[:-1] evaluated in one batch (n_ctx = n_batch = n_ubatch "
+        "= 512), once with flash attention off and once on; one step per position pos from first = "
+        "len(prompt_ids) - 1 to the end (the logits predicting ids[pos - first]). Per step: ids = the "
+        f"{KL_TOP} most probable tokens of the flash-off run (ties: lower id first); off, on = their "
+        "log-probabilities negated, -log p (log-softmax of the full logits, 5 significant digits), in the "
+        "flash-off and flash-on runs; tail = [off, on] = the probability of all other tokens; top1 = [off, on] = the "
+        "argmax of each run over the full vocabulary and gap = its top1 - top2 logit gap; kl = [KL(off || "
+        "on), KL(on || off)], exact over the full vocabulary. The grouped KL (tests/test-model.py "
+        f"grouped_kl) is the KL between the two distributions reduced to the {KL_TOP} ids plus one 'rest' "
+        "bucket holding the tail (each renormalised to sum to 1 after rounding); by the log-sum inequality it "
+        "is a lower bound of the full KL. The test reduces libtensr's distribution to the same buckets and "
+        "compares KL(llama.cpp || libtensr) with llama.cpp's own grouped KL between its flash-off and "
+        "flash-on runs, so like is compared with like: libtensr without flash attention KL(off || "
+        "libtensr) against KL(off || on), with it KL(on || libtensr) against KL(on || off). Header: mean_kl = means over all steps of the "
+        "exact full KL (off_on, on_off) and of the grouped KL from the stored values (g_off_on, g_on_off); "
+        "rounding_max = the largest difference per step between the grouped KL from the stored (rounded) "
+        "values and from the exact ones"),
+        system_info=llama_cpp.llama_print_system_info().decode(), top_k=KL_TOP, n_steps=len(recs),
+        mean_kl=mean, rounding_max=float(f"{max(rounding):.3e}"), cases=cases)
+    write_records(os.path.join(out, "kl-smollm2.json"), head, "steps", recs, compact=True)
+    print(f"kl: {len(recs)} steps; mean KL(off||on) full {mean['off_on']:.4e}, grouped {mean['g_off_on']:.4e}; "
+          f"KL(on||off) full {mean['on_off']:.4e}, grouped {mean['g_on_off']:.4e}; rounding max "
+          f"{max(rounding):.2e}", file=sys.stderr)
+
+
+PARTS = ("tokenizer", "tiny", "greedy", "ppl", "kl")
+
+
 def main(argv):
-    if len(argv) < 4:
+    args = [a for a in argv[1:] if not a.startswith("--")]
+    if len(args) < 3 or any(a not in PARTS for a in args[3:]):
         print(__doc__, file=sys.stderr)
         return 2
-    model, tiny_dir, out = argv[1], argv[2], argv[3]
+    model, tiny_dir, out = args[:3]
+    parts = set(args[3:]) or set(PARTS)
+    if "--skip-ppl" in argv:
+        parts.discard("ppl")
     os.makedirs(out, exist_ok=True)
     os.makedirs(tiny_dir, exist_ok=True)
-    tokenizer_refs(model, out, "smollm2")
-    tiny_refs(tiny_dir, out)
-    greedy_refs(model, out)
-    if "--skip-ppl" not in argv:
+    if "tokenizer" in parts:
+        tokenizer_refs(model, out, "smollm2")
+    if "tiny" in parts:
+        tiny_refs(tiny_dir, out)
+    if "greedy" in parts:
+        greedy_refs(model, out)
+    if "ppl" in parts:
         ppl_refs(model, out)
+    if "kl" in parts:
+        kl_refs(model, out)
     return 0
 
 

@@ -10,11 +10,31 @@ It drives tests/model-eval (examples/model/llama.c) and tensr-run:
     every position within TINY_TOL, and the 16 greedy tokens;
  2. SmolLM2-135M-Instruct Q4_1: top-5 logits within TOP_TOL at the recorded
     positions;
- 3. greedy continuations of 10 prompts (+2 chats): at least 9 of 10 prompts
-    identical, and any divergence only where llama.cpp's top two logits were
-    a near-tie (gap < NEAR_TIE), shown in the output;
+ 3. the distribution test (kl-smollm2.json; correctness against llama.cpp
+    is distributional, as llama.cpp judges its own quantizations):
+    llama.cpp's greedy continuations of 10 prompts (+2 chats) teacher-forced
+    in one batch, with flash attention off and on, 731 scored steps. Per
+    attention path of libtensr (model-eval -fa 0 against llama.cpp's
+    flash-off run, -fa 1 against its flash-on run):
+    a. the mean KL(llama.cpp || libtensr) at most KL_RATIO (1.5) x llama.cpp's
+       own mean KL between its flash-off and flash-on runs (taken from the
+       path being matched: KL(off || on) for -fa 0, KL(on || off) for -fa 1).
+       Both KLs are "grouped": the distributions reduced to llama.cpp's 20
+       most probable tokens plus one bucket for the rest (grouped_kl), so
+       like is compared with like; the exact full-vocabulary KL of llama.cpp's
+       two runs is printed for the record;
+    b. the same top-1 token at every step where llama.cpp's top-2 logit gap
+       is at least NEAR_TIE (0.5);
+    then a table: path, mean KL, llama.cpp's own, ratio, top-1 agreement.
+    The free-running greedy continuations are shown, not judged: llama.cpp
+    does not reproduce them itself across ISAs or attention paths;
  4. perplexity of /usr/share/common-licenses/GPL-3 (tensr-run --perplexity)
     within 1% of llama.cpp's.
+
+3 and 4 are meant to hold with every kernel set (TSR_CPU_KERNELS=scalar|
+avx2|avx512): no bit-for-bit agreement with ggml's summation order is
+expected. numpy makes the KL test fast (~50k logits a position are parsed);
+without it the test runs in plain Python, more slowly.
 
 The model is found in ${XDG_CACHE_HOME:-~/.cache}/libtensr or fetched by
 examples/get-model.sh. Without it (no network) the SmolLM2 parts skip and
@@ -22,10 +42,16 @@ say so, except under CI=true, where a missing model is a failure.
 """
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
+
+try:
+    import numpy as np
+except ImportError:  # the KL test then parses and sums in plain Python (slowly)
+    np = None
 
 SRC = os.environ.get("top_srcdir", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 BUILD = os.environ.get("top_builddir", SRC)
@@ -41,8 +67,8 @@ TINY_TOL = 0.01    # |logit - llama.cpp's| on the tiny models (|logits| ~ 3; f16
 # in one batch (measured with llama-cpp-python 0.3.36 on the recording
 # machine). The tolerances sit just above that noise floor.
 TOP_TOL = 0.4      # |logit - llama.cpp's| for SmolLM2's top 5 (|logits| ~ 20-35)
-NEAR_TIE = 0.5     # llama.cpp's top1 - top2 logit gap below which a divergence is excused
-MIN_SAME = 9  # of the 10 plain greedy prompts, identical to llama.cpp for all their tokens
+NEAR_TIE = 0.5     # llama.cpp's top1 - top2 logit gap from which the top-1 token must agree
+KL_RATIO = 1.5     # mean KL(llama.cpp || libtensr) / llama.cpp's own KL(flash off || on), per path
 PPL_REL = 0.01
 
 failures = []
@@ -52,6 +78,10 @@ def check(ok, msg):
     print(("ok   " if ok else "FAIL ") + msg)
     if not ok:
         failures.append(msg)
+
+
+def info(ok, msg):
+    print(("     " if ok else "note ") + msg)
 
 
 def load_refs(name):
@@ -70,9 +100,10 @@ def sha256(path):
 class Evaluator:
     """A running tests/model-eval process on one model."""
 
-    def __init__(self, model, ctx=512):
+    def __init__(self, model, ctx=512, fa=None):
         exe = os.path.join(BUILD, "tests", "model-eval")
-        self.p = subprocess.Popen([exe, "-t", "2", "-c", str(ctx), model], stdin=subprocess.PIPE,
+        opts = ["-fa", str(fa)] if fa is not None else []
+        self.p = subprocess.Popen([exe, "-t", "2", "-c", str(ctx)] + opts + [model], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
 
     def ask(self, line):
@@ -88,7 +119,22 @@ class Evaluator:
             out.append(ln.split())
 
     def logits(self, ids):
-        return [[float(x) for x in row[1:]] for row in self.ask("logits " + " ".join(map(str, ids)))]
+        """Every position's logits (without the leading position number)."""
+        return [row[1:] for row in self.logit_rows(ids)]
+
+    def logit_rows(self, ids):
+        """Every position's "pos v0 v1 ..." line as numbers (numpy arrays
+        when numpy is there: parsing ~50k values a line is then fast)."""
+        self.p.stdin.write("logits " + " ".join(map(str, ids)) + "\n")
+        self.p.stdin.flush()
+        out = []
+        while True:
+            ln = self.p.stdout.readline()
+            if not ln:
+                raise RuntimeError("model-eval ended early (see its error above) on: logits")
+            if ln.startswith("end"):
+                return out
+            out.append(np.fromstring(ln, sep=" ") if np is not None else [float(x) for x in ln.split()])
 
     def greedy(self, ids, n, eos):
         rows = self.ask(f"greedy {n} {eos} " + " ".join(map(str, ids)))
@@ -230,9 +276,9 @@ def test_top5(ev):
     print(f"top-5 logits: max |diff| over all cases {worst:.4f} (tolerance {TOP_TOL})")
 
 
-def judge_greedy(label, steps, ids, top2):
-    """Identical, or diverging only where llama.cpp's top two were a near-tie.
-    Returns True when identical."""
+def judge_greedy(label, steps, ids, top2, strict=True):
+    """Identical, or diverging only where llama.cpp's top two were a near-tie
+    (only shown when not strict). Returns True when identical."""
     gen = [st[0] for st in steps]
     d = first_divergence(gen, ids)
     if d is None:
@@ -241,7 +287,7 @@ def judge_greedy(label, steps, ids, top2):
     t = top2[d] if d < len(top2) else None
     gap = t[1] - t[3] if t else float("inf")
     ours = steps[d] if d < len(steps) else None
-    check(gap < NEAR_TIE,
+    (check if strict else info)(gap < NEAR_TIE,
           f"greedy {label}: identical for {d} tokens, then at a "
           + ("near-tie" if gap < NEAR_TIE else "NON-tie")
           + f": llama.cpp {t and t[0]} ({t and t[1]:.3f}) over {t and t[2]} ({t and t[3]:.3f}), gap {gap:.3f};"
@@ -249,59 +295,119 @@ def judge_greedy(label, steps, ids, top2):
     return False
 
 
-def teacher_forced(ev, case):
-    """Our argmax along llama.cpp's own continuation (prompt + its tokens in
-    one batch): must agree at every step that was not a near-tie for it.
-    Returns (steps judged, disagreements)."""
-    ids = case["prompt_ids"] + case["ids"][:-1]
-    rows = ev.ask("top 1 " + " ".join(map(str, ids)))
-    n0 = len(case["prompt_ids"]) - 1
-    judged, bad = 0, []
-    for i, (tok, t) in enumerate(zip(case["ids"], case["top2"])):
-        if t[1] - t[3] < NEAR_TIE:
+def grouped_kl(p, q):
+    """KL(P || Q) between two distributions reduced to the same K tokens plus
+    one bucket for all the others. Each is (log-probabilities of the K
+    tokens, probability of the rest), renormalised here to sum to 1 (stored
+    references are rounded). By the log-sum inequality this is at most the
+    KL over the full vocabulary."""
+    def norm(d):
+        lp, tail = d
+        z = sum(math.exp(x) for x in lp) + tail
+        lz = math.log(z)
+        return [x - lz for x in lp], tail / z
+    lp, tp = norm(p)
+    lq, tq = norm(q)
+    kl = sum(math.exp(a) * (a - b) for a, b in zip(lp, lq))
+    if tp > 0:
+        kl += tp * (math.log(tp) - math.log(max(tq, 1e-300)))
+    return kl
+
+
+def stored_dist(step, path):
+    """llama.cpp's distribution of one step of kl-smollm2.json (path "off" or
+    "on", stored as -log p) in grouped_kl's form."""
+    return [-x for x in step[path]], step["tail"][0 if path == "off" else 1]
+
+
+def log_softmax_rows(rows):
+    """[pos, logit...] rows (numpy arrays or lists) -> per position: a
+    function giving (log-probabilities of ids, probability of the rest, argmax)."""
+    out = []
+    for row in rows:
+        if np is not None:
+            x = np.asarray(row[1:], dtype=np.float64)
+            mx = x.max()
+            lse = mx + math.log(np.exp(x - mx).sum())
+            arg = int(np.argmax(x))
+        else:
+            x = row[1:]
+            mx = max(x)
+            lse = mx + math.log(sum(math.exp(v - mx) for v in x))
+            arg = max(range(len(x)), key=lambda i: (x[i], -i))
+
+        def dist(ids, x=x, lse=lse):
+            lq = [float(x[i]) - lse for i in ids]
+            return lq, max(0.0, 1.0 - sum(math.exp(v) for v in lq))
+        out.append((dist, arg))
+    return out
+
+
+def test_kl(model):
+    """Teacher-forced along llama.cpp's greedy continuations, per attention
+    path: mean grouped KL(llama.cpp || libtensr) within KL_RATIO x llama.cpp's
+    own (flash off vs on), and the same top-1 wherever llama.cpp's gap >= NEAR_TIE."""
+    ref = load_refs("kl-smollm2.json")
+    by_case = {}
+    for st in ref["steps"]:
+        by_case.setdefault(st["case"], []).append(st)
+    own = {"off": [grouped_kl(stored_dist(st, "off"), stored_dist(st, "on")) for st in ref["steps"]],
+           "on": [grouped_kl(stored_dist(st, "on"), stored_dist(st, "off")) for st in ref["steps"]]}
+    table = []
+    for fa, path, other in ((0, "off", "on"), (1, "on", "off")):
+        k = 0 if path == "off" else 1
+        ev = Evaluator(model, 512, fa=fa)
+        kls, kls_other, judged, bad, top1_same = [], [], 0, [], 0
+        for case in ref["cases"]:
+            rows = log_softmax_rows(ev.logit_rows(case["tokens"]))
+            if len(rows) != len(case["tokens"]):
+                check(False, f"kl: {len(rows)} rows of logits for {len(case['tokens'])} tokens")
+                break
+            for st in by_case[case["case"]]:
+                dist, arg = rows[st["pos"]]
+                ours = dist(st["ids"])
+                kls.append(grouped_kl(stored_dist(st, path), ours))
+                kls_other.append(grouped_kl(stored_dist(st, other), ours))
+                top1_same += arg == st["top1"][k]
+                if st["gap"][k] >= NEAR_TIE:
+                    judged += 1
+                    if arg != st["top1"][k]:
+                        bad.append((case["case"], st["pos"], st["top1"][k], arg, st["gap"][k]))
+        ev.close()
+        n = len(kls)
+        if n != len(ref["steps"]):
+            check(False, f"kl -fa {fa}: {n} of {len(ref['steps'])} steps scored")
             continue
-        judged += 1
-        ours = int(rows[n0 + i][1].split(":")[0])
-        if ours != tok:
-            bad.append((i, tok, ours, round(t[1] - t[3], 3)))
-    return judged, bad
-
-
-def avx512_kernels():
-    """Whether libtensr picks its AVX-512 kernels here (as cpu/vec.c decides)."""
-    if os.environ.get("TSR_CPU_KERNELS", "") in ("scalar", "avx2"):
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        return False
-    return all(x in flags for x in ("avx512f", "avx512bw", "avx512vl"))
+        mean, mean_other, base = sum(kls) / n, sum(kls_other) / n, sum(own[path]) / n
+        ratio = mean / base if base > 0 else float("inf")
+        table.append((fa, path, mean, base, ratio, mean_other, judged, bad, top1_same, n))
+        check(ratio <= KL_RATIO, f"kl -fa {fa}: mean grouped KL(llama.cpp flash-{path} || libtensr) {mean:.4e} over "
+              f"{n} steps, {ratio:.3f} x llama.cpp's own KL(flash-{path} || flash-{other}) {base:.4e} "
+              f"(limit {KL_RATIO}); vs llama.cpp flash-{other} {mean_other:.4e}")
+        check(not bad, f"kl -fa {fa}: same top-1 as llama.cpp flash-{path} at the {judged} steps where its "
+              f"top-2 gap >= {NEAR_TIE}; {len(bad)} differ (case, pos, llama.cpp, ours, gap) {bad[:5]}")
+    m = ref["mean_kl"]
+    print(f"llama.cpp's own mean KL over the full vocabulary: off||on {m['off_on']:.4e}, on||off {m['on_off']:.4e}"
+          f" (grouped into top {ref['top_k']} + rest: {m['g_off_on']:.4e}, {m['g_on_off']:.4e})")
+    print(f"{'path':<8} {'KL libtensr':>12} {'KL llama.cpp':>13} {'ratio':>6} {'vs other':>10} "
+          f"{'top-1 (gap>=' + str(NEAR_TIE) + ')':>18} {'top-1 all':>10}")
+    for fa, path, mean, base, ratio, mean_other, judged, bad, same, n in table:
+        print(f"{'-fa ' + str(fa):<8} {mean:12.4e} {base:13.4e} {ratio:6.3f} {mean_other:10.4e} "
+              f"{f'{judged - len(bad)}/{judged} of {n}':>18} {f'{same}/{n}':>10}")
 
 
 def test_greedy(ev):
+    """Informational: free-running greedy continuations drift apart after
+    any near-tie, and llama.cpp does not reproduce its own across ISAs or
+    attention paths, so this is shown, not judged (test_kl judges)."""
     ref = load_refs("greedy-smollm2.json")
-    same_raw = n_raw = judged = 0
-    bad = []
+    same = 0
     for case in ref["cases"]:
         # like the reference: stop after the model's EOS (-2 = tokenizer.ggml.eos_token_id)
         steps = ev.greedy(case["prompt_ids"], len(case["ids"]), -2)
         label = ("chat " if case["chat"] else "") + repr(case["prompt"][-40:])
-        same = judge_greedy(label, steps, case["ids"], case["top2"])
-        if not case["chat"]:
-            n_raw += 1
-            same_raw += same
-        j, b = teacher_forced(ev, case)
-        judged += j
-        bad += [(label,) + x for x in b]
-    msg = (f"greedy: {same_raw} of {n_raw} prompts identical to llama.cpp for all their tokens; every other one "
-           f"diverges only at a near-tie (llama.cpp gap < {NEAR_TIE})")
-    if avx512_kernels():
-        check(same_raw >= MIN_SAME, msg + f"; at least {MIN_SAME} required")
-    else:  # the references come from ggml's AVX-512 build, which only our AVX-512 kernels follow bit for bit
-        print(msg + f" (at least {MIN_SAME} required with the AVX-512 kernels only)")
-    check(not bad, f"teacher-forced along llama.cpp's continuations: {judged} steps that were not near-ties, "
-          f"{len(bad)} where our argmax differs {bad[:5]}")
+        same += judge_greedy(label, steps, case["ids"], case["top2"], strict=False)
+    print(f"greedy (informational): {same} of {len(ref['cases'])} continuations identical to llama.cpp's")
 
 
 def test_perplexity(model):
@@ -344,6 +450,7 @@ def main():
             test_top5(ev)
             test_greedy(ev)
             ev.close()
+            test_kl(model)
             test_perplexity(model)
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
