@@ -66,7 +66,10 @@ TINY_TOL = 0.01    # |logit - llama.cpp's| on the tiny models (|logits| ~ 3; f16
 # reproduces only 5 of its own 10 greedy references when it evaluates them
 # in one batch (measured with llama-cpp-python 0.3.36 on the recording
 # machine). The tolerances sit just above that noise floor.
-TOP_TOL = 0.4      # |logit - llama.cpp's| for SmolLM2's top 5 (|logits| ~ 20-35)
+# |logit - llama.cpp's| for SmolLM2's top 5 (|logits| ~ 20-35): 1.5 x llama.cpp's own spread at
+# these positions (its flash-on run moves them by up to 0.451, token-by-token evaluation by 0.307),
+# so the check holds on every kernel set, as the KL test does.
+TOP_TOL = 0.7
 NEAR_TIE = 0.5     # llama.cpp's top1 - top2 logit gap from which the top-1 token must agree
 KL_RATIO = 1.5     # mean KL(llama.cpp || libtensr) / llama.cpp's own KL(flash off || on), per path
 PPL_REL = 0.01
