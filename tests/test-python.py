@@ -663,6 +663,24 @@ def test_model_lifetimes():
         assert grown < 64 << 20, "resident memory grew by %d MiB over 20 sessions" % (grown >> 20)
 
 
+def test_generate_py_and_chat_py():
+    """examples/python/generate.py and chat.py run on the model layer."""
+    if not os.path.exists(MODEL):
+        return model_or_skip("generate.py / chat.py")
+    import subprocess
+    ex = os.path.join(SRCDIR, "examples", "python")
+    out = subprocess.run([sys.executable, os.path.join(ex, "generate.py"), "-m", MODEL, "-t", "2",
+                          "-n", "4", "-p", "The capital of France is"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Paris" in out.stdout, out.stdout + out.stderr
+    out = subprocess.run([sys.executable, os.path.join(ex, "chat.py"), "-m", MODEL, "-t", "2",
+                          "-n", "24", "--temp", "0", "-c", "512"],
+                         input="What is the capital of France?\n/reset\nHi\n/quit\nignored\n",
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "Paris" in out.stdout, out.stdout + out.stderr
+    assert len(out.stdout.strip().splitlines()) >= 2, out.stdout
+
+
 def _all_tests():
     return [(k, v) for k, v in sorted(globals().items()) if k.startswith("test_") and callable(v)]
 
