@@ -10,6 +10,12 @@
             ctx.compute(c)
             print(c.numpy())                             # shape (n, m) == b @ a.T
 
+    with tsr.Model("model.gguf", n_threads=4) as m:  # the model layer
+        for piece in m.generate("The capital of France is", 16, temperature=0):
+            print(piece, end="", flush=True)
+        with m.session(n_ctx=512, n_seq=2) as s:
+            logits = s.decode(m.tokenize("Hello"), seq=0)  # shape (1, m.n_vocab)
+
 Conventions: numpy shapes are row-major, libtensr's ne[] innermost first, so
 an array of shape (d3, d2, d1, d0) is a tensor with ne = [d0, d1, d2, d3].
 Every failure raises tsr.Error, which carries the status (a number and its
@@ -21,6 +27,8 @@ The library is found through LIBTENSR_PATH, then ctypes.util.find_library,
 then the build tree this file lives in; a library of another major version is
 refused.
 """
+import codecs
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -30,13 +38,14 @@ import numpy as np
 
 # The library version this binding was written for: a library with another
 # major version has another ABI and is refused.
-WRITTEN_FOR = (0, 1, 0)
+WRITTEN_FOR = (0, 2, 0)
 
 __all__ = ["Error", "version", "version_info", "devices", "Device", "Buffer", "Backend",
            "Context", "Tensor", "KVCache", "GGUF", "GGUFWriter", "TensorInfo", "type_name",
            "type_by_name", "type_info", "quantize", "dequantize", "set_log_level",
            "get_log_level", "set_log_callback", "backends_available", "last_error",
-           "clear_error", "fp32_to_fp16", "fp16_to_fp32", "fp32_to_bf16", "bf16_to_fp32"]
+           "clear_error", "fp32_to_fp16", "fp16_to_fp32", "fp32_to_bf16", "bf16_to_fp32",
+           "Model", "Session", "Sampler"]
 
 # ---------------------------------------------------------------------------
 # Loading the library
@@ -108,6 +117,20 @@ class _KVCacheParams(ctypes.Structure):
     _fields_ = [("size", _S), ("n_layers", _I), ("n_ctx", _I64), ("n_head_kv", _I),
                 ("head_dim_k", _I), ("head_dim_v", _I), ("type_k", _I), ("type_v", _I),
                 ("n_seq", _I), ("n_batch_max", _I64)]
+
+
+class _SessionParams(ctypes.Structure):
+    _fields_ = [("size", _S), ("n_ctx", _I64), ("n_batch", _I64), ("n_ubatch", _I64),
+                ("n_seq_max", _I32), ("n_outputs_max", _I64), ("type_k", _I), ("type_v", _I)]
+
+
+class _SamplerParams(ctypes.Structure):
+    _fields_ = [("size", _S), ("temp", _F), ("top_k", _I32), ("top_p", _F), ("min_p", _F),
+                ("repeat_penalty", _F), ("repeat_last_n", _I32), ("seed", _U64)]
+
+
+class _ChatMessage(ctypes.Structure):
+    _fields_ = [("role", _STR), ("content", _STR)]
 
 
 # name: (restype, argtypes). Every function the binding calls is declared;
@@ -249,6 +272,34 @@ _SIGS = {
     "tsr_gguf_writer_write_file": (_STATUS, [_P, _STR]),
     "tsr_gguf_writer_copy_keys": (_STATUS, [_P, _P]),
     "tsr_gguf_writer_write_memory": (_STATUS, [_P, _PTR(_P), _PTR(_S)]),
+    "tsr_kv_cache_seq_pos_max": (_I32, [_P, _I]),
+    # the model layer
+    "tsr_model_load": (_STATUS, [_P, _STR, _PTR(_LoadParams), _PTR(_P)]),
+    "tsr_model_free": (None, [_P]),
+    "tsr_model_arch": (_STR, [_P]),
+    "tsr_model_n_vocab": (_I32, [_P]),
+    "tsr_model_n_ctx_train": (_I64, [_P]),
+    "tsr_model_token_bos": (_I32, [_P]),
+    "tsr_model_token_eos": (_I32, [_P]),
+    "tsr_model_token_is_eog": (_I, [_P, _I32]),
+    "tsr_model_tokenize": (_STATUS, [_P, _STR, _S, ctypes.c_uint, _PTR(_I32), _S, _PTR(_S)]),
+    "tsr_model_token_piece": (_STATUS, [_P, _I32, _I, _P, _S, _PTR(_S)]),
+    "tsr_model_detokenize": (_STATUS, [_P, _PTR(_I32), _S, _I, _P, _S, _PTR(_S)]),
+    "tsr_model_chat_format": (_STATUS, [_P, _PTR(_ChatMessage), _S, _I, _P, _S, _PTR(_S)]),
+    "tsr_session_params_init": (None, [_PTR(_SessionParams), _S]),
+    "tsr_session_new": (_STATUS, [_P, _PTR(_SessionParams), _PTR(_P)]),
+    "tsr_session_free": (None, [_P]),
+    "tsr_session_decode": (_STATUS, [_P, _S, _PTR(_I32), _PTR(_I32), _PTR(_I32),
+                                     _PTR(ctypes.c_int8)]),
+    "tsr_session_logits": (_P, [_P, _S]),
+    "tsr_session_remove": (_STATUS, [_P, _I32, _I32, _I32]),
+    "tsr_session_n_past": (_I32, [_P, _I32]),
+    "tsr_session_n_ctx": (_I64, [_P]),
+    "tsr_sampler_params_init": (None, [_PTR(_SamplerParams), _S]),
+    "tsr_sampler_new": (_STATUS, [_P, _PTR(_SamplerParams), _PTR(_P)]),
+    "tsr_sampler_free": (None, [_P]),
+    "tsr_sampler_sample": (_I32, [_P, _P]),
+    "tsr_sampler_reset": (None, [_P]),
 }
 # graph ops of one and of two tensors
 for _name in ("softmax", "silu", "gelu", "argmax", "cont", "transpose"):
@@ -296,6 +347,8 @@ for _name, (_res, _args) in _SIGS.items():
 _STATUS_NAMES = ["TSR_OK", "TSR_E_INVALID", "TSR_E_NOMEM", "TSR_E_DEVICE_NOMEM", "TSR_E_IO",
                  "TSR_E_MALFORMED", "TSR_E_UNSUPPORTED", "TSR_E_NOT_FOUND", "TSR_E_DEVICE",
                  "TSR_E_CANCELLED", "TSR_E_FULL", "TSR_E_TYPE", "TSR_E_STATE", "TSR_E_RANGE"]
+
+TSR_TOKENIZE_ADD_SPECIAL, TSR_TOKENIZE_PARSE_SPECIAL = 1, 2
 
 F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 = 0, 1, 2, 3, 6, 7, 8
 Q4_K, Q5_K, Q6_K = 12, 13, 14
@@ -1024,6 +1077,35 @@ class Context(_Handle):
 # ---------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _load_params(what, n_gpu_layers=0, main_gpu=0, tensor_split=None, overrides=None,
+                 use_mmap=False, n_io_threads=0, progress=None, verify=False):
+    """A tsr_load_params for the with block: overrides ('regex=BUFT,...') parsed
+    by tsr_buft_overrides_parse and freed at the end, progress(done, total) ->
+    True to cancel (kept alive as long as the block runs)."""
+    p = _init_params(_LoadParams, C.load_params_init)
+    p.n_gpu_layers, p.main_gpu = int(n_gpu_layers), int(main_gpu)
+    p.use_mmap, p.n_io_threads, p.verify = int(bool(use_mmap)), int(n_io_threads), int(verify)
+    if tensor_split is not None:
+        p.tensor_split = (ctypes.c_float * len(tensor_split))(*tensor_split)
+    ov = _PTR(_BuftOverride)()
+    if overrides:
+        _check(C.buft_overrides_parse(_cstr(overrides, what), ctypes.byref(ov)), "overrides")
+        p.overrides = ov
+    if progress is not None:
+        def tramp(done, total, _u):
+            try:
+                return 1 if progress(done, total) else 0
+            except Exception:
+                return 1
+        p.progress = _PROGRESS_FN(tramp)
+    try:
+        yield p
+    finally:
+        if ov:
+            C.buft_overrides_free(ov)
+
+
 class Backend(_Handle):
     """The engine: devices in use, one scheduler, the weights. Closes on exit
     (closing its contexts and KV caches first)."""
@@ -1063,28 +1145,10 @@ class Backend(_Handle):
              use_mmap=False, n_io_threads=0, progress=None, verify=False):
         """Loads a GGUF file's tensors as weights. overrides: 'regex=BUFT,...';
         progress(done, total) -> True to cancel."""
-        p = _init_params(_LoadParams, C.load_params_init)
-        p.n_gpu_layers, p.main_gpu = int(n_gpu_layers), int(main_gpu)
-        p.use_mmap, p.n_io_threads, p.verify = int(bool(use_mmap)), int(n_io_threads), int(verify)
-        if tensor_split is not None:
-            p.tensor_split = (ctypes.c_float * len(tensor_split))(*tensor_split)
-        ov = _PTR(_BuftOverride)()
-        if overrides:
-            _check(C.buft_overrides_parse(_cstr(overrides, "load"), ctypes.byref(ov)), "overrides")
-            p.overrides = ov
-        if progress is not None:
-            def tramp(done, total, _u):
-                try:
-                    return 1 if progress(done, total) else 0
-                except Exception:
-                    return 1
-            p.progress = _PROGRESS_FN(tramp)
-        try:
+        with _load_params("load", n_gpu_layers, main_gpu, tensor_split, overrides, use_mmap,
+                          n_io_threads, progress, verify) as p:
             _check(C.backend_load_gguf(self._handle(), _cstr(os.fspath(path), "load"),
                                        ctypes.byref(p)), "load_gguf")
-        finally:
-            if ov:
-                C.buft_overrides_free(ov)
 
     def declare_weight(self, name, shape, type=F32):
         _check(C.backend_declare_weight(self._handle(), _cstr(name, "declare_weight"),
@@ -1179,6 +1243,10 @@ class KVCache(_Handle):
         if not h:
             raise Error(TSR_E_STATE, "no batch begun", "kv_cache_mask")
         return Tensor(ctx, h, 2)
+
+    def seq_pos_max(self, seq=-1):
+        """The largest position of sequence seq (-1: any) in the cache; -1 when none."""
+        return C.kv_cache_seq_pos_max(self._handle(), _int32(seq, "seq_pos_max", "seq"))
 
     used = _getter("kv_cache_used")
     n_ctx = _getter("kv_cache_n_ctx")
@@ -1370,3 +1438,465 @@ class GGUFWriter(_Handle):
             return ctypes.string_at(p, n)
         finally:
             C.free(p)
+
+
+# ---------------------------------------------------------------------------
+# Model layer: Model, Session, Sampler (tsr_model_*, tsr_session_*, tsr_sampler_*)
+# ---------------------------------------------------------------------------
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _int32(v, what, name):
+    """An integer argument that must fit int32 (ctypes would wrap it silently)."""
+    try:
+        if isinstance(v, (bool, np.bool_)) or int(v) != v:
+            raise TypeError
+        v = int(v)
+    except (TypeError, ValueError, OverflowError):
+        raise Error(TSR_E_INVALID, "%s must be an integer, got %r" % (name, v), what) from None
+    if not _I32_MIN <= v <= _I32_MAX:
+        raise Error(TSR_E_INVALID, "%s %d is outside int32" % (name, v), what)
+    return v
+
+
+def _int32s(values, what, name):
+    """A sequence (or array) of integers as a contiguous int32 array; values
+    outside int32 and non-integers raise tsr.Error (never wrap or truncate)."""
+    try:
+        a = np.asarray(values)
+    except Exception as e:
+        raise Error(TSR_E_INVALID, "%s: not a sequence of integers (%s)" % (name, e),
+                    what) from None
+    a = a.reshape(-1)
+    if a.size == 0:
+        return np.zeros(0, np.int32)
+    if a.dtype.kind not in "iu":
+        raise Error(TSR_E_INVALID, "%s must be integers, got %s" % (name, a.dtype), what)
+    if int(a.min()) < _I32_MIN or int(a.max()) > _I32_MAX:
+        raise Error(TSR_E_INVALID, "%s: a value outside int32" % name, what)
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _p32(a):
+    return a.ctypes.data_as(_PTR(_I32))
+
+
+def _grow(what, fn, *args, cap=256):
+    """fn(*args, buf, cap, &len) -> the bytes written. A TSR_E_RANGE (the
+    buffer is too small; len is the full length) is retried with len + 1
+    bytes (room for the NUL of the functions that write one)."""
+    cap = max(int(cap), 1)
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        n = _S()
+        st = fn(*args, buf, cap, ctypes.byref(n))
+        if st == TSR_E_RANGE and n.value + 1 > cap:
+            cap = n.value + 1
+            continue
+        _check(st, what)
+        return buf.raw[:n.value]
+
+
+def _path(path, what):
+    try:
+        return _cstr(os.fspath(path), what)
+    except TypeError:
+        raise Error(TSR_E_INVALID, "expected a path, got %s" % type(path).__name__, what) from None
+
+
+class _ModelBackend(Backend):
+    """The backend a Model owns: closed by its model, after the model (its
+    close() does nothing, so that neither the user nor the garbage collector
+    can free it under the model)."""
+    _what = "model's backend"
+
+    def close(self):
+        pass
+
+    def _release(self):
+        Backend.close(self)
+
+
+class _ModelChild(_Handle):
+    """A session or sampler of a model. It keeps its model alive; the model
+    holds its handle in a shared cell, so that closing the model (or the
+    garbage collector finalizing both, in whatever order) frees the child
+    first and the child sees that it is gone."""
+    _cell = None
+    _model = None
+
+    def _own_in(self, h, model):
+        self._cell = [h]
+        self._h = h
+        self._model = model
+        model._cells[id(self._cell)] = (self._free, self._cell)
+
+    def _handle(self):
+        if self._cell is None or self._cell[0] is None:
+            self._h = None
+            raise Error(TSR_E_STATE, "the %s is closed (or its model is)" % self._what)
+        return self._cell[0]
+
+    @property
+    def model(self):
+        return self._model
+
+    def close(self):
+        """Frees the object. Idempotent."""
+        cell, self._h = self._cell, None
+        if cell is None:
+            return
+        if cell[0] is not None:
+            h, cell[0] = cell[0], None
+            getattr(C, self._free)(h)
+        if self._model is not None and self._model._cells is not None:
+            self._model._cells.pop(id(cell), None)
+
+
+class Session(_ModelChild):
+    """A KV cache of up to n_seq sequences over a model (tsr_session_*):
+    decode() runs tokens and returns the logits rows asked for; remove()
+    forgets positions. Made by Model.session(); closes on exit."""
+    _what, _free = "session", "session_free"
+
+    def __init__(self, model, n_ctx=0, n_seq=1, n_batch=0, n_ubatch=0, n_outputs_max=0,
+                 type_k=F16, type_v=None):
+        if not isinstance(model, Model):
+            raise Error(TSR_E_INVALID, "expected a Model, got %s" % type(model).__name__,
+                        "session")
+        p = _init_params(_SessionParams, C.session_params_init)
+        for field, v in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch),
+                         ("n_outputs_max", n_outputs_max)):
+            v = _int32(v, "session", field)
+            if v or field == "n_ctx":  # 0: the library's default
+                setattr(p, field, v)
+        p.n_seq_max = _int32(n_seq, "session", "n_seq")
+        p.type_k = _to_type(type_k)
+        p.type_v = p.type_k if type_v is None else _to_type(type_v)
+        h = _call_out("session_new", C.session_new, model._handle(), ctypes.byref(p))
+        self._own_in(h, model)
+        self._n_vocab = model.n_vocab
+        self._n_seq = max(1, p.n_seq_max)  # 0 means 1
+
+    n_ctx = _getter("session_n_ctx", doc="KV cells of the session (shared by its sequences).")
+
+    @property
+    def n_seq(self):
+        return self._n_seq
+
+    def n_past(self, seq=0):
+        """The next position of sequence seq (0 when it holds none)."""
+        n = C.session_n_past(self._handle(), _int32(seq, "n_past", "seq"))
+        if n < 0:
+            raise Error(TSR_E_INVALID, "sequence %r is outside 0..%d" % (seq, self._n_seq - 1),
+                        "n_past")
+        return n
+
+    def _decode(self, t, pos, seq, want):
+        """tsr_session_decode of int32 arrays (pos, seq, want may be None)."""
+        _check(C.session_decode(self._handle(), t.size, _p32(t),
+                                None if pos is None else _p32(pos),
+                                None if seq is None else _p32(seq),
+                                None if want is None else want.ctypes.data_as(_PTR(ctypes.c_int8))),
+               "session_decode")
+
+    def decode(self, tokens, pos=None, seq=None, logits=None):
+        """Runs tokens (a list or array of ids) at positions pos (default: each
+        sequence continues after its last position) of sequences seq (a list,
+        or one id for all; default 0). logits: None = the last token's row
+        only (as tsr_session_decode), a list of bools (one per token), or
+        True/False for every/no token. Returns a float32 array of shape
+        (rows, n_vocab): the rows asked for, in token order."""
+        what = "decode"
+        t = _int32s(tokens, what, "tokens")
+        n = t.size
+        pa = sa = wa = None
+        if pos is not None:
+            pa = _int32s(pos, what, "pos")
+            if pa.size != n:
+                raise Error(TSR_E_INVALID, "%d positions for %d tokens" % (pa.size, n), what)
+        if seq is not None:
+            if np.ndim(seq) == 0:
+                sa = np.full(n, _int32(seq, what, "seq"), np.int32)
+            else:
+                sa = _int32s(seq, what, "seq")
+                if sa.size != n:
+                    raise Error(TSR_E_INVALID, "%d sequence ids for %d tokens" % (sa.size, n),
+                                what)
+        if logits is None:
+            rows = [n - 1] if n else []
+        else:
+            if logits is True or logits is False:
+                want = [bool(logits)] * n
+            else:
+                try:
+                    want = [bool(x) for x in logits]
+                except TypeError:
+                    raise Error(TSR_E_INVALID, "logits is None, a bool or a list of bools, not %s"
+                                % type(logits).__name__, what) from None
+            if len(want) != n:
+                raise Error(TSR_E_INVALID, "%d logits flags for %d tokens" % (len(want), n), what)
+            wa = np.array(want, np.int8)
+            rows = [i for i in range(n) if want[i]]
+        self._decode(t, pa, sa, wa)
+        return self._rows(rows)
+
+    def _rows(self, rows):
+        h, nv = self._handle(), self._n_vocab
+        out = np.empty((len(rows), nv), np.float32)
+        for r, i in enumerate(rows):
+            p = C.session_logits(h, i)
+            if not p:
+                raise Error(TSR_E_STATE, "no logits for token %d of the last decode" % i,
+                            "session_logits")
+            ctypes.memmove(out[r].ctypes.data, p, nv * 4)
+        return out
+
+    def remove(self, seq, p0=0, p1=-1):
+        """Forgets positions p0 <= pos < p1 of sequence seq (seq -1: every
+        sequence; p1 < 0: to the end)."""
+        _check(C.session_remove(self._handle(), _int32(seq, "remove", "seq"),
+                                _int32(p0, "remove", "p0"), _int32(p1, "remove", "p1")),
+               "session_remove")
+
+
+class Sampler(_ModelChild):
+    """Picks tokens from logits rows (tsr_sampler_*): repetition penalty,
+    top-k, top-p, min-p, temperature (0 = greedy), a seeded draw. Made by
+    Model.sampler(); closes on exit."""
+    _what, _free = "sampler", "sampler_free"
+
+    def __init__(self, model, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=0,
+                 repeat_penalty=1.0, repeat_last_n=64):
+        if not isinstance(model, Model):
+            raise Error(TSR_E_INVALID, "expected a Model, got %s" % type(model).__name__,
+                        "sampler")
+        p = _init_params(_SamplerParams, C.sampler_params_init)
+        try:
+            p.temp, p.top_p, p.min_p = float(temperature), float(top_p), float(min_p)
+            p.repeat_penalty = float(repeat_penalty)
+            p.seed = int(seed) % (1 << 64)
+        except (TypeError, ValueError) as e:
+            raise Error(TSR_E_INVALID, str(e), "sampler") from None
+        p.top_k = _int32(top_k, "sampler", "top_k")
+        p.repeat_last_n = _int32(repeat_last_n, "sampler", "repeat_last_n")
+        self._own_in(_call_out("sampler_new", C.sampler_new, model._handle(), ctypes.byref(p)),
+                     model)
+        self._n_vocab = model.n_vocab
+
+    def _sample_at(self, ptr):
+        tok = C.sampler_sample(self._handle(), ptr)
+        if tok < 0:
+            raise Error(TSR_E_INVALID, _s(C.last_error()), "sampler_sample")
+        return tok
+
+    def sample(self, logits):
+        """A token id from one row of n_vocab logits (a 2-D array: its last
+        row); the sampler remembers it for the penalties."""
+        a = np.asarray(logits)
+        if a.ndim == 2 and a.shape[0] > 0:
+            a = a[-1]
+        a = np.ascontiguousarray(a, dtype=np.float32).reshape(-1)
+        if a.size != self._n_vocab:
+            raise Error(TSR_E_INVALID, "%d logits, the model has %d tokens"
+                        % (a.size, self._n_vocab), "sample")
+        return self._sample_at(a.ctypes.data)
+
+    def reset(self):
+        """Forgets the remembered tokens and restarts the draws from the seed."""
+        C.sampler_reset(self._handle())
+
+
+class Model(_Handle):
+    """A GGUF model (tsr_model_*) in a backend of its own: the tokenizer, the
+    chat template, sessions, samplers and generate().
+
+        m = tsr.Model(path, n_threads=0, n_gpu_layers=0, overrides=None)
+        for piece in m.generate("The capital of France is", 16, temperature=0):
+            print(piece, end="", flush=True)
+
+    n_gpu_layers and overrides ('regex=BUFT,...', tsr_buft_overrides_parse)
+    go to tsr_load_params. Closing the model (with, close(), garbage
+    collection) frees its sessions and samplers first, then the model, then
+    its backend; a session or sampler keeps its model alive."""
+    _what, _free = "model", "model_free"
+    _cells = None
+    _backend = None
+
+    def __init__(self, path, n_threads=0, n_gpu_layers=0, overrides=None):
+        self._cells = {}
+        p = _path(path, "Model")
+        self._backend = _ModelBackend(n_threads=n_threads)
+        try:
+            with _load_params("Model", n_gpu_layers=n_gpu_layers, overrides=overrides) as lp:
+                h = _call_out("model_load", C.model_load, self._backend._handle(), p,
+                              ctypes.byref(lp))
+        except BaseException:
+            self.close()
+            raise
+        self._own(h)
+        self._n_vocab = C.model_n_vocab(h)
+
+    def close(self):
+        """Frees the model's sessions and samplers, the model, its backend. Idempotent."""
+        cells, self._cells = self._cells, None
+        for free, cell in (cells or {}).values():
+            if cell[0] is not None:
+                h, cell[0] = cell[0], None
+                getattr(C, free)(h)
+        if self._h is not None:
+            h, self._h = self._h, None
+            C.model_free(h)
+        be, self._backend = self._backend, None
+        if be is not None:
+            be._release()
+
+    def __repr__(self):
+        if self._h is None:
+            return "Model(<closed>)"
+        return "Model(arch=%r, n_vocab=%d, n_ctx_train=%d)" % (self.arch, self.n_vocab,
+                                                               self.n_ctx_train)
+
+    @property
+    def backend(self):
+        """The model's Backend (devices, memory_plan(); closed with the model)."""
+        self._handle()
+        return self._backend
+
+    arch = _getter("model_arch", _s, "general.architecture ('llama', 'mistral').")
+    n_vocab = _getter("model_n_vocab")
+    n_ctx_train = _getter("model_n_ctx_train", doc="The context length of the training.")
+    bos = _getter("model_token_bos", doc="The BOS token id (-1 when none).")
+    eos = _getter("model_token_eos", doc="The EOS token id (-1 when none).")
+
+    def is_eog(self, token):
+        """True when token ends a generation (EOS, end of turn, ...)."""
+        return bool(C.model_token_is_eog(self._handle(), _int32(token, "is_eog", "token")))
+
+    # -- text ----------------------------------------------------------------
+    def tokenize(self, text, add_special=True, parse_special=False):
+        """Token ids of text (str, or bytes as they are) as llama.cpp
+        tokenizes: add_special adds BOS/EOS as the model asks, parse_special
+        turns "<|im_start|>" and the like into their control tokens."""
+        h = self._handle()
+        if isinstance(text, str):
+            try:
+                b = text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise Error(TSR_E_INVALID, str(e), "tokenize") from None
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            b = bytes(text)
+        else:
+            raise Error(TSR_E_INVALID, "expected a string, got %s" % type(text).__name__,
+                        "tokenize")
+        flags = ((TSR_TOKENIZE_ADD_SPECIAL if add_special else 0)
+                 | (TSR_TOKENIZE_PARSE_SPECIAL if parse_special else 0))
+        cap = len(b) + 8
+        while True:
+            out = (_I32 * cap)()
+            n = _S()
+            st = C.model_tokenize(h, b, len(b), flags, out, cap, ctypes.byref(n))
+            if st == TSR_E_RANGE and n.value > cap:
+                cap = n.value
+                continue
+            _check(st, "tokenize")
+            return list(out[:n.value])
+
+    def token_piece(self, token, special=False):
+        """The bytes of one token (control tokens rendered only when special);
+        may be part of a UTF-8 character."""
+        return _grow("token_piece", C.model_token_piece, self._handle(),
+                     _int32(token, "token_piece", "token"), int(bool(special)), cap=32)
+
+    def detokenize(self, ids, special=False):
+        """The text of token ids as llama.cpp's detokenizer writes it (control
+        tokens rendered when special); invalid UTF-8 becomes U+FFFD."""
+        t = _int32s(ids, "detokenize", "ids")
+        raw = _grow("detokenize", C.model_detokenize, self._handle(), _p32(t), t.size,
+                    int(bool(special)), cap=8 * t.size + 16)
+        return raw.decode("utf-8", "replace")
+
+    def chat_format(self, messages, add_assistant=True):
+        """messages (dicts {"role", "content"} or (role, content) pairs)
+        rendered with the model's chat template; add_assistant opens the
+        assistant's turn. Tokenize the result with parse_special=True."""
+        h = self._handle()
+        what = "chat_format"
+        keep = []
+        for i, m in enumerate(messages):
+            try:
+                role, content = (m["role"], m["content"]) if isinstance(m, dict) else m
+            except (KeyError, TypeError, ValueError):
+                raise Error(TSR_E_INVALID, "message %d: a {'role', 'content'} dict or a (role, "
+                            "content) pair, not %r" % (i, m), what) from None
+            keep.append((_cstr(role, what), _cstr(content, what)))
+        arr = (_ChatMessage * max(1, len(keep)))(*keep)
+        raw = _grow(what, C.model_chat_format, h, arr, len(keep), int(bool(add_assistant)),
+                    cap=sum(len(r) + len(c) for r, c in keep) + 256)
+        return raw.decode("utf-8", "replace")
+
+    # -- sessions, samplers, generation ----------------------------------------
+    def session(self, n_ctx=0, n_seq=1, n_batch=0, n_ubatch=0, n_outputs_max=0, type_k=F16,
+                type_v=None):
+        """A Session of n_ctx KV cells (0: the training context) shared by
+        sequences 0..n_seq-1. n_batch (most tokens of one decode, default
+        2048), n_ubatch (tokens per graph, default 512) and n_outputs_max (most
+        logits rows of one graph, default n_seq) are tsr_session_params'."""
+        return Session(self, n_ctx, n_seq, n_batch, n_ubatch, n_outputs_max, type_k, type_v)
+
+    def sampler(self, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, seed=0,
+                repeat_penalty=1.0, repeat_last_n=64):
+        """A Sampler (temperature 0 = greedy)."""
+        return Sampler(self, temperature, top_k, top_p, min_p, seed, repeat_penalty,
+                       repeat_last_n)
+
+    def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95,
+                 min_p=0.05, seed=0, chat=False):
+        """Yields the text of up to max_tokens new tokens as they are produced
+        (each piece valid UTF-8: a character split over tokens comes whole),
+        stopping early at an end-of-generation token. chat: the prompt is one
+        user message, rendered with the chat template. Bad arguments raise
+        tsr.Error here, decode failures from the iteration; the session and
+        sampler it makes are freed when the iteration ends or the generator
+        is closed."""
+        what = "generate"
+        if chat:
+            ids = self.tokenize(self.chat_format([("user", prompt)]), True, True)
+        else:
+            ids = self.tokenize(prompt, True, False)
+        if not ids:
+            raise Error(TSR_E_INVALID, "the prompt has no tokens", what)
+        max_tokens = _int32(max_tokens, what, "max_tokens")
+        if max_tokens < 0:
+            raise Error(TSR_E_INVALID, "max_tokens %d is negative" % max_tokens, what)
+        n = len(ids)
+        n_ctx = min(n + max_tokens, max(self.n_ctx_train, n + 1))
+        sampler = self.sampler(temperature, top_k, top_p, min_p, seed)
+        try:
+            session = self.session(n_ctx, 1, n_batch=n)
+        except BaseException:
+            sampler.close()
+            raise
+        return self._stream(session, sampler, np.array(ids, np.int32), max_tokens)
+
+    def _stream(self, session, sampler, batch, max_tokens):
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        try:
+            for _ in range(max_tokens):
+                if session.n_past() + batch.size > session.n_ctx:
+                    break  # the context is full
+                session._decode(batch, None, None, None)
+                tok = sampler._sample_at(C.session_logits(session._handle(), batch.size - 1))
+                if self.is_eog(tok):
+                    break
+                text = dec.decode(self.token_piece(tok))
+                if text:
+                    yield text
+                batch = np.array([tok], np.int32)
+            text = dec.decode(b"", final=True)
+            if text:
+                yield text
+        finally:
+            session.close()
+            sampler.close()
