@@ -1,11 +1,12 @@
-/* tensr-bench.c - prompt-processing (pp) and generation (tg) speed of the
- * model runner in tokens/s, measured as llama-bench measures them: random
- * tokens, each test from an empty cache, one warm-up run, the mean and
- * standard deviation of -r runs. Prints a markdown table and a JSON line;
- * when llama.cpp is at hand (llama-bench on PATH, or llama-cpp-python in
- * the venv tests/make-llama-refs.sh builds) it measures llama.cpp on the
- * same model and threads and prints both side by side, otherwise it says
- * that llama.cpp is unavailable. */
+/* tensr-bench.c - prompt-processing (pp) and generation (tg) speed of
+ * libtensr's model layer (tsr_session_decode; the public header only) in
+ * tokens/s, measured as llama-bench measures them: random tokens, each test
+ * from an empty cache, one warm-up run, the mean and standard deviation of
+ * -r runs. Prints a markdown table and a JSON line; when llama.cpp is at
+ * hand (llama-bench on PATH, or llama-cpp-python in the venv
+ * tests/make-llama-refs.sh builds) it measures llama.cpp on the same model
+ * and threads and prints both side by side, otherwise it says that
+ * llama.cpp is unavailable. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,7 +16,6 @@
 #include <unistd.h>
 
 #include "libtensr.h"
-#include "model/llama.h"
 
 #ifndef TSR_SRCDIR
 #define TSR_SRCDIR "."
@@ -31,6 +31,12 @@ typedef struct bench_opts {
 typedef struct result {
     double mean, sd; /* tokens/s; mean < 0: not measured */
 } result;
+
+/* What the JSON report says of the model (read from its GGUF metadata). */
+typedef struct model_info {
+    int64_t n_embd;
+    int n_layer;
+} model_info;
 
 static double now(void)
 {
@@ -146,37 +152,38 @@ static int32_t random_token(int64_t n_vocab)
     return (int32_t)((rng_state >> 33) % (uint64_t)n_vocab);
 }
 
-/* One run: tokens/s of a pp test (n_prompt tokens in one call) or a tg test
- * (n_gen single-token calls), from an empty cache. */
-static tsr_status run_once(llm *m, int pp, int n, double *tps)
+/* One run: tokens/s of a pp test (n tokens in calls of at most n_batch, the
+ * logits of each call's last token kept, as llama-bench's batches) or a tg
+ * test (n single-token calls), from an empty cache. */
+static tsr_status run_once(tsr_session *s, int64_t n_batch, int64_t nv, int pp, int n, double *tps)
 {
-    int64_t nv = llm_get_hparams(m)->n_vocab;
     int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof *ids);
-    float *logits = malloc((size_t)nv * sizeof *logits);
-    tsr_status st = ids && logits ? TSR_OK : TSR_E_NOMEM;
-    for (int i = 0; st == TSR_OK && i < n; i++)
+    if (!ids)
+        return TSR_E_NOMEM;
+    for (int i = 0; i < n; i++)
         ids[i] = random_token(nv);
-    llm_reset(m);
+    tsr_status st = tsr_session_remove(s, -1, 0, -1);
     double t0 = now();
-    if (st == TSR_OK && pp)
-        st = llm_decode(m, ids, n, n - 1, logits);
+    for (int i = 0; st == TSR_OK && pp && i < n; i += (int)n_batch) {
+        int k = n - i < n_batch ? n - i : (int)n_batch;
+        st = tsr_session_decode(s, (size_t)k, ids + i, NULL, NULL, NULL);
+    }
     for (int i = 0; st == TSR_OK && !pp && i < n; i++)
-        st = llm_decode(m, ids + i, 1, 0, logits);
+        st = tsr_session_decode(s, 1, ids + i, NULL, NULL, NULL);
     *tps = n / (now() - t0);
     free(ids);
-    free(logits);
     return st;
 }
 
-static tsr_status measure(llm *m, int pp, int n, int reps, result *r)
+static tsr_status measure(tsr_session *s, int64_t n_batch, int64_t nv, int pp, int n, int reps, result *r)
 {
     double sum = 0, sum2 = 0, tps;
     r->mean = -1;
     if (n <= 0)
         return TSR_OK;
-    tsr_status st = run_once(m, pp, n, &tps); /* warm-up */
+    tsr_status st = run_once(s, n_batch, nv, pp, n, &tps); /* warm-up */
     for (int i = 0; st == TSR_OK && i < reps; i++) {
-        st = run_once(m, pp, n, &tps);
+        st = run_once(s, n_batch, nv, pp, n, &tps);
         sum += tps;
         sum2 += tps * tps;
     }
@@ -297,7 +304,7 @@ static void report_md(const bench_opts *o, const char *name, int n_threads, cons
 }
 
 /* JSON: one object per test and engine. */
-static void report_json(const bench_opts *o, const char *name, const llm_hparams *hp, int64_t size,
+static void report_json(const bench_opts *o, const char *name, const model_info *mi, int64_t size,
                         int n_threads, const result *ours, const result *theirs, const char *how, int fa)
 {
     int first = 1;
@@ -311,8 +318,8 @@ static void report_json(const bench_opts *o, const char *name, const llm_hparams
                    "\"n_layer\": %d, \"backend\": \"%s\", \"threads\": %d, \"flash_attn\": %d, "
                    "\"n_batch\": %lld, \"n_ubatch\": %lld, \"test\": \"%s%d\", \"tokens\": %d, "
                    "\"avg_ts\": %.3f, \"stddev_ts\": %.3f}",
-                   first ? "" : ",\n", e ? how : "libtensr", name, (long long)size, (long long)hp->n_embd,
-                   hp->n_layer, tsr_backends_available(), n_threads, fa, (long long)o->n_batch,
+                   first ? "" : ",\n", e ? how : "libtensr", name, (long long)size, (long long)mi->n_embd,
+                   mi->n_layer, tsr_backends_available(), n_threads, fa, (long long)o->n_batch,
                    (long long)o->n_ubatch, k ? "tg" : "pp", k ? o->n_gen : o->n_prompt,
                    k ? o->n_gen : o->n_prompt, r[k].mean, r[k].sd);
             first = 0;
@@ -321,8 +328,28 @@ static void report_json(const bench_opts *o, const char *name, const llm_hparams
     printf("\n]\n");
 }
 
-/* Backend and model from the options. */
-static int open_model(const bench_opts *o, tsr_backend **be, llm **m)
+/* n_embd and n_layer from the model's GGUF metadata (0 when absent). */
+static void read_info(const char *path, const char *arch, model_info *mi)
+{
+    char key[128];
+    tsr_gguf *g = NULL;
+    int64_t v;
+    mi->n_embd = 0;
+    mi->n_layer = 0;
+    if (!arch || tsr_gguf_open(path, &g) != TSR_OK)
+        return;
+    snprintf(key, sizeof key, "%s.embedding_length", arch);
+    if (tsr_gguf_get_i64(g, key, &v) == TSR_OK)
+        mi->n_embd = v;
+    snprintf(key, sizeof key, "%s.block_count", arch);
+    if (tsr_gguf_get_i64(g, key, &v) == TSR_OK)
+        mi->n_layer = (int)v;
+    tsr_gguf_close(g);
+}
+
+/* Backend, model and session from the options: the cache holds one pp and
+ * one tg test (n_prompt + n_gen cells, as llama-bench's context). */
+static int open_model(const bench_opts *o, tsr_backend **be, tsr_model **m, tsr_session **s)
 {
     tsr_backend_params bp;
     tsr_backend_params_init(&bp, sizeof bp);
@@ -332,18 +359,23 @@ static int open_model(const bench_opts *o, tsr_backend **be, llm **m)
     tsr_load_params_init(&ldp, sizeof ldp);
     ldp.n_gpu_layers = o->n_gpu_layers;
     tsr_buft_override *ov = NULL;
-    llm_params lp;
-    llm_params_default(&lp);
-    lp.n_ctx = o->n_prompt + o->n_gen > 0 ? o->n_prompt + o->n_gen : 1;
-    lp.n_ubatch = o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
+    tsr_session_params sp;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = o->n_prompt + o->n_gen > 0 ? o->n_prompt + o->n_gen : 1;
+    sp.n_batch = o->n_batch;
+    sp.n_ubatch = o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
     if (tsr_backend_new(&bp, be) != TSR_OK)
         return die("backend", tsr_last_error());
     if (o->overrides && tsr_buft_overrides_parse(o->overrides, &ov) != TSR_OK)
         return die("-ot", tsr_last_error());
     ldp.overrides = ov;
-    tsr_status st = llm_open(*be, o->model, &ldp, &lp, m);
+    tsr_status st = tsr_model_load(*be, o->model, &ldp, m);
     tsr_buft_overrides_free(ov);
-    return st == TSR_OK ? 0 : die(o->model, llm_last_error());
+    if (st != TSR_OK)
+        return die(o->model, tsr_last_error());
+    if (tsr_session_new(*m, &sp, s) != TSR_OK)
+        return die("session", tsr_last_error());
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -364,18 +396,22 @@ int main(int argc, char **argv)
         o.model = path;
     }
     tsr_backend *be = NULL;
-    llm *m = NULL;
+    tsr_model *m = NULL;
+    tsr_session *s = NULL;
     result ours[2], theirs[2];
-    llm_hparams hp = {0};
+    model_info mi = {0, 0};
     const char *how;
-    rc = open_model(&o, &be, &m);
-    if (rc == 0 && (measure(m, 1, o.n_prompt, o.reps, &ours[0]) != TSR_OK ||
-                    measure(m, 0, o.n_gen, o.reps, &ours[1]) != TSR_OK))
-        rc = die("decode", llm_last_error());
+    rc = open_model(&o, &be, &m, &s);
+    if (rc == 0) {
+        int64_t nv = tsr_model_n_vocab(m), nb = tsr_session_n_ctx(s) < o.n_batch ? tsr_session_n_ctx(s) : o.n_batch;
+        if (measure(s, nb, nv, 1, o.n_prompt, o.reps, &ours[0]) != TSR_OK ||
+            measure(s, nb, nv, 0, o.n_gen, o.reps, &ours[1]) != TSR_OK)
+            rc = die("decode", tsr_last_error());
+        read_info(o.model, tsr_model_arch(m), &mi);
+    }
     int fa = be ? tsr_backend_flash_attn(be) : 0, n_threads = be ? tsr_backend_n_threads(be) : 0;
-    if (m)
-        hp = *llm_get_hparams(m);
-    llm_free(m);
+    tsr_session_free(s);
+    tsr_model_free(m);
     tsr_backend_free(be); /* before llama.cpp runs: the cores are all its */
     if (rc == 0) {
         const char *name = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
@@ -387,7 +423,7 @@ int main(int argc, char **argv)
             fclose(f);
         llama_side(&o, o.model, n_threads, fa, &theirs[0], &theirs[1], &how);
         if (!strcmp(o.output, "json"))
-            report_json(&o, name, &hp, size, n_threads, ours, theirs, how, fa);
+            report_json(&o, name, &mi, size, n_threads, ours, theirs, how, fa);
         else
             report_md(&o, name, n_threads, ours, theirs, how, fa);
     }

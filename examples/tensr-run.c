@@ -1,6 +1,6 @@
 /* tensr-run.c - generates text from a llama/mistral GGUF model with
- * libtensr (the model in examples/model/llama.c; tokenizer, sampler and
- * chat templates beside it), or measures perplexity on a text file.
+ * libtensr's model layer (tsr_model, tsr_session, tsr_sampler; the public
+ * header only), or measures perplexity on a text file.
  *
  * Flags follow llama.cpp's (tensr-run -h). Tokens are printed as they come;
  * the load progress bar goes to stderr when it is a terminal; speeds are
@@ -15,10 +15,6 @@
 #include <unistd.h>
 
 #include "libtensr.h"
-#include "model/chat.h"
-#include "model/llama.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
 
 #define DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 #define MAX_GPUS 16
@@ -31,7 +27,7 @@ typedef struct opts {
     size_t amb;
     float tensor_split[MAX_GPUS];
     int n_split;
-    smp_params smp;
+    tsr_sampler_params smp;
 } opts;
 
 static double now(void)
@@ -186,7 +182,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->n_batch = 2048;
     o->n_ubatch = 512;
     o->flash_attn = TSR_FLASH_ATTN_AUTO;
-    smp_params_default(&o->smp);
+    tsr_sampler_params_init(&o->smp, sizeof o->smp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (is(a, "-h", "--help")) {
@@ -280,8 +276,19 @@ static const char *default_model(char *buf, size_t size)
     return buf;
 }
 
-/* Creates the backend and opens the model with the options' placement. */
-static int open_model(const opts *o, int perplexity, tsr_backend **be, llm **m)
+/* Loading or the session failed: the detail, and the plan when memory ran out. */
+static int load_failed(const opts *o, tsr_backend *be, tsr_status st)
+{
+    if (st == TSR_E_DEVICE_NOMEM && o->verbose)
+        tsr_backend_log_plan(be);
+    return die("%s%s", tsr_last_error(), "");
+}
+
+/* Creates the backend, loads the model with the options' placement and
+ * makes the session: n_ctx cells; for perplexity one call takes a whole
+ * chunk (n_batch = n_ctx) and each micro-batch may keep a logits row per
+ * token (n_outputs_max = n_ubatch), for generation one row (the last). */
+static int open_model(const opts *o, int perplexity, tsr_backend **be, tsr_model **m, tsr_session **s)
 {
     tsr_device *devs[MAX_GPUS + 2];
     tsr_backend_params bp;
@@ -314,26 +321,26 @@ static int open_model(const opts *o, int perplexity, tsr_backend **be, llm **m)
 
     char buf[4096];
     const char *path = o->model ? o->model : default_model(buf, sizeof buf);
-    llm_params p;
-    llm_params_default(&p);
-    p.n_ctx = o->n_ctx;
-    tsr_gguf *g = NULL;
-    llm_hparams hp;
-    if (o->cap_ctx && tsr_gguf_open(path, &g) == TSR_OK && llm_hparams_read(g, &hp) == TSR_OK &&
-        p.n_ctx > hp.n_ctx_train)
-        p.n_ctx = hp.n_ctx_train;
-    tsr_gguf_close(g);
-    p.n_ubatch = o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
-    p.n_outputs_max = perplexity ? p.n_ubatch : 1;
-    tsr_status st = llm_open(*be, path, &lp, &p, m);
+    tsr_status st = tsr_model_load(*be, path, &lp, m);
     tsr_buft_overrides_free(ov);
     if (st != TSR_OK) {
         if (!o->model && access(path, R_OK) != 0)
             return die("no model given and %s is not there: run examples/get-model.sh, or pass -m FILE%s", path, "");
-        if (st == TSR_E_DEVICE_NOMEM && o->verbose)
-            tsr_backend_log_plan(*be);
-        return die("%s%s", llm_last_error(), "");
+        return load_failed(o, *be, st);
     }
+
+    tsr_session_params sp;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = o->n_ctx ? o->n_ctx : tsr_model_n_ctx_train(*m);
+    if (o->cap_ctx && sp.n_ctx > tsr_model_n_ctx_train(*m))
+        sp.n_ctx = tsr_model_n_ctx_train(*m);
+    sp.n_batch = perplexity ? sp.n_ctx : o->n_batch;
+    sp.n_ubatch = o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
+    /* the session caps n_ubatch at n_batch and n_outputs_max at n_ubatch, so
+     * every micro-batch of a chunk may keep all its rows */
+    sp.n_outputs_max = perplexity ? sp.n_ubatch : 1;
+    if ((st = tsr_session_new(*m, &sp, s)) != TSR_OK)
+        return load_failed(o, *be, st);
     if (o->verbose)
         tsr_backend_log_plan(*be);
     return 0;
@@ -373,59 +380,164 @@ static char *read_file(const char *path, size_t *len)
     return s;
 }
 
+/* text[0..len) as token ids (*ids malloc'ed); 0, or 1 after the message. */
+static int tokenize(const tsr_model *m, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n)
+{
+    size_t cap = len + 8;
+    *ids = NULL;
+    for (;;) {
+        int32_t *t = realloc(*ids, cap * sizeof *t);
+        if (!t) {
+            free(*ids);
+            *ids = NULL;
+            return die("tokenizer: out of memory%s%s", "", "");
+        }
+        *ids = t;
+        tsr_status st = tsr_model_tokenize(m, text, len, flags, *ids, cap, n);
+        if (st == TSR_OK)
+            return 0;
+        if (st != TSR_E_RANGE || *n <= cap) {
+            free(*ids);
+            *ids = NULL;
+            return die("tokenizer: %s%s", tsr_last_error(), "");
+        }
+        cap = *n;
+    }
+}
+
 /* The prompt's token ids, through the chat template with --chat. */
-static int make_prompt(const opts *o, const llm *m, const tok_vocab *v, int32_t **ids, size_t *n)
+static int make_prompt(const opts *o, const tsr_model *m, int32_t **ids, size_t *n)
 {
     size_t len = 0;
     char *file = NULL, *chat = NULL;
     const char *text = o->prompt ? o->prompt : "Once upon a time";
     if (o->prompt_file && !(text = file = read_file(o->prompt_file, &len)))
         return die("%s: %s", o->prompt_file, strerror(errno));
-    int parse_special = 0;
+    unsigned flags = TSR_TOKENIZE_ADD_SPECIAL;
     if (o->chat) {
-        const char *tmpl = NULL;
-        chat_template *t = NULL;
-        if (tsr_gguf_get_str(llm_get_gguf(m), "tokenizer.chat_template", &tmpl, NULL) != TSR_OK) {
+        tsr_chat_message msg = {"user", text};
+        size_t chat_len = 0;
+        tsr_status st = tsr_model_chat_format(m, &msg, 1, 1, NULL, 0, &chat_len);
+        if (st == TSR_E_RANGE && (chat = malloc(chat_len + 1)) != NULL)
+            st = tsr_model_chat_format(m, &msg, 1, 1, chat, chat_len + 1, &chat_len);
+        if (st != TSR_OK) {
+            free(chat);
             free(file);
-            return die("--chat: the model has no tokenizer.chat_template%s%s", "", "");
+            return st == TSR_E_RANGE ? die("--chat: out of memory%s%s", "", "")
+                                     : die("--chat: %s%s", tsr_last_error(), "");
         }
-        chat_msg msg = {"user", text};
-        if (chat_template_detect(tmpl, &t) != TSR_OK || chat_format(t, &msg, 1, 1, &chat) != TSR_OK) {
-            chat_template_free(t);
-            free(file);
-            return die("--chat: %s%s", chat_last_error(), "");
-        }
-        chat_template_free(t);
         text = chat;
-        parse_special = 1;
+        flags |= TSR_TOKENIZE_PARSE_SPECIAL;
     }
-    tsr_status st = tok_tokenize(v, text, strlen(text), 1, parse_special, ids, n);
+    int rc = tokenize(m, text, strlen(text), flags, ids, n);
     free(file);
     free(chat);
-    if (st != TSR_OK)
-        return die("tokenizer: %s%s", tok_last_error(), "");
+    if (rc)
+        return rc;
     if (*n == 0)
         return die("the prompt is empty%s%s", "", "");
     return 0;
 }
 
-static void emit(tok_stream *ts, const tok_vocab *v, int32_t id)
+/* Streamed output: token pieces may end inside a UTF-8 character, so the
+ * bytes of an incomplete sequence wait for the next piece; only valid UTF-8
+ * is written (a malformed byte becomes U+FFFD). */
+typedef struct utf8_out {
+    char *buf; /* pending bytes (n_pend), then the next piece */
+    size_t cap, n_pend;
+} utf8_out;
+
+/* Length of the valid UTF-8 sequence at u[0..n), 0 if malformed, or -1 if
+ * it is a valid but incomplete start. */
+static int utf8_seq(const unsigned char *u, size_t n)
 {
-    size_t len, out_len;
-    const char *piece = tok_piece(v, id, 0, &len), *out;
-    if (tok_stream_push(ts, piece, len, &out, &out_len) == TSR_OK && out_len) {
-        fwrite(out, 1, out_len, stdout);
+    int need = u[0] < 0x80 ? 1 : u[0] < 0xC2 ? 0 : u[0] < 0xE0 ? 2 : u[0] < 0xF0 ? 3 : u[0] < 0xF5 ? 4 : 0;
+    for (int k = 1; k < need; k++) {
+        unsigned char lo = 0x80, hi = 0xBF;
+        if ((size_t)k >= n)
+            return -1;
+        if (k == 1 && u[0] == 0xE0) lo = 0xA0; /* overlong */
+        if (k == 1 && u[0] == 0xED) hi = 0x9F; /* surrogates */
+        if (k == 1 && u[0] == 0xF0) lo = 0x90; /* overlong */
+        if (k == 1 && u[0] == 0xF4) hi = 0x8F; /* past U+10FFFF */
+        if (u[k] < lo || u[k] > hi)
+            return 0;
+    }
+    return need;
+}
+
+/* Writes the complete characters of buf[0..n) and keeps an incomplete tail. */
+static void utf8_write(utf8_out *u, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)u->buf;
+    size_t i = 0, run = 0; /* run: valid bytes from i - run not yet written */
+    while (i < n) {
+        int l = utf8_seq(b + i, n - i);
+        if (l < 0)
+            break;
+        if (l == 0) {
+            fwrite(b + i - run, 1, run, stdout);
+            fwrite("\xef\xbf\xbd", 1, 3, stdout);
+            run = 0;
+            i++;
+        } else {
+            run += (size_t)l;
+            i += (size_t)l;
+        }
+    }
+    fwrite(b + i - run, 1, run, stdout);
+    u->n_pend = n - i; /* at most 3 bytes */
+    memmove(u->buf, u->buf + i, u->n_pend);
+}
+
+static void emit(utf8_out *u, const tsr_model *m, int32_t id)
+{
+    size_t len = 0;
+    tsr_status st = tsr_model_token_piece(m, id, 0, u->buf + u->n_pend, u->cap - u->n_pend, &len);
+    if (st == TSR_E_RANGE) {
+        char *b = realloc(u->buf, u->n_pend + len);
+        if (!b)
+            return;
+        u->buf = b;
+        u->cap = u->n_pend + len;
+        st = tsr_model_token_piece(m, id, 0, u->buf + u->n_pend, u->cap - u->n_pend, &len);
+    }
+    if (st != TSR_OK || len == 0)
+        return;
+    utf8_write(u, u->n_pend + len);
+    fflush(stdout);
+}
+
+/* Ends the stream: a pending incomplete sequence is written as U+FFFD. */
+static void emit_end(utf8_out *u)
+{
+    if (u->n_pend)
+        fwrite("\xef\xbf\xbd", 1, 3, stdout);
+    u->n_pend = 0;
+}
+
+/* The prompt as llama.cpp shows it (control tokens not rendered). */
+static void show_prompt(const tsr_model *m, const int32_t *ids, size_t n)
+{
+    size_t len = 0;
+    char *text = NULL;
+    if (tsr_model_detokenize(m, ids, n, 0, NULL, 0, &len) != TSR_E_RANGE || !(text = malloc(len + 1)))
+        return;
+    if (tsr_model_detokenize(m, ids, n, 0, text, len + 1, &len) == TSR_OK) {
+        fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
+    free(text);
 }
 
 /* The next token: plain argmax (first index on ties, as the sampler) when
- * the sampler would do nothing else; it saves sorting the vocabulary. */
-static int32_t next_token(const opts *o, smp_sampler *smp, const float *logits, int64_t nv)
+ * the sampler would do nothing else; it saves sorting the vocabulary. The
+ * repetition penalty sees the generated tokens only: tsr_sampler remembers
+ * what it sampled and has no call that would let it see the prompt. */
+static int32_t next_token(const opts *o, tsr_sampler *smp, const float *logits, int64_t nv)
 {
-    if (o->smp.temp > 0.0f || o->smp.repeat_penalty != 1.0f || o->smp.freq_penalty != 0.0f ||
-        o->smp.presence_penalty != 0.0f)
-        return smp_sample(smp, logits);
+    if (o->smp.temp > 0.0f || o->smp.repeat_penalty != 1.0f)
+        return tsr_sampler_sample(smp, logits);
     int64_t best = 0;
     for (int64_t i = 1; i < nv; i++)
         if (logits[i] > logits[best])
@@ -438,71 +550,90 @@ typedef struct gen_stats {
     double t_prompt, t_gen;
 } gen_stats;
 
-static int generate(const opts *o, llm *m, const tok_vocab *v, const int32_t *ids, size_t n, gen_stats *gs)
+/* The prompt in calls of at most n_batch tokens (the cache's size, when
+ * smaller), each keeping the logits of its last token: *last is the index
+ * of the prompt's last token in the last call. */
+static tsr_status decode_prompt(const opts *o, tsr_session *s, const int32_t *ids, size_t n, size_t *last)
 {
-    int64_t nv = llm_get_hparams(m)->n_vocab;
-    float *logits = malloc((size_t)nv * sizeof *logits);
-    smp_sampler *smp = NULL;
-    tok_stream ts;
-    tok_stream_init(&ts);
-    if (!logits || smp_new(&o->smp, (int32_t)nv, &smp) != TSR_OK) {
-        free(logits);
+    size_t step = (size_t)o->n_batch;
+    if ((int64_t)step > tsr_session_n_ctx(s))
+        step = (size_t)tsr_session_n_ctx(s);
+    tsr_status st = TSR_OK;
+    for (size_t i = 0; st == TSR_OK && i < n; i += step) {
+        size_t k = n - i < step ? n - i : step;
+        st = tsr_session_decode(s, k, ids + i, NULL, NULL, NULL);
+        *last = k - 1;
+    }
+    return st;
+}
+
+static int generate(const opts *o, tsr_model *m, tsr_session *s, const int32_t *ids, size_t n, gen_stats *gs)
+{
+    int64_t nv = tsr_model_n_vocab(m);
+    tsr_sampler *smp = NULL;
+    utf8_out u = {malloc(256), 256, 0};
+    if (!u.buf)
         return die("out of memory%s%s", "", "");
+    if ((int64_t)n > tsr_session_n_ctx(s)) { /* before a first part of it fills the cache */
+        char what[96];
+        snprintf(what, sizeof what, "%zu tokens > n_ctx %lld", n, (long long)tsr_session_n_ctx(s));
+        free(u.buf);
+        return die("context is full: the prompt has %s%s", what, " (see -c)");
     }
-    for (size_t i = 0; i < n; i++)
-        smp_accept(smp, ids[i]);
-    char *shown = NULL;
-    size_t shown_len = 0;
-    if (!o->chat && tok_detokenize(v, ids, n, 1, 0, &shown, &shown_len) == TSR_OK) {
-        fwrite(shown, 1, shown_len, stdout); /* the prompt, as llama.cpp shows it */
-        fflush(stdout);
+    if (tsr_sampler_new(m, &o->smp, &smp) != TSR_OK) {
+        free(u.buf);
+        return die("sampler: %s%s", tsr_last_error(), "");
     }
-    free(shown);
+    if (!o->chat)
+        show_prompt(m, ids, n);
     double t0 = now();
-    tsr_status st = llm_decode(m, ids, (int64_t)n, (int64_t)n - 1, logits);
+    size_t last = 0;
+    tsr_status st = decode_prompt(o, s, ids, n, &last);
     gs->t_prompt = now() - t0;
     gs->n_prompt = n;
+    const float *logits = st == TSR_OK ? tsr_session_logits(s, last) : NULL;
     for (int i = 0; st == TSR_OK && (o->n_predict < 0 || i < o->n_predict); i++) {
         int32_t id = next_token(o, smp, logits, nv);
-        smp_accept(smp, id);
-        if (tok_is_eog(v, id))
+        if (tsr_model_token_is_eog(m, id))
             break;
-        emit(&ts, v, id);
-        if (llm_n_past(m) >= llm_n_ctx(m) || (o->n_predict >= 0 && i + 1 == o->n_predict))
+        emit(&u, m, id);
+        if (tsr_session_n_past(s, 0) >= tsr_session_n_ctx(s) || (o->n_predict >= 0 && i + 1 == o->n_predict))
             break;
         t0 = now();
-        st = llm_decode(m, &id, 1, 0, logits);
+        st = tsr_session_decode(s, 1, &id, NULL, NULL, NULL);
         gs->t_gen += now() - t0;
         gs->n_gen++;
+        logits = tsr_session_logits(s, 0);
     }
-    const char *out;
-    size_t out_len;
-    if (tok_stream_flush(&ts, &out, &out_len) == TSR_OK)
-        fwrite(out, 1, out_len, stdout);
+    emit_end(&u);
     printf("\n");
     fflush(stdout); /* before the speeds on stderr */
-    tok_stream_free(&ts);
-    smp_free(smp);
-    free(logits);
-    return st == TSR_OK ? 0 : die("%s%s", llm_last_error(), "");
+    free(u.buf);
+    tsr_sampler_free(smp);
+    return st == TSR_OK ? 0 : die("%s%s", tsr_last_error(), "");
 }
 
 /* ---- perplexity ------------------------------------------------------------ */
 
 /* llama-perplexity's way: chunks of n_ctx tokens from an empty cache (first
- * token BOS when the model adds one), the second half of each scored. */
-static int perplexity(const opts *o, llm *m, const tok_vocab *v)
+ * token BOS when the model adds one), the second half of each scored: the
+ * logits of positions first..n_ctx-2 predict the tokens after them. */
+static int perplexity(const opts *o, tsr_model *m, tsr_session *s)
 {
     size_t len, n;
     int32_t *ids = NULL;
     char *text = read_file(o->ppl_file, &len);
     if (!text)
         return die("%s: %s", o->ppl_file, strerror(errno));
-    tsr_status st = tok_tokenize(v, text, len, 1, 0, &ids, &n);
+    int rc = tokenize(m, text, len, TSR_TOKENIZE_ADD_SPECIAL, &ids, &n);
     free(text);
-    if (st != TSR_OK)
-        return die("tokenizer: %s%s", tok_last_error(), "");
-    int64_t n_ctx = llm_n_ctx(m), first = n_ctx / 2, nv = llm_get_hparams(m)->n_vocab;
+    if (rc)
+        return rc;
+    /* without parse_special the text cannot yield BOS: a leading one is the
+     * tokenizer's, so the model adds BOS */
+    int32_t bos = tsr_model_token_bos(m);
+    int add_bos = bos >= 0 && n > 0 && ids[0] == bos;
+    int64_t n_ctx = tsr_session_n_ctx(s), first = n_ctx / 2, nv = tsr_model_n_vocab(m);
     int64_t n_chunks = (int64_t)n / n_ctx;
     if (o->n_chunks > 0 && o->n_chunks < n_chunks)
         n_chunks = o->n_chunks;
@@ -510,19 +641,22 @@ static int perplexity(const opts *o, llm *m, const tok_vocab *v)
         free(ids);
         return die("%s: fewer tokens than one chunk of -c tokens%s", o->ppl_file, "");
     }
-    float *logits = malloc((size_t)(n_ctx - first) * (size_t)nv * sizeof *logits);
+    tsr_status st = TSR_OK;
+    int8_t *want = calloc((size_t)n_ctx, 1);
+    for (int64_t j = first; want && j < n_ctx - 1; j++)
+        want[j] = 1;
     double nll = 0, t0 = now();
     int64_t count = 0;
     fprintf(stderr, "perplexity: %zu tokens, %lld chunks of %lld\n", n, (long long)n_chunks, (long long)n_ctx);
-    for (int64_t c = 0; logits && st == TSR_OK && c < n_chunks; c++) {
+    for (int64_t c = 0; want && st == TSR_OK && c < n_chunks; c++) {
         int32_t *chunk = ids + c * n_ctx;
-        if (tok_add_bos(v) && tok_bos(v) >= 0)
-            chunk[0] = tok_bos(v);
-        llm_reset(m);
-        if ((st = llm_decode(m, chunk, n_ctx, first, logits)) != TSR_OK)
+        if (add_bos)
+            chunk[0] = bos;
+        if ((st = tsr_session_remove(s, -1, 0, -1)) != TSR_OK ||
+            (st = tsr_session_decode(s, (size_t)n_ctx, chunk, NULL, NULL, want)) != TSR_OK)
             break;
         for (int64_t j = first; j < n_ctx - 1; j++) {
-            const float *row = logits + (j - first) * nv;
+            const float *row = tsr_session_logits(s, (size_t)j);
             float mx = row[0];
             for (int64_t k = 1; k < nv; k++)
                 mx = row[k] > mx ? row[k] : mx;
@@ -535,12 +669,12 @@ static int perplexity(const opts *o, llm *m, const tok_vocab *v)
         fprintf(stderr, "[%lld] %.4f\n", (long long)c + 1, exp(nll / (double)count));
     }
     double dt = now() - t0;
-    free(logits);
+    free(want);
     free(ids);
-    if (!logits)
-        return die("out of memory for the logits%s%s", "", "");
+    if (!want)
+        return die("out of memory%s%s", "", "");
     if (st != TSR_OK)
-        return die("%s%s", llm_last_error(), "");
+        return die("%s%s", tsr_last_error(), "");
     printf("perplexity: %.4f (%lld chunks of %lld tokens, %.1f tokens/s)\n", exp(nll / (double)count),
            (long long)n_chunks, (long long)n_ctx, (double)(n_chunks * n_ctx) / dt);
     return 0;
@@ -564,28 +698,26 @@ int main(int argc, char **argv)
     }
 
     tsr_backend *be = NULL;
-    llm *m = NULL;
-    tok_vocab *v = NULL;
-    rc = open_model(&o, o.ppl_file != NULL, &be, &m);
-    if (!rc && tok_vocab_load(llm_get_gguf(m), &v) != TSR_OK)
-        rc = die("tokenizer: %s%s", tok_last_error(), "");
+    tsr_model *m = NULL;
+    tsr_session *s = NULL;
+    rc = open_model(&o, o.ppl_file != NULL, &be, &m, &s);
     if (!rc && o.ppl_file) {
-        rc = perplexity(&o, m, v);
+        rc = perplexity(&o, m, s);
     } else if (!rc) {
         int32_t *ids = NULL;
         size_t n = 0;
         gen_stats gs = {0};
-        rc = make_prompt(&o, m, v, &ids, &n);
+        rc = make_prompt(&o, m, &ids, &n);
         if (!rc)
-            rc = generate(&o, m, v, ids, n, &gs);
+            rc = generate(&o, m, s, ids, n, &gs);
         free(ids);
         if (!rc)
             fprintf(stderr, "prompt: %zu tokens, %.2f tokens/s | generation: %zu tokens, %.2f tokens/s\n",
                     gs.n_prompt, gs.t_prompt > 0 ? (double)gs.n_prompt / gs.t_prompt : 0.0, gs.n_gen,
                     gs.t_gen > 0 ? (double)gs.n_gen / gs.t_gen : 0.0);
     }
-    tok_vocab_free(v);
-    llm_free(m);
+    tsr_session_free(s);
+    tsr_model_free(m);
     tsr_backend_free(be);
     return rc;
 }
