@@ -661,8 +661,8 @@ TSR_API int tsr_model_token_is_eog(const tsr_model *m, int32_t token);
  * *n_tokens is the count, also when cap is too small (TSR_E_RANGE; call
  * again with a larger buffer; tokens may be NULL when cap is 0).
  * TSR_E_INVALID for NULL arguments or unknown flags. */
-TSR_API tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, unsigned flags,
-                                      int32_t *tokens, size_t cap, size_t *n_tokens);
+TSR_API tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, unsigned flags, int32_t *tokens,
+                                      size_t cap, size_t *n_tokens);
 /* The bytes of one token (control tokens rendered when special != 0, else
  * nothing); may be part of a UTF-8 character. At most cap bytes are written
  * (no NUL); *len is the full length, also when cap is too small
@@ -688,16 +688,16 @@ typedef struct tsr_chat_message {
  * length; NUL-terminated when it fits (len < cap), else TSR_E_RANGE.
  * TSR_E_NOT_FOUND when the model has no template, TSR_E_UNSUPPORTED when it
  * is not one of those. Tokenize the result with TSR_TOKENIZE_PARSE_SPECIAL. */
-TSR_API tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msgs, size_t n,
-                                         int add_assistant, char *buf, size_t cap, size_t *len);
+TSR_API tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msgs, size_t n, int add_assistant,
+                                         char *buf, size_t cap, size_t *len);
 
 typedef struct tsr_session_params {
-    size_t size;           /* sizeof(tsr_session_params), set by _init */
-    int64_t n_ctx;         /* KV cells shared by all sequences; 0 = the training context */
-    int64_t n_batch;       /* most tokens one decode call takes; default 2048 */
-    int64_t n_ubatch;      /* tokens per graph; default 512 */
-    int32_t n_seq_max;     /* sequence ids 0 .. n_seq_max-1; default 1 */
-    int64_t n_outputs_max; /* most logits rows of one micro-batch; 0 (the default) = n_seq_max */
+    size_t size;             /* sizeof(tsr_session_params), set by _init */
+    int64_t n_ctx;           /* KV cells shared by all sequences; 0 = the training context */
+    int64_t n_batch;         /* most tokens one decode call takes; default 2048 */
+    int64_t n_ubatch;        /* tokens per graph; default 512 */
+    int32_t n_seq_max;       /* sequence ids 0 .. n_seq_max-1; default 1 */
+    int64_t n_outputs_max;   /* most logits rows of one micro-batch; 0 (the default) = n_seq_max */
     tsr_type type_k, type_v; /* KV cache types; default F16 */
 } tsr_session_params;
 TSR_API void tsr_session_params_init(tsr_session_params *p, size_t size);
@@ -749,6 +749,10 @@ TSR_API void tsr_sampler_free(tsr_sampler *s); /* NULL is a no-op */
 TSR_API int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits);
 /* Forgets the remembered tokens and restarts the draws from the seed. */
 TSR_API void tsr_sampler_reset(tsr_sampler *s);
+/* Remembers token for the penalties without drawing (the prompt's tokens,
+ * as llama.cpp's penalties see them). TSR_E_INVALID for a NULL sampler or a
+ * token outside the vocabulary. */
+TSR_API tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token);
 
 /* Frees memory the library returned to the caller. */
 TSR_API void tsr_free(void *p);

@@ -532,8 +532,7 @@ static void show_prompt(const tsr_model *m, const int32_t *ids, size_t n)
 
 /* The next token: plain argmax (first index on ties, as the sampler) when
  * the sampler would do nothing else; it saves sorting the vocabulary. The
- * repetition penalty sees the generated tokens only: tsr_sampler remembers
- * what it sampled and has no call that would let it see the prompt. */
+ * repetition penalty sees the prompt too (tsr_sampler_accept in generate). */
 static int32_t next_token(const opts *o, tsr_sampler *smp, const float *logits, int64_t nv)
 {
     if (o->smp.temp > 0.0f || o->smp.repeat_penalty != 1.0f)
@@ -584,6 +583,8 @@ static int generate(const opts *o, tsr_model *m, tsr_session *s, const int32_t *
         free(u.buf);
         return die("sampler: %s%s", tsr_last_error(), "");
     }
+    for (size_t i = 0; i < n; i++) /* the penalties see the prompt, as llama.cpp's do */
+        tsr_sampler_accept(smp, ids[i]);
     if (!o->chat)
         show_prompt(m, ids, n);
     double t0 = now();

@@ -300,6 +300,7 @@ _SIGS = {
     "tsr_sampler_free": (None, [_P]),
     "tsr_sampler_sample": (_I32, [_P, _P]),
     "tsr_sampler_reset": (None, [_P]),
+    "tsr_sampler_accept": (_STATUS, [_P, _I32]),
 }
 # graph ops of one and of two tensors
 for _name in ("softmax", "silu", "gelu", "argmax", "cont", "transpose"):
@@ -1706,6 +1707,12 @@ class Sampler(_ModelChild):
     def reset(self):
         """Forgets the remembered tokens and restarts the draws from the seed."""
         C.sampler_reset(self._handle())
+
+    def accept(self, tokens):
+        """Remembers tokens (an id or a list of ids, e.g. the prompt) for the
+        penalties without drawing."""
+        for t in ([tokens] if isinstance(tokens, int) else tokens):
+            _check(C.sampler_accept(self._handle(), int(t)), "sampler_accept")
 
 
 class Model(_Handle):

@@ -191,6 +191,7 @@ tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msg
 
 struct tsr_sampler {
     smp_sampler *s;
+    int32_t n_vocab;
 };
 
 void tsr_sampler_params_init(tsr_sampler_params *p, size_t size) {
@@ -241,7 +242,8 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     tsr_sampler *s = calloc(1, sizeof *s);
     if (!s)
         return llm_fail(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
-    tsr_status st = smp_new(&sp, (int32_t)m->hp.n_vocab, &s->s);
+    s->n_vocab = (int32_t)m->hp.n_vocab;
+    tsr_status st = smp_new(&sp, s->n_vocab, &s->s);
     if (st != TSR_OK) {
         free(s);
         return st;
@@ -265,6 +267,16 @@ int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits) {
     int32_t id = smp_sample(s->s, logits);
     smp_accept(s->s, id);
     return id;
+}
+
+tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token) {
+    if (!s)
+        return llm_fail(TSR_E_INVALID, "tsr_sampler_accept: NULL sampler");
+    if (token < 0 || token >= s->n_vocab)
+        return llm_fail(TSR_E_INVALID, "tsr_sampler_accept: token %d is outside the vocabulary (0..%d)", token,
+                        s->n_vocab - 1);
+    smp_accept(s->s, token);
+    return TSR_OK;
 }
 
 void tsr_sampler_reset(tsr_sampler *s) {
