@@ -180,8 +180,33 @@ static void load_gguf_old_params(void)
     unlink(path);
 }
 
+/* The model layer's structs: _init writes nothing past an older caller's size
+ * and fills the fields it knows with the documented defaults. (Their
+ * consumers need a model: tests/test-session.c and test-python.py cover them.) */
+static void model_params_old(void)
+{
+    unsigned char raw[sizeof(tsr_session_params) + 16];
+    memset(raw, GARBAGE, sizeof raw);
+    const size_t old_size = offsetof(tsr_session_params, n_outputs_max);
+    tsr_session_params_init((tsr_session_params *)raw, old_size);
+    tsr_session_params sp;
+    memcpy(&sp, raw, sizeof sp);
+    CHECK(sp.size == old_size && untouched(raw, old_size, sizeof raw));
+    CHECK(sp.n_ctx == 0 && sp.n_batch == 2048 && sp.n_ubatch == 512 && sp.n_seq_max == 1);
+
+    unsigned char raw2[sizeof(tsr_sampler_params) + 16];
+    memset(raw2, GARBAGE, sizeof raw2);
+    const size_t old2 = offsetof(tsr_sampler_params, repeat_penalty);
+    tsr_sampler_params_init((tsr_sampler_params *)raw2, old2);
+    tsr_sampler_params mp;
+    memcpy(&mp, raw2, sizeof mp);
+    CHECK(mp.size == old2 && untouched(raw2, old2, sizeof raw2));
+    CHECK(mp.temp == 0.8f && mp.top_k == 40 && mp.top_p == 0.95f && mp.min_p == 0.05f);
+}
+
 int main(void)
 {
+    model_params_old();
     tsr_backend *be = backend_old_params();
     if (be) {
         kv_cache_old_params(be);
