@@ -124,20 +124,10 @@ static bool sup_glu(const tsr_tensor *op) { return is_f32(op->src[0]) && is_f32(
 
 static bool sup_mul_mat(const tsr_tensor *op) {
     const tsr_tensor *a = op->src[0];
-    switch (a->type) { /* the weight types of the matmul kernels */
-    case TSR_TYPE_F32:
-    case TSR_TYPE_F16:
-    case TSR_TYPE_BF16:
-    case TSR_TYPE_Q8_0:
-    case TSR_TYPE_Q4_0:
-    case TSR_TYPE_Q4_1:
-    case TSR_TYPE_Q5_0:
-    case TSR_TYPE_Q5_1:
-    case TSR_TYPE_Q4_K:
-    case TSR_TYPE_Q5_K:
-    case TSR_TYPE_Q6_K: break;
-    default: return false;
-    }
+    const bool weight_type = is_store_type(a->type) || a->type == TSR_TYPE_Q4_K || a->type == TSR_TYPE_Q5_K ||
+                             a->type == TSR_TYPE_Q6_K; /* the weight types of the matmul kernels */
+    if (!weight_type)
+        return false;
     return tsr__cpu_kernels()->vec_dot[a->type] && is_f32(op->src[1]) && a->nb[0] == tsr_type_block_bytes(a->type);
 }
 

@@ -36,10 +36,10 @@ static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp
     if ((st = tok_vocab_load(m->gguf, &m->vocab)) != TSR_OK)
         return st;
     if (tok_n_vocab(m->vocab) != m->hp.n_vocab)
-        return llm_fail(TSR_E_MALFORMED, "%s: the vocabulary has %d tokens, token_embd.weight %lld rows", path,
-                        tok_n_vocab(m->vocab), (long long)m->hp.n_vocab);
+        return tsr__error(TSR_E_MALFORMED, "%s: the vocabulary has %d tokens, token_embd.weight %lld rows", path,
+                          tok_n_vocab(m->vocab), (long long)m->hp.n_vocab);
     if ((st = tsr_backend_load_gguf(m->be, path, lp)) != TSR_OK)
-        return llm_fail(st, "loading weights: %s", tsr_last_error());
+        return tsr__error(st, "loading weights: %s", tsr_last_error());
     if ((st = llm_bind_weights(m)) != TSR_OK)
         return st;
     load_template(m);
@@ -50,13 +50,13 @@ tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_param
     if (out)
         *out = NULL;
     if (!b || !path || !out)
-        return llm_fail(TSR_E_INVALID, "tsr_model_load: NULL %s", !b ? "backend" : !path ? "path" : "out");
+        return tsr__error(TSR_E_INVALID, "tsr_model_load: NULL %s", !b ? "backend" : !path ? "path" : "out");
     if (tsr_backend_n_weights(b) > 0)
-        return llm_fail(TSR_E_STATE, "tsr_model_load: the backend already holds %zu weights (one model per backend)",
-                        tsr_backend_n_weights(b));
+        return tsr__error(TSR_E_STATE, "tsr_model_load: the backend already holds %zu weights (one model per backend)",
+                          tsr_backend_n_weights(b));
     tsr_model *m = calloc(1, sizeof *m);
     if (!m)
-        return llm_fail(TSR_E_NOMEM, "tsr_model_load: out of host memory");
+        return tsr__error(TSR_E_NOMEM, "tsr_model_load: out of host memory");
     m->be = b;
     tsr_status st = load(m, path, lp);
     if (st != TSR_OK) {
@@ -98,8 +98,8 @@ int tsr_model_token_is_eog(const tsr_model *m, int32_t token) { return m && tok_
 static tsr_status copy_out(const char *what, const char *src, size_t n, char *buf, size_t cap, int nul, size_t *len) {
     *len = n;
     if (n > cap || (nul && n == cap))
-        return llm_fail(TSR_E_RANGE, "%s: %zu bytes%s do not fit in a buffer of %zu", what, n, nul ? " and a NUL" : "",
-                        cap);
+        return tsr__error(TSR_E_RANGE, "%s: %zu bytes%s do not fit in a buffer of %zu", what, n,
+                          nul ? " and a NUL" : "", cap);
     if (n)
         memcpy(buf, src, n);
     if (nul)
@@ -112,9 +112,9 @@ tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, 
     if (n_tokens)
         *n_tokens = 0;
     if (!m || (!text && len) || (!tokens && cap) || !n_tokens)
-        return llm_fail(TSR_E_INVALID, "tsr_model_tokenize: NULL argument");
+        return tsr__error(TSR_E_INVALID, "tsr_model_tokenize: NULL argument");
     if (flags & ~(TSR_TOKENIZE_ADD_SPECIAL | TSR_TOKENIZE_PARSE_SPECIAL))
-        return llm_fail(TSR_E_INVALID, "tsr_model_tokenize: unknown flags 0x%x", flags);
+        return tsr__error(TSR_E_INVALID, "tsr_model_tokenize: unknown flags 0x%x", flags);
     int32_t *ids = NULL;
     size_t n = 0;
     tsr_status st = tok_tokenize(m->vocab, text ? text : "", len, (flags & TSR_TOKENIZE_ADD_SPECIAL) != 0,
@@ -123,7 +123,7 @@ tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, 
         return st;
     *n_tokens = n;
     if (n > cap)
-        st = llm_fail(TSR_E_RANGE, "tsr_model_tokenize: %zu tokens do not fit in a buffer of %zu", n, cap);
+        st = tsr__error(TSR_E_RANGE, "tsr_model_tokenize: %zu tokens do not fit in a buffer of %zu", n, cap);
     else if (n)
         memcpy(tokens, ids, n * sizeof *ids);
     free(ids);
@@ -134,10 +134,10 @@ tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special,
     if (len)
         *len = 0;
     if (!m || (!buf && cap) || !len)
-        return llm_fail(TSR_E_INVALID, "tsr_model_token_piece: NULL argument");
+        return tsr__error(TSR_E_INVALID, "tsr_model_token_piece: NULL argument");
     if (token < 0 || token >= m->hp.n_vocab)
-        return llm_fail(TSR_E_INVALID, "tsr_model_token_piece: token %d is outside the vocabulary (0..%lld)", token,
-                        (long long)m->hp.n_vocab - 1);
+        return tsr__error(TSR_E_INVALID, "tsr_model_token_piece: token %d is outside the vocabulary (0..%lld)", token,
+                          (long long)m->hp.n_vocab - 1);
     size_t n = 0;
     const char *p = tok_piece(m->vocab, token, special, &n);
     return copy_out("tsr_model_token_piece", p, n, buf, cap, 0, len);
@@ -148,11 +148,11 @@ tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_
     if (len)
         *len = 0;
     if (!m || (!tokens && n) || (!buf && cap) || !len)
-        return llm_fail(TSR_E_INVALID, "tsr_model_detokenize: NULL argument");
+        return tsr__error(TSR_E_INVALID, "tsr_model_detokenize: NULL argument");
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
-            return llm_fail(TSR_E_INVALID, "tsr_model_detokenize: token %zu: id %d is outside the vocabulary", i,
-                            tokens[i]);
+            return tsr__error(TSR_E_INVALID, "tsr_model_detokenize: token %zu: id %d is outside the vocabulary", i,
+                              tokens[i]);
     char *text = NULL;
     size_t n_text = 0;
     tsr_status st = tok_detokenize(m->vocab, tokens, n, 0, special, &text, &n_text);
@@ -167,17 +167,17 @@ tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msg
     if (len)
         *len = 0;
     if (!m || (!msgs && n) || (!buf && cap) || !len)
-        return llm_fail(TSR_E_INVALID, "tsr_model_chat_format: NULL argument");
+        return tsr__error(TSR_E_INVALID, "tsr_model_chat_format: NULL argument");
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
-            return llm_fail(TSR_E_INVALID, "tsr_model_chat_format: message %zu has a NULL role or content", i);
+            return tsr__error(TSR_E_INVALID, "tsr_model_chat_format: message %zu has a NULL role or content", i);
     if (!m->tmpl)
-        return llm_fail(m->tmpl_status, "%s", m->tmpl_error);
+        return tsr__error(m->tmpl_status, "%s", m->tmpl_error);
     char *text = NULL;
     /* tsr_chat_message and chat_msg are the same two strings */
     chat_msg *cm = n ? malloc(n * sizeof *cm) : NULL;
     if (n && !cm)
-        return llm_fail(TSR_E_NOMEM, "tsr_model_chat_format: out of host memory");
+        return tsr__error(TSR_E_NOMEM, "tsr_model_chat_format: out of host memory");
     for (size_t i = 0; i < n; i++) cm[i] = (chat_msg){msgs[i].role, msgs[i].content};
     tsr_status st = chat_format(m->tmpl, cm, n, add_assistant, &text);
     free(cm);
@@ -217,7 +217,7 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     if (out)
         *out = NULL;
     if (!m || !out)
-        return llm_fail(TSR_E_INVALID, "tsr_sampler_new: NULL %s", m ? "out" : "model");
+        return tsr__error(TSR_E_INVALID, "tsr_sampler_new: NULL %s", m ? "out" : "model");
     tsr_sampler_params q;
     tsr_sampler_params_init(&q, sizeof q);
     if (p && p->size > sizeof(size_t)) {
@@ -226,10 +226,10 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     }
     if (!(q.temp >= 0.0f) || !(q.top_p >= 0.0f) || !(q.min_p >= 0.0f) || !(q.repeat_penalty > 0.0f) ||
         q.repeat_last_n < 0)
-        return llm_fail(TSR_E_INVALID,
-                        "tsr_sampler_new: temp %g, top_p %g, min_p %g must be >= 0, repeat_penalty %g > 0, "
-                        "repeat_last_n %d >= 0",
-                        q.temp, q.top_p, q.min_p, q.repeat_penalty, q.repeat_last_n);
+        return tsr__error(TSR_E_INVALID,
+                          "tsr_sampler_new: temp %g, top_p %g, min_p %g must be >= 0, repeat_penalty %g > 0, "
+                          "repeat_last_n %d >= 0",
+                          q.temp, q.top_p, q.min_p, q.repeat_penalty, q.repeat_last_n);
     smp_params sp;
     smp_params_default(&sp);
     sp.temp = q.temp;
@@ -241,7 +241,7 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     sp.seed = q.seed;
     tsr_sampler *s = calloc(1, sizeof *s);
     if (!s)
-        return llm_fail(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
+        return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
     s->n_vocab = (int32_t)m->hp.n_vocab;
     tsr_status st = smp_new(&sp, s->n_vocab, &s->s);
     if (st != TSR_OK) {
@@ -261,7 +261,7 @@ void tsr_sampler_free(tsr_sampler *s) {
 
 int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits) {
     if (!s || !logits) {
-        llm_fail(TSR_E_INVALID, "tsr_sampler_sample: NULL %s", s ? "logits" : "sampler");
+        tsr__error(TSR_E_INVALID, "tsr_sampler_sample: NULL %s", s ? "logits" : "sampler");
         return -1;
     }
     int32_t id = smp_sample(s->s, logits);
@@ -271,10 +271,10 @@ int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits) {
 
 tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token) {
     if (!s)
-        return llm_fail(TSR_E_INVALID, "tsr_sampler_accept: NULL sampler");
+        return tsr__error(TSR_E_INVALID, "tsr_sampler_accept: NULL sampler");
     if (token < 0 || token >= s->n_vocab)
-        return llm_fail(TSR_E_INVALID, "tsr_sampler_accept: token %d is outside the vocabulary (0..%d)", token,
-                        s->n_vocab - 1);
+        return tsr__error(TSR_E_INVALID, "tsr_sampler_accept: token %d is outside the vocabulary (0..%d)", token,
+                          s->n_vocab - 1);
     smp_accept(s->s, token);
     return TSR_OK;
 }

@@ -43,17 +43,9 @@ struct chat_template {
     char *default_system;
 };
 
-static tsr_status fail(tsr_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
-    va_end(ap);
-    return st;
-}
-
 static tsr_status make(kind k, chat_template **out) {
     if (!(*out = calloc(1, sizeof **out)))
-        return fail(TSR_E_NOMEM, "chat: out of memory");
+        return tsr__error(TSR_E_NOMEM, "chat: out of memory");
     (*out)->k = k;
     return TSR_OK;
 }
@@ -108,7 +100,7 @@ tsr_status chat_template_detect(const char *t, chat_template **out) {
     int k = -1;
     tsr_status st;
     if (!t || !out)
-        return fail(TSR_E_INVALID, "chat_template_detect: NULL argument");
+        return tsr__error(TSR_E_INVALID, "chat_template_detect: NULL argument");
     if (has(t, "<|im_start|>") && !has(t, "<|im_sep|>") && !has(t, "<end_of_utterance>"))
         k = K_CHATML;
     else if (strncmp(t, "mistral", 7) == 0 || has(t, "[INST]"))
@@ -122,10 +114,10 @@ tsr_status chat_template_detect(const char *t, chat_template **out) {
     else if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>"))
         k = K_LLAMA3;
     if (k < 0)
-        return fail(TSR_E_UNSUPPORTED,
-                    "chat: unknown chat template (starts with '%.60s'); "
-                    "supported: chatml, llama2, mistral, llama3, zephyr, gemma, phi3",
-                    t);
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "chat: unknown chat template (starts with '%.60s'); "
+                          "supported: chatml, llama2, mistral, llama3, zephyr, gemma, phi3",
+                          t);
     if ((st = make((kind)k, out)) != TSR_OK)
         return st;
     if (k == K_CHATML)
@@ -135,11 +127,11 @@ tsr_status chat_template_detect(const char *t, chat_template **out) {
 
 tsr_status chat_template_by_name(const char *name, chat_template **out) {
     if (!name || !out)
-        return fail(TSR_E_INVALID, "chat_template_by_name: NULL argument");
+        return tsr__error(TSR_E_INVALID, "chat_template_by_name: NULL argument");
     for (size_t i = 0; i < sizeof kind_names / sizeof kind_names[0]; i++)
         if (strcmp(name, kind_names[i]) == 0)
             return make((kind)i, out);
-    return fail(TSR_E_NOT_FOUND, "chat: no chat template named '%s'", name);
+    return tsr__error(TSR_E_NOT_FOUND, "chat: no chat template named '%s'", name);
 }
 
 void chat_template_free(chat_template *t) {
@@ -294,14 +286,14 @@ tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, i
     chat_msg *all = NULL;
 
     if (!t || (!msgs && n) || !out)
-        return fail(TSR_E_INVALID, "chat_format: NULL argument");
+        return tsr__error(TSR_E_INVALID, "chat_format: NULL argument");
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
-            return fail(TSR_E_INVALID, "chat_format: message %zu has no role or content", i);
+            return tsr__error(TSR_E_INVALID, "chat_format: message %zu has no role or content", i);
     *out = NULL;
     if (t->default_system && (n == 0 || !is_role(&msgs[0], "system"))) {
         if (!(all = malloc((n + 1) * sizeof *all)))
-            return fail(TSR_E_NOMEM, "chat: out of memory");
+            return tsr__error(TSR_E_NOMEM, "chat: out of memory");
         all[0] = (chat_msg){"system", t->default_system};
         if (n)
             memcpy(all + 1, msgs, n * sizeof *msgs);
@@ -321,7 +313,7 @@ tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, i
     free(all);
     if (b.oom) {
         free(b.s);
-        return fail(TSR_E_NOMEM, "chat: out of memory");
+        return tsr__error(TSR_E_NOMEM, "chat: out of memory");
     }
     *out = b.s;
     return TSR_OK;

@@ -16,19 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-tsr_status llm_fail(tsr_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
-    va_end(ap);
-    return st;
-}
-
-#define fail llm_fail
-
 /* A libtensr call failed: keep its detail behind our prefix. */
 static tsr_status fail_tsr(tsr_status st, const char *what) {
-    return fail(st, "%s: %s", what, tsr_last_error()[0] ? tsr_last_error() : tsr_status_string(st));
+    return tsr__error(st, "%s: %s", what, tsr_last_error()[0] ? tsr_last_error() : tsr_status_string(st));
 }
 
 /* ---- hyper-parameters ---------------------------------------------------- */
@@ -43,14 +33,16 @@ static tsr_status key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *
         return TSR_OK;
     }
     if (st == TSR_E_NOT_FOUND)
-        return fail(TSR_E_MALFORMED, "%s: required key '%s' is missing", tsr_gguf_path(g), key);
+        return tsr__error(TSR_E_MALFORMED, "%s: required key '%s' is missing", tsr_gguf_path(g), key);
     if (st == TSR_E_TYPE)
-        return fail(TSR_E_UNSUPPORTED, "%s: key '%s' is not a single integer (per-layer values are not supported)",
-                    tsr_gguf_path(g), key);
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "%s: key '%s' is not a single integer (per-layer values are not supported)", tsr_gguf_path(g),
+                          key);
     if (st != TSR_OK)
         return fail_tsr(st, key);
     if (*out < 0 || *out > (int64_t)1 << 40)
-        return fail(TSR_E_MALFORMED, "%s: key '%s' = %lld is out of range", tsr_gguf_path(g), key, (long long)*out);
+        return tsr__error(TSR_E_MALFORMED, "%s: key '%s' = %lld is out of range", tsr_gguf_path(g), key,
+                          (long long)*out);
     return TSR_OK;
 }
 
@@ -65,7 +57,7 @@ static tsr_status key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *
     if (st != TSR_OK)
         return fail_tsr(st, key);
     if (!isfinite(*out))
-        return fail(TSR_E_MALFORMED, "%s: key '%s' is not a finite number", tsr_gguf_path(g), key);
+        return tsr__error(TSR_E_MALFORMED, "%s: key '%s' is not a finite number", tsr_gguf_path(g), key);
     return TSR_OK;
 }
 
@@ -76,19 +68,19 @@ static tsr_status read_rope_scaling(const tsr_gguf *g, llm_hparams *hp) {
     float factor = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
     if (tsr_gguf_find_key(g, key) >= 0 && tsr_gguf_get_str(g, key, &type, NULL) != TSR_OK)
-        return fail(TSR_E_MALFORMED, "%s: key '%s' is not a string", tsr_gguf_path(g), key);
+        return tsr__error(TSR_E_MALFORMED, "%s: key '%s' is not a string", tsr_gguf_path(g), key);
     tsr_status st = key_f32(g, hp, "rope.scaling.factor", 0.0f, &factor);
     if (st == TSR_OK && factor == 0.0f)
         st = key_f32(g, hp, "rope.scale_linear", 0.0f, &factor);
     if (st != TSR_OK)
         return st;
     if (strcmp(type, "none") != 0 && strcmp(type, "linear") != 0)
-        return fail(TSR_E_UNSUPPORTED, "%s: rope scaling '%s' is not supported (only none and linear)",
-                    tsr_gguf_path(g), type);
+        return tsr__error(TSR_E_UNSUPPORTED, "%s: rope scaling '%s' is not supported (only none and linear)",
+                          tsr_gguf_path(g), type);
     if (strcmp(type, "none") == 0 && tsr_gguf_find_key(g, key) >= 0)
         factor = 0.0f;
     if (factor < 0.0f)
-        return fail(TSR_E_MALFORMED, "%s: rope scaling factor %g is negative", tsr_gguf_path(g), factor);
+        return tsr__error(TSR_E_MALFORMED, "%s: rope scaling factor %g is negative", tsr_gguf_path(g), factor);
     hp->rope_freq_scale = factor > 0.0f ? 1.0f / factor : 1.0f;
     int64_t orig;
     st = key_i64(g, hp, "rope.scaling.original_context_length", hp->n_ctx_train, &orig);
@@ -100,20 +92,20 @@ static tsr_status read_rope_scaling(const tsr_gguf *g, llm_hparams *hp) {
 static tsr_status check_hparams(const tsr_gguf *g, const llm_hparams *hp) {
     const char *path = tsr_gguf_path(g);
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->n_ff <= 0)
-        return fail(TSR_E_MALFORMED, "%s: embedding %lld, layers %d, heads %d/%d, ffn %lld: all must be > 0", path,
-                    (long long)hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, (long long)hp->n_ff);
+        return tsr__error(TSR_E_MALFORMED, "%s: embedding %lld, layers %d, heads %d/%d, ffn %lld: all must be > 0",
+                          path, (long long)hp->n_embd, hp->n_layer, hp->n_head, hp->n_head_kv, (long long)hp->n_ff);
     if (hp->n_head % hp->n_head_kv != 0)
-        return fail(TSR_E_MALFORMED, "%s: head_count %d is not a multiple of head_count_kv %d", path, hp->n_head,
-                    hp->n_head_kv);
+        return tsr__error(TSR_E_MALFORMED, "%s: head_count %d is not a multiple of head_count_kv %d", path, hp->n_head,
+                          hp->n_head_kv);
     if (hp->head_dim_k <= 0 || hp->head_dim_v <= 0)
-        return fail(TSR_E_MALFORMED, "%s: head dimension k %d v %d (embedding %lld over %d heads)", path,
-                    hp->head_dim_k, hp->head_dim_v, (long long)hp->n_embd, hp->n_head);
+        return tsr__error(TSR_E_MALFORMED, "%s: head dimension k %d v %d (embedding %lld over %d heads)", path,
+                          hp->head_dim_k, hp->head_dim_v, (long long)hp->n_embd, hp->n_head);
     if (hp->n_rot <= 0 || hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim_k)
-        return fail(TSR_E_MALFORMED, "%s: rope.dimension_count %d must be even and in 1..%d", path, hp->n_rot,
-                    hp->head_dim_k);
+        return tsr__error(TSR_E_MALFORMED, "%s: rope.dimension_count %d must be even and in 1..%d", path, hp->n_rot,
+                          hp->head_dim_k);
     if (!(hp->norm_eps > 0.0f) || !(hp->rope_freq_base > 0.0f))
-        return fail(TSR_E_MALFORMED, "%s: rms epsilon %g and rope freq_base %g must be > 0", path, hp->norm_eps,
-                    hp->rope_freq_base);
+        return tsr__error(TSR_E_MALFORMED, "%s: rms epsilon %g and rope freq_base %g must be > 0", path, hp->norm_eps,
+                          hp->rope_freq_base);
     return TSR_OK;
 }
 
@@ -138,10 +130,10 @@ static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp) {
     const char *arch;
     size_t len;
     if (tsr_gguf_get_str(g, "general.architecture", &arch, &len) != TSR_OK)
-        return fail(TSR_E_MALFORMED, "%s: no general.architecture string", tsr_gguf_path(g));
+        return tsr__error(TSR_E_MALFORMED, "%s: no general.architecture string", tsr_gguf_path(g));
     if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0)
-        return fail(TSR_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama and mistral are)",
-                    tsr_gguf_path(g), arch);
+        return tsr__error(TSR_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama and mistral are)",
+                          tsr_gguf_path(g), arch);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
     return TSR_OK;
 }
@@ -150,13 +142,13 @@ static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp) {
 static tsr_status read_tensor_facts(const tsr_gguf *g, llm_hparams *hp) {
     int64_t i = tsr_gguf_find_tensor(g, "token_embd.weight");
     if (i < 0)
-        return fail(TSR_E_MALFORMED, "%s: tensor 'token_embd.weight' is missing", tsr_gguf_path(g));
+        return tsr__error(TSR_E_MALFORMED, "%s: tensor 'token_embd.weight' is missing", tsr_gguf_path(g));
     hp->n_vocab = tsr_gguf_tensor_ne(g, i, 1);
     hp->tied_output = tsr_gguf_find_tensor(g, "output.weight") < 0;
     hp->has_rope_freqs = tsr_gguf_find_tensor(g, "rope_freqs.weight") >= 0;
     if (tsr_gguf_find_tensor(g, "blk.0.ffn_gate_inp.weight") >= 0)
-        return fail(TSR_E_UNSUPPORTED, "%s: mixture-of-experts layers (ffn_gate_inp) are not supported",
-                    tsr_gguf_path(g));
+        return tsr__error(TSR_E_UNSUPPORTED, "%s: mixture-of-experts layers (ffn_gate_inp) are not supported",
+                          tsr_gguf_path(g));
     return TSR_OK;
 }
 
@@ -197,14 +189,16 @@ static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1,
     *out = t;
     if (!t) {
         tsr_clear_error();
-        return optional ? TSR_OK : fail(TSR_E_MALFORMED, "%s: tensor '%s' is missing", tsr_gguf_path(m->gguf), name);
+        return optional ? TSR_OK
+                        : tsr__error(TSR_E_MALFORMED, "%s: tensor '%s' is missing", tsr_gguf_path(m->gguf), name);
     }
     int64_t want1 = ne1 ? ne1 : 1;
     if (tsr_tensor_ne(t, 0) != ne0 || tsr_tensor_ne(t, 1) != want1 || tsr_tensor_ne(t, 2) != 1 ||
         tsr_tensor_ne(t, 3) != 1)
-        return fail(TSR_E_MALFORMED, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-                    tsr_gguf_path(m->gguf), name, (long long)tsr_tensor_ne(t, 0), (long long)tsr_tensor_ne(t, 1),
-                    (long long)tsr_tensor_ne(t, 2), (long long)tsr_tensor_ne(t, 3), (long long)ne0, (long long)want1);
+        return tsr__error(TSR_E_MALFORMED, "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                          tsr_gguf_path(m->gguf), name, (long long)tsr_tensor_ne(t, 0), (long long)tsr_tensor_ne(t, 1),
+                          (long long)tsr_tensor_ne(t, 2), (long long)tsr_tensor_ne(t, 3), (long long)ne0,
+                          (long long)want1);
     return TSR_OK;
 }
 
@@ -244,8 +238,8 @@ static tsr_status bind_layer(tsr_model *m, int il) {
         tsr_buffer_type *bt = tsr_backend_layer_buffer_type(m->be, il);
         l->rope_freqs = tsr_backend_weight_on(m->be, "rope_freqs.weight", bt ? tsr_buffer_type_device(bt) : NULL);
         if (!l->rope_freqs || tsr_tensor_nelements(l->rope_freqs) < hp->n_rot / 2)
-            return fail(TSR_E_MALFORMED, "%s: rope_freqs.weight must have %d elements", tsr_gguf_path(m->gguf),
-                        hp->n_rot / 2);
+            return tsr__error(TSR_E_MALFORMED, "%s: rope_freqs.weight must have %d elements", tsr_gguf_path(m->gguf),
+                              hp->n_rot / 2);
     }
     return TSR_OK;
 }
@@ -260,11 +254,11 @@ tsr_status llm_bind_weights(tsr_model *m) {
     if (!m->output)
         m->output = m->tok_embd; /* tied embedding */
     if (tsr_backend_n_layers(m->be) != hp->n_layer)
-        return fail(TSR_E_MALFORMED, "%s: block_count is %d but the file has %d layers of tensors",
-                    tsr_gguf_path(m->gguf), hp->n_layer, tsr_backend_n_layers(m->be));
+        return tsr__error(TSR_E_MALFORMED, "%s: block_count is %d but the file has %d layers of tensors",
+                          tsr_gguf_path(m->gguf), hp->n_layer, tsr_backend_n_layers(m->be));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers)
-        return fail(TSR_E_NOMEM, "out of memory for %d layers", hp->n_layer);
+        return tsr__error(TSR_E_NOMEM, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++)
         if ((st = bind_layer(m, il)) != TSR_OK)
             return st;
@@ -361,8 +355,8 @@ tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, 
     *out = graph(&f, tok);
     if (!*out) {
         tsr_status st = tsr_context_status(ctx);
-        return fail(st ? st : TSR_E_INVALID, "building the graph: %s",
-                    tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
+        return tsr__error(st ? st : TSR_E_INVALID, "building the graph: %s",
+                          tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
     }
     return TSR_OK;
 }

@@ -80,11 +80,4 @@ tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, 
 /* Frees m for real (tsr_model_free, or its last session after that). */
 void llm_model_destroy(tsr_model *m);
 
-/* Sets the error detail and returns st (printf format). */
-tsr_status llm_fail(tsr_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
 #endif

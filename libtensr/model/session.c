@@ -52,20 +52,20 @@ static void params_read(const tsr_session_params *in, tsr_session_params *out) {
 static tsr_status settle(const tsr_model *m, tsr_session_params *p) {
     const llm_hparams *hp = &m->hp;
     if (p->n_ctx < 0 || p->n_batch < 0 || p->n_ubatch < 0 || p->n_seq_max < 0 || p->n_outputs_max < 0)
-        return llm_fail(TSR_E_INVALID,
-                        "tsr_session_new: negative sizes (n_ctx %lld, n_batch %lld, n_ubatch %lld, "
-                        "n_seq_max %d, n_outputs_max %lld)",
-                        (long long)p->n_ctx, (long long)p->n_batch, (long long)p->n_ubatch, (int)p->n_seq_max,
-                        (long long)p->n_outputs_max);
+        return tsr__error(TSR_E_INVALID,
+                          "tsr_session_new: negative sizes (n_ctx %lld, n_batch %lld, n_ubatch %lld, "
+                          "n_seq_max %d, n_outputs_max %lld)",
+                          (long long)p->n_ctx, (long long)p->n_batch, (long long)p->n_ubatch, (int)p->n_seq_max,
+                          (long long)p->n_outputs_max);
     if (p->n_ctx == 0)
         p->n_ctx = hp->n_ctx_train;
     if (p->n_ctx > INT32_MAX / 2)
-        return llm_fail(TSR_E_INVALID, "tsr_session_new: context size %lld is too large", (long long)p->n_ctx);
+        return tsr__error(TSR_E_INVALID, "tsr_session_new: context size %lld is too large", (long long)p->n_ctx);
     if (hp->sliding_window > 0 && hp->sliding_window < p->n_ctx)
-        return llm_fail(TSR_E_UNSUPPORTED,
-                        "%s: sliding-window attention (window %lld) is not supported yet; use a context of at most "
-                        "%lld tokens, where it makes no difference",
-                        tsr_gguf_path(m->gguf), (long long)hp->sliding_window, (long long)hp->sliding_window);
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "%s: sliding-window attention (window %lld) is not supported yet; use a context of at most "
+                          "%lld tokens, where it makes no difference",
+                          tsr_gguf_path(m->gguf), (long long)hp->sliding_window, (long long)hp->sliding_window);
     if (p->n_seq_max == 0)
         p->n_seq_max = 1;
     if (p->n_batch == 0 || p->n_batch > p->n_ctx)
@@ -93,23 +93,23 @@ static tsr_status make_cache(tsr_session *s) {
     kp.n_seq = s->p.n_seq_max;
     kp.n_batch_max = s->p.n_ubatch;
     tsr_status st = tsr_kv_cache_new(s->m->be, &kp, &s->cache);
-    return st == TSR_OK ? TSR_OK : llm_fail(st, "creating the KV cache: %s", tsr_last_error());
+    return st == TSR_OK ? TSR_OK : tsr__error(st, "creating the KV cache: %s", tsr_last_error());
 }
 
 /* Sizes the compute buffers for the worst micro-batch. */
 static tsr_status reserve(tsr_session *s) {
     tsr_context *ctx = tsr_context_new(s->m->be);
     if (!ctx)
-        return llm_fail(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
+        return tsr__error(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
     llm_batch b = {NULL, NULL, NULL, NULL, s->p.n_ubatch, s->p.n_outputs_max};
     tsr_tensor *out = NULL;
     tsr_status st = tsr_kv_cache_begin_reserve(s->cache, ctx, b.n);
     if (st != TSR_OK)
-        st = llm_fail(st, "kv cache: %s", tsr_last_error());
+        st = tsr__error(st, "kv cache: %s", tsr_last_error());
     if (st == TSR_OK)
         st = llm_build(s->m, ctx, s->cache, &b, &out);
     if (st == TSR_OK && (st = tsr_reserve(ctx, &out, 1)) != TSR_OK)
-        st = llm_fail(st, "reserving compute memory: %s", tsr_last_error());
+        st = tsr__error(st, "reserving compute memory: %s", tsr_last_error());
     tsr_context_close(ctx);
     return st;
 }
@@ -119,16 +119,16 @@ static tsr_status alloc_scratch(tsr_session *s) {
     int64_t n_ub = (s->p.n_batch + s->p.n_ubatch - 1) / s->p.n_ubatch;
     s->cap_rows = n_ub * s->p.n_outputs_max < s->p.n_batch ? n_ub * s->p.n_outputs_max : s->p.n_batch;
     if ((uint64_t)s->cap_rows > SIZE_MAX / sizeof(float) / (uint64_t)n_vocab)
-        return llm_fail(TSR_E_NOMEM, "tsr_session_new: %lld logits rows of %lld do not fit in memory",
-                        (long long)s->cap_rows, (long long)n_vocab);
+        return tsr__error(TSR_E_NOMEM, "tsr_session_new: %lld logits rows of %lld do not fit in memory",
+                          (long long)s->cap_rows, (long long)n_vocab);
     s->logits = malloc((size_t)s->cap_rows * (size_t)n_vocab * sizeof *s->logits);
     s->row_of = malloc((size_t)s->p.n_batch * sizeof *s->row_of);
     s->pos = malloc((size_t)s->p.n_batch * sizeof *s->pos);
     s->out_ids = malloc((size_t)s->p.n_ubatch * sizeof *s->out_ids);
     s->next = malloc((size_t)s->p.n_seq_max * sizeof *s->next);
     if (!s->logits || !s->row_of || !s->pos || !s->out_ids || !s->next)
-        return llm_fail(TSR_E_NOMEM, "tsr_session_new: out of host memory for %lld logits rows",
-                        (long long)s->cap_rows);
+        return tsr__error(TSR_E_NOMEM, "tsr_session_new: out of host memory for %lld logits rows",
+                          (long long)s->cap_rows);
     return TSR_OK;
 }
 
@@ -136,10 +136,10 @@ tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_sessio
     if (out)
         *out = NULL;
     if (!m || !out)
-        return llm_fail(TSR_E_INVALID, "tsr_session_new: NULL %s", m ? "out" : "model");
+        return tsr__error(TSR_E_INVALID, "tsr_session_new: NULL %s", m ? "out" : "model");
     tsr_session *s = calloc(1, sizeof *s);
     if (!s)
-        return llm_fail(TSR_E_NOMEM, "tsr_session_new: out of host memory");
+        return tsr__error(TSR_E_NOMEM, "tsr_session_new: out of host memory");
     s->m = m;
     params_read(p, &s->p);
     tsr_status st = settle(m, &s->p);
@@ -184,13 +184,13 @@ int32_t tsr_session_n_past(const tsr_session *s, int32_t seq) {
 
 tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, int32_t p1) {
     if (!s)
-        return llm_fail(TSR_E_INVALID, "tsr_session_remove: NULL session");
+        return tsr__error(TSR_E_INVALID, "tsr_session_remove: NULL session");
     if (seq < -1 || seq >= s->p.n_seq_max)
-        return llm_fail(TSR_E_INVALID, "tsr_session_remove: sequence %d is outside -1..%d", seq, s->p.n_seq_max - 1);
+        return tsr__error(TSR_E_INVALID, "tsr_session_remove: sequence %d is outside -1..%d", seq, s->p.n_seq_max - 1);
     if (p0 < 0)
         p0 = 0;
     tsr_status st = tsr_kv_cache_remove(s->cache, seq, p0, p1);
-    return st == TSR_OK ? TSR_OK : llm_fail(st, "tsr_session_remove: %s", tsr_last_error());
+    return st == TSR_OK ? TSR_OK : tsr__error(st, "tsr_session_remove: %s", tsr_last_error());
 }
 
 const float *tsr_session_logits(const tsr_session *s, size_t i) {
@@ -205,31 +205,31 @@ static int wants(const int8_t *want, size_t n, size_t i) { return want ? want[i]
 static tsr_status check_batch(const tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
                               const int32_t *seq, const int8_t *want) {
     if (n > (size_t)s->p.n_batch)
-        return llm_fail(TSR_E_INVALID, "tsr_session_decode: %zu tokens, the session takes at most n_batch %lld", n,
-                        (long long)s->p.n_batch);
+        return tsr__error(TSR_E_INVALID, "tsr_session_decode: %zu tokens, the session takes at most n_batch %lld", n,
+                          (long long)s->p.n_batch);
     for (size_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
-            return llm_fail(TSR_E_INVALID, "tsr_session_decode: token %zu: id %d is outside the vocabulary (0..%lld)",
-                            i, tokens[i], (long long)s->m->hp.n_vocab - 1);
+            return tsr__error(TSR_E_INVALID, "tsr_session_decode: token %zu: id %d is outside the vocabulary (0..%lld)",
+                              i, tokens[i], (long long)s->m->hp.n_vocab - 1);
         if (seq && (seq[i] < 0 || seq[i] >= s->p.n_seq_max))
-            return llm_fail(TSR_E_INVALID, "tsr_session_decode: token %zu: sequence %d is outside 0..%d", i, seq[i],
-                            s->p.n_seq_max - 1);
+            return tsr__error(TSR_E_INVALID, "tsr_session_decode: token %zu: sequence %d is outside 0..%d", i, seq[i],
+                              s->p.n_seq_max - 1);
         if (pos && pos[i] < 0)
-            return llm_fail(TSR_E_INVALID, "tsr_session_decode: token %zu: position %d is negative", i, pos[i]);
+            return tsr__error(TSR_E_INVALID, "tsr_session_decode: token %zu: position %d is negative", i, pos[i]);
     }
     for (size_t i0 = 0; i0 < n; i0 += (size_t)s->p.n_ubatch) {
         size_t nb = n - i0 < (size_t)s->p.n_ubatch ? n - i0 : (size_t)s->p.n_ubatch, rows = 0;
         for (size_t i = i0; i < i0 + nb; i++) rows += wants(want, n, i);
         if (rows > (size_t)s->p.n_outputs_max)
-            return llm_fail(TSR_E_RANGE,
-                            "tsr_session_decode: %zu logits rows asked in one micro-batch of %lld tokens, at most "
-                            "n_outputs_max %lld were reserved",
-                            rows, (long long)s->p.n_ubatch, (long long)s->p.n_outputs_max);
+            return tsr__error(TSR_E_RANGE,
+                              "tsr_session_decode: %zu logits rows asked in one micro-batch of %lld tokens, at most "
+                              "n_outputs_max %lld were reserved",
+                              rows, (long long)s->p.n_ubatch, (long long)s->p.n_outputs_max);
     }
     int64_t free_cells = s->p.n_ctx - tsr_kv_cache_used(s->cache);
     if ((int64_t)n > free_cells)
-        return llm_fail(TSR_E_FULL, "tsr_session_decode: the cache has %lld free cells of %lld, the batch needs %zu",
-                        (long long)free_cells, (long long)s->p.n_ctx, n);
+        return tsr__error(TSR_E_FULL, "tsr_session_decode: the cache has %lld free cells of %lld, the batch needs %zu",
+                          (long long)free_cells, (long long)s->p.n_ctx, n);
     return TSR_OK;
 }
 
@@ -254,20 +254,20 @@ static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const i
         }
     tsr_context *ctx = tsr_context_new(s->m->be);
     if (!ctx)
-        return llm_fail(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
+        return tsr__error(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
     tsr_tensor *out = NULL;
     tsr_status st = tsr_kv_cache_begin(s->cache, ctx, b.n, b.pos, b.seq);
     if (st != TSR_OK)
-        st = llm_fail(st, "kv cache: %s", tsr_last_error());
+        st = tsr__error(st, "kv cache: %s", tsr_last_error());
     if (st == TSR_OK)
         st = llm_build(s->m, ctx, s->cache, &b, &out);
     if (st == TSR_OK && (st = tsr_compute(ctx, &out, 1)) != TSR_OK)
-        st = llm_fail(st, "compute: %s", tsr_last_error());
+        st = tsr__error(st, "compute: %s", tsr_last_error());
     if (st == TSR_OK && b.n_out > 0) {
         float *dst = s->logits + (size_t)*row * (size_t)s->m->hp.n_vocab;
         size_t bytes = (size_t)b.n_out * (size_t)s->m->hp.n_vocab * sizeof(float);
         if ((st = tsr_tensor_read(out, dst, 0, bytes)) != TSR_OK)
-            st = llm_fail(st, "reading logits: %s", tsr_last_error());
+            st = tsr__error(st, "reading logits: %s", tsr_last_error());
     }
     tsr_context_close(ctx);
     *row += b.n_out;
@@ -277,7 +277,7 @@ static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const i
 tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos, const int32_t *seq,
                               const int8_t *want_logits) {
     if (!s || (n > 0 && !tokens))
-        return llm_fail(TSR_E_INVALID, "tsr_session_decode: NULL %s", s ? "tokens" : "session");
+        return tsr__error(TSR_E_INVALID, "tsr_session_decode: NULL %s", s ? "tokens" : "session");
     tsr_status st = check_batch(s, n, tokens, pos, seq, want_logits);
     if (st != TSR_OK)
         return st;

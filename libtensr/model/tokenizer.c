@@ -15,16 +15,6 @@
 
 #include "tok-unicode.h"
 
-/* ---- errors -------------------------------------------------------------- */
-
-static tsr_status fail(tsr_status st, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    st = tsr__verror(st, fmt, ap); /* the library's one error channel: tsr_last_error() */
-    va_end(ap);
-    return st;
-}
-
 /* ---- string -> int hash table (open addressing) ------------------------- */
 
 typedef struct strtab {
@@ -43,7 +33,7 @@ static tsr_status strtab_init(strtab *t, size_t n) {
     while (cap < 2 * n + 1) cap *= 2;
     t->slots = malloc(cap * sizeof *t->slots);
     if (!t->slots)
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory for a table of %zu entries", n);
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for a table of %zu entries", n);
     memset(t->slots, 0xFF, cap * sizeof *t->slots);
     t->mask = cap - 1;
     return TSR_OK;
@@ -166,18 +156,18 @@ static tsr_status load_str_array(const tsr_gguf *g, const char *key, char **aren
     tsr_status st = tsr_gguf_get_arr_info(g, key, &et, &n);
 
     if (st != TSR_OK)
-        return fail(st, "tokenizer: key %s: %s", key, tsr_last_error());
+        return tsr__error(st, "tokenizer: key %s: %s", key, tsr_last_error());
     if (et != TSR_GGUF_STRING || n > INT32_MAX)
-        return fail(TSR_E_MALFORMED, "tokenizer: key %s: expected an array of at most 2^31 strings", key);
+        return tsr__error(TSR_E_MALFORMED, "tokenizer: key %s: expected an array of at most 2^31 strings", key);
     for (uint64_t i = 0; i < n; i++) {
         if ((st = tsr_gguf_get_arr_str(g, key, i, &s, &len)) != TSR_OK)
-            return fail(st, "tokenizer: key %s[%llu]: %s", key, (unsigned long long)i, tsr_last_error());
+            return tsr__error(st, "tokenizer: key %s[%llu]: %s", key, (unsigned long long)i, tsr_last_error());
         total += len + 1 + 24; /* room for "[EMPTY_i]" replacements */
     }
     *arena = malloc(total ? total : 1);
     *off = malloc((n + 1) * sizeof **off);
     if (!*arena || !*off)
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory for %s", key);
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %s", key);
     (*off)[0] = 0;
     for (uint64_t i = 0; i < n; i++) {
         char *dst = *arena + (*off)[i];
@@ -219,12 +209,12 @@ static tsr_status load_numeric(tok_vocab *v, const tsr_gguf *g) {
     v->scores = calloc((size_t)v->n_vocab + 1, sizeof *v->scores);
     v->attr = malloc((size_t)v->n_vocab + 1);
     if (!v->scores || !v->attr)
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory for %d tokens", v->n_vocab);
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %d tokens", v->n_vocab);
     memset(v->attr, TOK_ATTR_NORMAL, (size_t)v->n_vocab + 1);
     if (tsr_gguf_get_arr_info(g, "tokenizer.ggml.scores", &et, &n) == TSR_OK) {
         if ((et != TSR_GGUF_FLOAT32 && et != TSR_GGUF_INT32) || n < (uint64_t)v->n_vocab)
-            return fail(TSR_E_MALFORMED, "tokenizer: tokenizer.ggml.scores: expected %d f32/i32, found %llu",
-                        v->n_vocab, (unsigned long long)n);
+            return tsr__error(TSR_E_MALFORMED, "tokenizer: tokenizer.ggml.scores: expected %d f32/i32, found %llu",
+                              v->n_vocab, (unsigned long long)n);
         tsr_gguf_get_arr_data(g, "tokenizer.ggml.scores", &data);
         for (int32_t i = 0; i < v->n_vocab; i++) {
             if (et == TSR_GGUF_FLOAT32)
@@ -238,8 +228,8 @@ static tsr_status load_numeric(tok_vocab *v, const tsr_gguf *g) {
     }
     if (tsr_gguf_get_arr_info(g, "tokenizer.ggml.token_type", &et, &n) == TSR_OK) {
         if (et != TSR_GGUF_INT32 || n < (uint64_t)v->n_vocab)
-            return fail(TSR_E_MALFORMED, "tokenizer: tokenizer.ggml.token_type: expected %d i32, found %llu",
-                        v->n_vocab, (unsigned long long)n);
+            return tsr__error(TSR_E_MALFORMED, "tokenizer: tokenizer.ggml.token_type: expected %d i32, found %llu",
+                              v->n_vocab, (unsigned long long)n);
         tsr_gguf_get_arr_data(g, "tokenizer.ggml.token_type", &data);
         for (int32_t i = 0; i < v->n_vocab; i++) {
             int32_t x;
@@ -271,7 +261,7 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
     tsr_status st = tsr_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL);
 
     if (st != TSR_OK)
-        return fail(st, "tokenizer: key tokenizer.ggml.model: %s", tsr_last_error());
+        return tsr__error(st, "tokenizer: key tokenizer.ggml.model: %s", tsr_last_error());
     if (strcmp(model, "llama") == 0) {
         v->type = TOK_TYPE_SPM;
         v->bos = 1, v->eos = 2, v->unk = 0;
@@ -279,7 +269,8 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
         return TSR_OK;
     }
     if (strcmp(model, "gpt2") != 0)
-        return fail(TSR_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' is not supported (gpt2, llama)", model);
+        return tsr__error(TSR_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' is not supported (gpt2, llama)",
+                          model);
     v->type = TOK_TYPE_BPE;
     v->bos = 11, v->eos = 11, v->unk = -1;
     tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL);
@@ -292,11 +283,11 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
             return TSR_OK;
         }
     }
-    return fail(TSR_E_UNSUPPORTED,
-                "tokenizer: pre-tokenizer tokenizer.ggml.pre='%s' is not supported "
-                "(supported: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, "
-                "mpt, olmo, jais, trillion, llama3, llama-bpe, falcon3, pixtral)",
-                pre);
+    return tsr__error(TSR_E_UNSUPPORTED,
+                      "tokenizer: pre-tokenizer tokenizer.ggml.pre='%s' is not supported "
+                      "(supported: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, "
+                      "mpt, olmo, jais, trillion, llama3, llama-bpe, falcon3, pixtral)",
+                      pre);
 }
 
 static void load_special_ids(tok_vocab *v, const tsr_gguf *g) {
@@ -366,7 +357,7 @@ static tsr_status build_specials(tok_vocab *v) {
     v->specials = malloc(((size_t)v->n_vocab + 1) * sizeof *v->specials);
     if (!v->specials || !tmp) {
         free(tmp);
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory");
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory");
     }
     for (int32_t i = 0; i < v->n_vocab; i++) {
         unsigned a = v->attr[i];
@@ -426,7 +417,7 @@ static tsr_status build_pieces(tok_vocab *v) {
     v->piece = malloc(total);
     v->piece_off = malloc(((size_t)v->n_vocab + 1) * sizeof *v->piece_off);
     if (!v->piece || !v->piece_off)
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory for the pieces");
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for the pieces");
     v->piece_off[0] = 0;
     for (int32_t i = 0; i < v->n_vocab; i++)
         v->piece_off[i + 1] = v->piece_off[i] + decode_token(v, i, v->piece + v->piece_off[i]);
@@ -442,7 +433,7 @@ static tsr_status load_all(tok_vocab *v, const tsr_gguf *g) {
     if ((st = load_str_array(g, "tokenizer.ggml.tokens", &v->text, &v->text_off, &n)) != TSR_OK)
         return st;
     if (n == 0)
-        return fail(TSR_E_MALFORMED, "tokenizer: tokenizer.ggml.tokens is empty");
+        return tsr__error(TSR_E_MALFORMED, "tokenizer: tokenizer.ggml.tokens is empty");
     v->n_vocab = (int32_t)n;
     if ((st = load_numeric(v, g)) != TSR_OK || (st = strtab_init(&v->ids, n)) != TSR_OK)
         return st;
@@ -465,11 +456,11 @@ tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out) {
     tsr_status st;
 
     if (!g || !out)
-        return fail(TSR_E_INVALID, "tok_vocab_load: NULL argument");
+        return tsr__error(TSR_E_INVALID, "tok_vocab_load: NULL argument");
     *out = NULL;
     v = calloc(1, sizeof *v);
     if (!v)
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory");
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory");
     st = load_all(v, g);
     if (st != TSR_OK) {
         tok_vocab_free(v);
@@ -483,7 +474,7 @@ tsr_status tok_vocab_load_file(const char *path, tok_vocab **out) {
     tsr_gguf *g = NULL;
     tsr_status st = tsr_gguf_open(path, &g);
     if (st != TSR_OK)
-        return fail(st, "%s", tsr_last_error());
+        return tsr__error(st, "%s", tsr_last_error());
     st = tok_vocab_load(g, out);
     tsr_gguf_close(g);
     return st;
@@ -501,7 +492,7 @@ static tsr_status push_id(idbuf *b, int32_t id) {
         size_t cap = b->cap ? 2 * b->cap : 64;
         int32_t *p = realloc(b->ids, cap * sizeof *p);
         if (!p)
-            return fail(TSR_E_NOMEM, "tokenizer: out of memory for %zu ids", cap);
+            return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu ids", cap);
         b->ids = p, b->cap = cap;
     }
     b->ids[b->n++] = id;
@@ -599,7 +590,7 @@ static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len,
     scratch = malloc(16 * n_cps + 2);
     syms = malloc((8 * n_cps + 1) * sizeof *syms);
     if (!cps || !lens || !word || !scratch || !syms) {
-        st = fail(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
+        st = tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
         goto done;
     }
     n_words = tku_split(v->pre, cps, n_cps, lens);
@@ -643,7 +634,7 @@ static tsr_status spm_emit(const tok_vocab *v, const char *t, const sym *s, int 
         if (id < 0)
             id = tok_find(v, t + s[i].off + k, 1);
         if (id < 0)
-            return fail(TSR_E_MALFORMED, "tokenizer: no byte token for 0x%02X", (unsigned char)t[s[i].off + k]);
+            return tsr__error(TSR_E_MALFORMED, "tokenizer: no byte token for 0x%02X", (unsigned char)t[s[i].off + k]);
         st = push_id(out, id);
     }
     return st;
@@ -657,7 +648,7 @@ static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *o
     tsr_status st = TSR_OK;
 
     if (!s)
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", n);
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", n);
     for (size_t off = 0; off < n; ns++) {
         size_t l = tku_len_utf8((unsigned char)t[off]);
         s[ns].off = off;
@@ -694,7 +685,7 @@ static tsr_status spm_fragment(const tok_vocab *v, const char *text, size_t len,
     char *t = malloc(3 * (len + 1) + 1);
     tsr_status st;
     if (!t)
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
     for (size_t i = 0; i < len + (size_t)(prefix != 0); i++) {
         char c = (prefix && i == 0) ? ' ' : text[i - (size_t)(prefix != 0)];
         if (c == ' ') {
@@ -727,7 +718,7 @@ static tsr_status frag_insert(fragbuf *b, size_t at, frag f) {
         size_t cap = b->cap ? 2 * b->cap : 16;
         frag *p = realloc(b->f, cap * sizeof *p);
         if (!p)
-            return fail(TSR_E_NOMEM, "tokenizer: out of memory");
+            return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory");
         b->f = p, b->cap = cap;
     }
     memmove(b->f + at + 1, b->f + at, (b->n - at) * sizeof *b->f);
@@ -809,7 +800,7 @@ tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int ad
     tsr_status st = TSR_OK;
 
     if (!v || (!text && len) || !out || !n_out)
-        return fail(TSR_E_INVALID, "tok_tokenize: NULL argument");
+        return tsr__error(TSR_E_INVALID, "tok_tokenize: NULL argument");
     *out = NULL, *n_out = 0;
     if (add_special && v->add_bos && v->bos >= 0)
         st = push_id(&ids, v->bos);
@@ -891,7 +882,7 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
     char *s;
 
     if (!v || (!ids && n) || !out || !len)
-        return fail(TSR_E_INVALID, "tok_detokenize: NULL argument");
+        return tsr__error(TSR_E_INVALID, "tok_detokenize: NULL argument");
     if (remove_special && v->add_bos && n > 0 && ids[0] == v->bos)
         strip = 0, ids++, n--;
     if (remove_special && v->add_eos && n > 0 && ids[n - 1] == v->eos)
@@ -902,7 +893,7 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
         total += l;
     }
     if (!(s = malloc(total + 1)))
-        return fail(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes", total + 1);
+        return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes", total + 1);
     for (size_t i = 0; i < n; i++) {
         size_t l;
         const char *p = tok_piece(v, ids[i], special, &l);
@@ -931,7 +922,7 @@ static tsr_status stream_reserve(tok_stream *s, size_t need) {
     if (need > s->cap) {
         char *p = realloc(s->buf, need);
         if (!p)
-            return fail(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes", need);
+            return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes", need);
         s->buf = p, s->cap = need;
     }
     return TSR_OK;
