@@ -9,6 +9,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 
 static void dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
     const float *x = vx, *y = vy;
@@ -263,8 +266,11 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
 
 static bool have_avx2(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
+    /* F16C through cpuid: clang before 15 rejects __builtin_cpu_supports("f16c"). */
+    unsigned eax, ebx, ecx, edx;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+           (ecx & bit_F16C);
 #else
     return false;
 #endif
