@@ -41,8 +41,42 @@ static size_t tsr_count_entries(const char *spec) {
     return n;
 }
 
+/* A repetition operator right after another ("a++", "a*{9}") is undefined
+ * in POSIX ERE, and glibc's regcomp copies the subtree once per operator:
+ * forty of them took gigabytes (found by tests/fuzz/fuzz-overrides.c). */
+static int tsr_stacked_repetition(const char *p) {
+    int prev_rep = 0;
+    for (; *p; p++) {
+        if (*p == '\\' && p[1]) {
+            p++, prev_rep = 0;
+            continue;
+        }
+        if (*p == '[') { /* a bracket expression: its * + ? { are literal */
+            p += p[1] == '^' ? 2 : 1;
+            p += *p == ']';
+            while (*p && *p != ']') p++;
+            if (!*p)
+                return 0; /* unbalanced: regcomp reports it */
+            prev_rep = 0;
+            continue;
+        }
+        int rep = *p == '*' || *p == '+' || *p == '?' || *p == '{';
+        if (rep && prev_rep)
+            return 1;
+        if (*p == '{')
+            while (p[1] && *p != '}') p++;
+        prev_rep = rep;
+    }
+    return 0;
+}
+
 static tsr_status tsr_check_regex(const char *pattern, const char *entry) {
     regex_t re;
+    if (tsr_stacked_repetition(pattern))
+        return tsr__error(TSR_E_INVALID,
+                          "tsr_buft_overrides_parse: entry '%s': regular expression '%s' repeats a repetition "
+                          "('a++', 'a*{2}'): not supported",
+                          entry, pattern);
     int rc = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
     if (rc != 0) {
         char msg[128];
