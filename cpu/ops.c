@@ -8,9 +8,11 @@
 
 #include <math.h>
 
+/* A zero-sized tensor may have no data (NULL): no arithmetic on it then. */
 static inline char *at(const tsr_tensor *t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
-    return (char *)t->data + i0 * (int64_t)t->nb[0] + i1 * (int64_t)t->nb[1] + i2 * (int64_t)t->nb[2] +
-           i3 * (int64_t)t->nb[3];
+    const int64_t off = i0 * (int64_t)t->nb[0] + i1 * (int64_t)t->nb[1] + i2 * (int64_t)t->nb[2] +
+                        i3 * (int64_t)t->nb[3];
+    return t->data ? (char *)t->data + off : NULL;
 }
 
 /* Row index r (over ne1*ne2*ne3) -> (i1, i2, i3). */

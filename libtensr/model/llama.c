@@ -46,6 +46,17 @@ static tsr_status key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *
     return TSR_OK;
 }
 
+/* The same for a count kept in an int: values past INT32_MAX are refused, not truncated. */
+static tsr_status key_int(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int *out) {
+    int64_t v = 0;
+    tsr_status st = key_i64(g, hp, suffix, def, &v);
+    if (st == TSR_OK && v > INT32_MAX)
+        st = tsr__error(TSR_E_MALFORMED, "%s: key '%s.%s' = %lld is out of range (at most %d)", tsr_gguf_path(g),
+                        hp->arch, suffix, (long long)v, INT32_MAX);
+    *out = st == TSR_OK ? (int)v : 0;
+    return st;
+}
+
 static tsr_status key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", hp->arch, suffix);
@@ -112,18 +123,13 @@ static tsr_status check_hparams(const tsr_gguf *g, const llm_hparams *hp) {
 /* Head dimensions: key_length/value_length when given (Mistral-style),
  * else n_embd / n_head, which must then divide evenly. */
 static tsr_status read_head_dims(const tsr_gguf *g, llm_hparams *hp) {
-    int64_t def = hp->n_head > 0 && hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0, v;
-    tsr_status st = key_i64(g, hp, "attention.key_length", def, &v);
-    if (st != TSR_OK)
-        return st;
-    hp->head_dim_k = (int)v;
-    if ((st = key_i64(g, hp, "attention.value_length", def, &v)) != TSR_OK)
-        return st;
-    hp->head_dim_v = (int)v;
-    if ((st = key_i64(g, hp, "rope.dimension_count", hp->head_dim_k, &v)) != TSR_OK)
-        return st;
-    hp->n_rot = (int)v;
-    return TSR_OK;
+    int64_t def = hp->n_head > 0 && hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
+    tsr_status st = key_int(g, hp, "attention.key_length", def, &hp->head_dim_k);
+    if (st == TSR_OK)
+        st = key_int(g, hp, "attention.value_length", def, &hp->head_dim_v);
+    if (st == TSR_OK)
+        st = key_int(g, hp, "rope.dimension_count", hp->head_dim_k, &hp->n_rot);
+    return st;
 }
 
 static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp) {
@@ -153,7 +159,6 @@ static tsr_status read_tensor_facts(const tsr_gguf *g, llm_hparams *hp) {
 }
 
 tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
-    int64_t v;
     tsr_status st;
     memset(hp, 0, sizeof *hp);
     if ((st = read_arch(g, hp)) != TSR_OK)
@@ -161,15 +166,10 @@ tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     if ((st = key_i64(g, hp, "context_length", 4096, &hp->n_ctx_train)) != TSR_OK ||
         (st = key_i64(g, hp, "embedding_length", -1, &hp->n_embd)) != TSR_OK ||
         (st = key_i64(g, hp, "feed_forward_length", -1, &hp->n_ff)) != TSR_OK ||
-        (st = key_i64(g, hp, "block_count", -1, &v)) != TSR_OK)
+        (st = key_int(g, hp, "block_count", -1, &hp->n_layer)) != TSR_OK ||
+        (st = key_int(g, hp, "attention.head_count", -1, &hp->n_head)) != TSR_OK ||
+        (st = key_int(g, hp, "attention.head_count_kv", hp->n_head, &hp->n_head_kv)) != TSR_OK)
         return st;
-    hp->n_layer = (int)v;
-    if ((st = key_i64(g, hp, "attention.head_count", -1, &v)) != TSR_OK)
-        return st;
-    hp->n_head = (int)v;
-    if ((st = key_i64(g, hp, "attention.head_count_kv", hp->n_head, &v)) != TSR_OK)
-        return st;
-    hp->n_head_kv = (int)v;
     if ((st = read_head_dims(g, hp)) != TSR_OK ||
         (st = key_f32(g, hp, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->norm_eps)) != TSR_OK ||
         (st = key_f32(g, hp, "rope.freq_base", 10000.0f, &hp->rope_freq_base)) != TSR_OK ||
