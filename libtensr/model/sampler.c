@@ -140,10 +140,10 @@ tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
     smp_sampler *s;
     size_t n_hist;
     if (!out || n_vocab <= 0)
-        return TSR_E_INVALID;
+        return tsr__error(TSR_E_INVALID, "smp_new: %s", out ? "a vocabulary of no tokens" : "NULL out");
     *out = NULL;
     if (!(s = tsr__calloc(1, sizeof *s)))
-        return TSR_E_NOMEM;
+        return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
     if (p)
         s->p = *p;
     else
@@ -155,7 +155,7 @@ tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
     s->hist = tsr__malloc((n_hist + 1) * sizeof *s->hist);
     if (!s->cands || !s->counts || !s->hist) {
         smp_free(s);
-        return TSR_E_NOMEM;
+        return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory for %d candidates", n_vocab);
     }
     smp_reset(s);
     *out = s;
