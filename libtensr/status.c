@@ -116,15 +116,30 @@ static void tsr_alloc_gone(void *p) {
         atomic_fetch_sub(&tsr_n_live, 1);
 }
 
-void tsr__fail_alloc_after(int64_t n) { atomic_store(&tsr_fail_after, n); }
+static atomic_bool tsr_fail_once; /* only the one allocation fails, then the hook disarms */
+
+void tsr__fail_alloc_after(int64_t n) {
+    atomic_store(&tsr_fail_once, false);
+    atomic_store(&tsr_fail_after, n);
+}
+
+void tsr__fail_alloc_once(int64_t n) {
+    atomic_store(&tsr_fail_once, true);
+    atomic_store(&tsr_fail_after, n);
+}
 
 /* Counts an allocation; false when the test hook says this one must fail. */
 static bool tsr_alloc_tick(void) {
     atomic_fetch_add(&tsr_n_allocs, 1);
     int_fast64_t left = atomic_load(&tsr_fail_after);
     while (left >= 0) {
-        if (left == 0)
+        if (left == 0 && !atomic_load(&tsr_fail_once))
             return false;
+        if (left == 0) { /* one thread wins the failure and disarms the hook */
+            if (atomic_compare_exchange_weak(&tsr_fail_after, &left, -1))
+                return false;
+            continue;
+        }
         if (atomic_compare_exchange_weak(&tsr_fail_after, &left, left - 1))
             break;
     }
