@@ -10,10 +10,14 @@
  *
  * For N = 1, 2, ... the Nth allocation through the core's wrappers (host
  * memory and buffers alike: device buffers are tsr__aligned_alloc'ed by the
- * CPU and fake backends) fails, and so does every one after it (the hook is
- * sticky, so error and cleanup paths that allocate are caught too). Each
+ * CPU and fake backends) fails, in two modes: "sticky", every allocation
+ * after it fails too (tsr__fail_alloc_after: error and cleanup paths that
+ * allocate are caught), and "once", only that one (tsr__fail_alloc_once: a
+ * caller that recovers goes on, and what it does next is walked). Each
  * time: a non-OK status with tsr_last_error() set, or OK with the very
- * tokens of the reference run (a caller that recovered); the live
+ * tokens of the reference run (a caller that recovered: in "once" mode the
+ * chat template's last allocations, since a model whose template could not
+ * be read still loads and tsr_model_chat_format reports why); the live
  * allocations (tsr__alloc_live) back at their baseline once everything is
  * freed; and, after every RERUN_EVERY failures and at the end, the workload
  * again without failure, giving the reference tokens.
@@ -34,7 +38,8 @@
  *    on it gives the reference tokens.
  * A walk longer than WALK_ALL steps walks every N up to WALK_ALL, then a
  * stride that keeps it near WALK_ALL more; it prints what it covered.
- * TSR_INJECT_ONLY=N walks that N alone (to follow one failure in a debugger).
+ * TSR_INJECT_ONLY=N walks that N alone (to follow one failure in a debugger);
+ * TSR_INJECT_STRIDE=S every Sth N (a sample, for a run under valgrind).
  */
 #include "internal.h" /* tsr__fail_alloc_after, tsr__alloc_count, tsr__alloc_live: static link */
 #include "tsrtest.h"
@@ -149,6 +154,7 @@ static tsr_status workload(const char *path, tsr_model *model, result *r) {
 
 typedef struct {
     const char *what;
+    int once;
     int64_t n_run, n_failed, n_recovered, n_reruns, first, last, stride;
 } walk_stats;
 
@@ -158,7 +164,10 @@ static int step(const char *path, tsr_model *model, int64_t nth, const result *r
     result r;
     tsr_clear_error();
     uint64_t a0 = tsr__alloc_count();
-    tsr__fail_alloc_after(nth - 1);
+    if (w->once)
+        tsr__fail_alloc_once(nth - 1);
+    else
+        tsr__fail_alloc_after(nth - 1);
     tsr_status st = workload(path, model, &r);
     tsr__fail_alloc_after(-1);
     int reached = tsr__alloc_count() - a0 >= (uint64_t)nth;
@@ -171,6 +180,8 @@ static int step(const char *path, tsr_model *model, int64_t nth, const result *r
               w->what, (long long)nth, tsr_status_string(st), tsr_last_error());
     } else if (reached) {
         w->n_recovered++;
+        printf("%s, %s: allocation %lld failed, and the caller recovered\n", w->what, w->once ? "once" : "sticky",
+               (long long)nth);
         CHECK(memcmp(r.tokens, ref->tokens, sizeof r.tokens) == 0 && strcmp(r.text, ref->text) == 0,
               "%s, allocation %lld: OK, but generated '%s', not '%s'", w->what, (long long)nth, r.text, ref->text);
     }
@@ -186,14 +197,18 @@ static int step(const char *path, tsr_model *model, int64_t nth, const result *r
 }
 
 /* Walks nth from 1 over the allocations [first_site, first_site + n_sites). */
-static void walk(const char *path, tsr_model *model, const char *what, int64_t n_sites, const result *ref) {
-    walk_stats w = {what, 0, 0, 0, 0, 1, 0, 1};
+static void walk(const char *path, tsr_model *model, const char *what, int once, int64_t n_sites,
+                 const result *ref) {
+    walk_stats w = {what, once, 0, 0, 0, 0, 1, 0, 1};
     int64_t live0 = tsr__alloc_live();
     double t0 = now();
     if (n_sites > WALK_ALL)
         w.stride = (n_sites - WALK_ALL) / WALK_ALL + 1;
-    const char *only = getenv("TSR_INJECT_ONLY");
-    for (int64_t nth = 1; nth <= n_sites && tsrtest_failures < 20; nth += nth < WALK_ALL ? 1 : w.stride) {
+    const char *only = getenv("TSR_INJECT_ONLY"), *sample = getenv("TSR_INJECT_STRIDE");
+    int64_t all = WALK_ALL;
+    if (sample && atoll(sample) > 1)
+        w.stride = atoll(sample), all = 0;
+    for (int64_t nth = 1; nth <= n_sites && tsrtest_failures < 20; nth += nth < all ? 1 : w.stride) {
         if (only && *only && nth != atoll(only))
             continue;
         if (!step(path, model, nth, ref, live0, &w))
@@ -205,20 +220,23 @@ static void walk(const char *path, tsr_model *model, const char *what, int64_t n
     CHECK_OK(workload(path, model, &r));
     CHECK(strcmp(r.text, ref->text) == 0, "%s: after the walk '%s', not '%s'", what, r.text, ref->text);
     CHECK(tsr__alloc_live() == live0);
-    printf("%s: %lld sites; failed allocations 1..%lld%s%lld walked (stride %lld after %d): %lld errors, %lld "
+    printf("%s, %s: %lld sites; failed allocations 1..%lld%s%lld walked (stride %lld after %d): %lld errors, %lld "
            "recovered, %lld reruns, %.1f s\n",
-           what, (long long)n_sites, (long long)w.last, w.stride > 1 ? ", " : " = ", (long long)w.n_run,
-           (long long)w.stride, WALK_ALL, (long long)w.n_failed, (long long)w.n_recovered, (long long)w.n_reruns,
+           what, once ? "once" : "sticky", (long long)n_sites, (long long)w.last, w.stride > 1 ? ", " : " = ", (long long)w.n_run,
+           (long long)w.stride, (int)all, (long long)w.n_failed, (long long)w.n_recovered, (long long)w.n_reruns,
            now() - t0);
     fflush(stdout);
 }
 
 /* Child for the enumeration walk: 0 when the failure was reached and handled,
  * 1 when a check failed, 2 when enumeration makes fewer than nth allocations. */
-static int enumerate_child(int64_t nth) {
+static int enumerate_child(int64_t nth, int once) {
     int64_t live0 = tsr__alloc_live();
     uint64_t a0 = tsr__alloc_count();
-    tsr__fail_alloc_after(nth - 1);
+    if (once)
+        tsr__fail_alloc_once(nth - 1);
+    else
+        tsr__fail_alloc_after(nth - 1);
     size_t n_dev = tsr_device_count();
     tsr__fail_alloc_after(-1);
     if (tsr__alloc_count() - a0 < (uint64_t)nth)
@@ -237,6 +255,30 @@ static int enumerate_child(int64_t nth) {
     return tsrtest_failures ? 1 : 0;
 }
 
+/* Each N in a child until enumeration no longer reaches it; returns the sites. */
+static int64_t walk_enumeration_mode(int once) {
+    int64_t nth = 1;
+    for (; nth < 10000; nth++) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) {
+            CHECK(0, "fork: %s", strerror(errno));
+            break;
+        }
+        if (pid == 0)
+            _exit(enumerate_child(nth, once));
+        int ws = 0;
+        waitpid(pid, &ws, 0);
+        if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2)
+            break;
+        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "enumeration, %s, allocation %lld: child %s %d",
+              once ? "once" : "sticky", (long long)nth, WIFEXITED(ws) ? "exited" : "killed by signal",
+              WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+    }
+    return nth - 1;
+}
+
 static void walk_enumeration(void) {
     char dir[] = "/tmp/tsr-inject-XXXXXX", file[64];
     const char *names[] = {"libtensr-a.so", "libtensr-b.so", "libtensr-c.so"};
@@ -253,25 +295,9 @@ static void walk_enumeration(void) {
     }
     setenv("TSR_BACKEND_PATH", dir, 1); /* for the children only: the parent enumerates after unsetenv */
     double t0 = now();
-    int64_t nth = 1;
-    for (; nth < 10000; nth++) {
-        fflush(stdout);
-        fflush(stderr);
-        pid_t pid = fork();
-        if (pid < 0) {
-            CHECK(0, "fork: %s", strerror(errno));
-            return;
-        }
-        if (pid == 0)
-            _exit(enumerate_child(nth));
-        int ws = 0;
-        waitpid(pid, &ws, 0);
-        if (WIFEXITED(ws) && WEXITSTATUS(ws) == 2)
-            break;
-        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "enumeration, allocation %lld: child %s %d", (long long)nth,
-              WIFEXITED(ws) ? "exited" : "killed by signal", WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
-    }
-    printf("enumeration: %lld sites, each failed in a child process, %.1f s\n", (long long)nth - 1, now() - t0);
+    int64_t sticky = walk_enumeration_mode(0), once = walk_enumeration_mode(1);
+    printf("enumeration: %lld sites sticky, %lld once, each failed in a child process, %.1f s\n", (long long)sticky,
+           (long long)once, now() - t0);
     unsetenv("TSR_BACKEND_PATH");
     for (int i = 0; i < 3; i++) {
         snprintf(file, sizeof file, "%s/%s", dir, names[i]);
@@ -324,8 +350,10 @@ int main(void) {
            (unsigned long long)k_session);
     fflush(stdout);
 
-    walk(path, NULL, "whole workload", (int64_t)k_all, &ref);
-    walk(path, h.m, "session on a loaded model", (int64_t)k_session, &ref);
+    for (int once = 0; once < 2; once++) {
+        walk(path, NULL, "whole workload", once, (int64_t)k_all, &ref);
+        walk(path, h.m, "session on a loaded model", once, (int64_t)k_session, &ref);
+    }
     tsr_model_free(h.m);
     tsr_backend_free(h.be);
     CHECK(tsr__alloc_live() == live0, "%lld allocations live at the end, %lld after enumeration",
