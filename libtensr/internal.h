@@ -64,6 +64,12 @@ bool tsr__grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* Test hooks: exported for the test suite as tsr_test_* via a private header (tests/). */
 uint64_t tsr__alloc_count(void);
 void tsr__fail_alloc_after(int64_t n); /* -1 = never fail */
+/* The same, but only that one allocation fails: those after it succeed (the
+ * paths that recover from a failure, and what they do next, are walked too). */
+void tsr__fail_alloc_once(int64_t n);
+/* Allocations made through the wrappers and not yet freed (a leak check
+ * without a sanitizer: the same number before and after a workload). */
+int64_t tsr__alloc_live(void);
 
 /* Overflow-checked arithmetic: false on overflow. */
 static inline bool tsr__mul_overflow(size_t a, size_t b, size_t *out) { return __builtin_mul_overflow(a, b, out); }

@@ -98,18 +98,48 @@ void tsr__error_prefix(const char *fmt, ...) {
 
 static atomic_uint_fast64_t tsr_n_allocs;
 static atomic_int_fast64_t tsr_fail_after = -1;
+static atomic_int_fast64_t tsr_n_live; /* made and not yet freed */
 
 uint64_t tsr__alloc_count(void) { return atomic_load(&tsr_n_allocs); }
 
-void tsr__fail_alloc_after(int64_t n) { atomic_store(&tsr_fail_after, n); }
+int64_t tsr__alloc_live(void) { return atomic_load(&tsr_n_live); }
+
+/* p, as returned by an allocation, counted as live when it is one. */
+static void *tsr_alloc_made(void *p) {
+    if (p)
+        atomic_fetch_add(&tsr_n_live, 1);
+    return p;
+}
+
+static void tsr_alloc_gone(void *p) {
+    if (p)
+        atomic_fetch_sub(&tsr_n_live, 1);
+}
+
+static atomic_bool tsr_fail_once; /* only the one allocation fails, then the hook disarms */
+
+void tsr__fail_alloc_after(int64_t n) {
+    atomic_store(&tsr_fail_once, false);
+    atomic_store(&tsr_fail_after, n);
+}
+
+void tsr__fail_alloc_once(int64_t n) {
+    atomic_store(&tsr_fail_once, true);
+    atomic_store(&tsr_fail_after, n);
+}
 
 /* Counts an allocation; false when the test hook says this one must fail. */
 static bool tsr_alloc_tick(void) {
     atomic_fetch_add(&tsr_n_allocs, 1);
     int_fast64_t left = atomic_load(&tsr_fail_after);
     while (left >= 0) {
-        if (left == 0)
+        if (left == 0 && !atomic_load(&tsr_fail_once))
             return false;
+        if (left == 0) { /* one thread wins the failure and disarms the hook */
+            if (atomic_compare_exchange_weak(&tsr_fail_after, &left, -1))
+                return false;
+            continue;
+        }
         if (atomic_compare_exchange_weak(&tsr_fail_after, &left, left - 1))
             break;
     }
@@ -119,7 +149,7 @@ static bool tsr_alloc_tick(void) {
 void *tsr__malloc(size_t size) {
     if (!tsr_alloc_tick())
         return NULL;
-    return malloc(size ? size : 1);
+    return tsr_alloc_made(malloc(size ? size : 1));
 }
 
 void *tsr__calloc(size_t n, size_t size) {
@@ -127,16 +157,20 @@ void *tsr__calloc(size_t n, size_t size) {
         return NULL;
     if (n == 0 || size == 0)
         n = size = 1;
-    return calloc(n, size);
+    return tsr_alloc_made(calloc(n, size));
 }
 
 void *tsr__realloc(void *p, size_t size) {
     if (!tsr_alloc_tick())
         return NULL;
-    return realloc(p, size ? size : 1);
+    void *q = realloc(p, size ? size : 1);
+    return p ? q : tsr_alloc_made(q); /* a resize is the same allocation */
 }
 
-void tsr__free(void *p) { free(p); }
+void tsr__free(void *p) {
+    tsr_alloc_gone(p);
+    free(p);
+}
 
 bool tsr__grow(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap)
@@ -171,9 +205,12 @@ void *tsr__aligned_alloc(size_t alignment, size_t size) {
     void *p = NULL;
     if (posix_memalign(&p, alignment, size ? size : 1) != 0)
         return NULL;
-    return p;
+    return tsr_alloc_made(p);
 }
 
-void tsr__aligned_free(void *p) { free(p); }
+void tsr__aligned_free(void *p) {
+    tsr_alloc_gone(p);
+    free(p);
+}
 
 void tsr_free(void *p) { tsr__free(p); }

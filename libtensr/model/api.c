@@ -54,7 +54,7 @@ tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_param
     if (tsr_backend_n_weights(b) > 0)
         return tsr__error(TSR_E_STATE, "tsr_model_load: the backend already holds %zu weights (one model per backend)",
                           tsr_backend_n_weights(b));
-    tsr_model *m = calloc(1, sizeof *m);
+    tsr_model *m = tsr__calloc(1, sizeof *m);
     if (!m)
         return tsr__error(TSR_E_NOMEM, "tsr_model_load: out of host memory");
     m->be = b;
@@ -78,11 +78,11 @@ void tsr_model_free(tsr_model *m) {
 }
 
 void llm_model_destroy(tsr_model *m) {
-    free(m->layers);
+    tsr__free(m->layers);
     tok_vocab_free(m->vocab);
     chat_template_free(m->tmpl);
     tsr_gguf_close(m->gguf);
-    free(m);
+    tsr__free(m);
 }
 
 const char *tsr_model_arch(const tsr_model *m) { return m ? m->hp.arch : NULL; }
@@ -126,7 +126,7 @@ tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, 
         st = tsr__error(TSR_E_RANGE, "tsr_model_tokenize: %zu tokens do not fit in a buffer of %zu", n, cap);
     else if (n)
         memcpy(tokens, ids, n * sizeof *ids);
-    free(ids);
+    tsr__free(ids);
     return st;
 }
 
@@ -158,7 +158,7 @@ tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_
     tsr_status st = tok_detokenize(m->vocab, tokens, n, 0, special, &text, &n_text);
     if (st == TSR_OK)
         st = copy_out("tsr_model_detokenize", text, n_text, buf, cap, 1, len);
-    free(text);
+    tsr__free(text);
     return st;
 }
 
@@ -175,15 +175,15 @@ tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msg
         return tsr__error(m->tmpl_status, "%s", m->tmpl_error);
     char *text = NULL;
     /* tsr_chat_message and chat_msg are the same two strings */
-    chat_msg *cm = n ? malloc(n * sizeof *cm) : NULL;
+    chat_msg *cm = n ? tsr__malloc(n * sizeof *cm) : NULL;
     if (n && !cm)
         return tsr__error(TSR_E_NOMEM, "tsr_model_chat_format: out of host memory");
     for (size_t i = 0; i < n; i++) cm[i] = (chat_msg){msgs[i].role, msgs[i].content};
     tsr_status st = chat_format(m->tmpl, cm, n, add_assistant, &text);
-    free(cm);
+    tsr__free(cm);
     if (st == TSR_OK)
         st = copy_out("tsr_model_chat_format", text, strlen(text), buf, cap, 1, len);
-    free(text);
+    tsr__free(text);
     return st;
 }
 
@@ -239,13 +239,13 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     sp.repeat_penalty = q.repeat_penalty;
     sp.repeat_last_n = q.repeat_last_n;
     sp.seed = q.seed;
-    tsr_sampler *s = calloc(1, sizeof *s);
+    tsr_sampler *s = tsr__calloc(1, sizeof *s);
     if (!s)
         return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
     s->n_vocab = (int32_t)m->hp.n_vocab;
     tsr_status st = smp_new(&sp, s->n_vocab, &s->s);
     if (st != TSR_OK) {
-        free(s);
+        tsr__free(s);
         return st;
     }
     *out = s;
@@ -256,7 +256,7 @@ void tsr_sampler_free(tsr_sampler *s) {
     if (!s)
         return;
     smp_free(s->s);
-    free(s);
+    tsr__free(s);
 }
 
 int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits) {

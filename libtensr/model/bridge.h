@@ -3,8 +3,11 @@
  * core: the model sources include libtensr.h and this file only, so they
  * remain the proof that the public op API suffices; what they take from the
  * core is the thread-local error detail behind tsr_last_error(), so the
- * model layer has the library's one error channel. The declarations are
- * those of libtensr/internal.h (status.c defines them).
+ * model layer has the library's one error channel, and the allocation
+ * wrappers, so that every allocation of the model layer is counted and can
+ * be made to fail like the core's (tsr__fail_alloc_after). The declarations
+ * are those of libtensr/internal.h (status.c defines them): memory from
+ * tsr__malloc/tsr__calloc/tsr__realloc/tsr__strdup is freed with tsr__free.
  */
 #ifndef TSR_MODEL_BRIDGE_H
 #define TSR_MODEL_BRIDGE_H
@@ -12,6 +15,7 @@
 #include "libtensr.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 
 /* Set the thread-local detail from fmt and return s. */
 tsr_status tsr__verror(tsr_status s, const char *fmt, va_list ap);
@@ -20,5 +24,12 @@ tsr_status tsr__error(tsr_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* The core's allocation wrappers (counted; the test hook can fail the Nth). */
+void *tsr__malloc(size_t size);
+void *tsr__calloc(size_t n, size_t size);
+void *tsr__realloc(void *p, size_t size);
+void tsr__free(void *p);
+char *tsr__strdup(const char *s);
 
 #endif

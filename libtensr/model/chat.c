@@ -44,7 +44,7 @@ struct chat_template {
 };
 
 static tsr_status make(kind k, chat_template **out) {
-    if (!(*out = calloc(1, sizeof **out)))
+    if (!(*out = tsr__calloc(1, sizeof **out)))
         return tsr__error(TSR_E_NOMEM, "chat: out of memory");
     (*out)->k = k;
     return TSR_OK;
@@ -63,7 +63,7 @@ static char *find_default_system(const char *text) {
         if (!(p = strstr(text, opens[i])))
             continue;
         p += strlen(opens[i]);
-        if (!(e = strstr(p, "<|im_end|>")) || !(s = malloc((size_t)(e - p) + 1)))
+        if (!(e = strstr(p, "<|im_end|>")) || !(s = tsr__malloc((size_t)(e - p) + 1)))
             return NULL;
         for (; p < e; p++) { /* undo Jinja string escapes */
             if (p[0] == '\\' && p + 1 < e && (p[1] == 'n' || p[1] == '\'' || p[1] == '\\')) {
@@ -137,8 +137,8 @@ tsr_status chat_template_by_name(const char *name, chat_template **out) {
 void chat_template_free(chat_template *t) {
     if (!t)
         return;
-    free(t->default_system);
-    free(t);
+    tsr__free(t->default_system);
+    tsr__free(t);
 }
 
 const char *chat_template_name(const chat_template *t) { return kind_names[t->k]; }
@@ -159,7 +159,7 @@ static void put_n(sbuf *b, const char *s, size_t n) {
         size_t cap = b->cap ? b->cap : 256;
         char *p;
         while (cap < b->n + n + 1) cap *= 2;
-        if (!(p = realloc(b->s, cap))) {
+        if (!(p = tsr__realloc(b->s, cap))) {
             b->oom = 1;
             return;
         }
@@ -258,7 +258,7 @@ static void render_gemma(sbuf *b, const chat_msg *m, size_t n, int add) {
     if (add)
         put(b, "<start_of_turn>model\n");
     b->oom |= sys.oom;
-    free(sys.s);
+    tsr__free(sys.s);
 }
 
 static void render_simple(sbuf *b, kind k, const chat_msg *m, size_t n, int add) {
@@ -292,7 +292,7 @@ tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, i
             return tsr__error(TSR_E_INVALID, "chat_format: message %zu has no role or content", i);
     *out = NULL;
     if (t->default_system && (n == 0 || !is_role(&msgs[0], "system"))) {
-        if (!(all = malloc((n + 1) * sizeof *all)))
+        if (!(all = tsr__malloc((n + 1) * sizeof *all)))
             return tsr__error(TSR_E_NOMEM, "chat: out of memory");
         all[0] = (chat_msg){"system", t->default_system};
         if (n)
@@ -310,9 +310,9 @@ tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, i
         render_gemma(&b, msgs, n, add_assistant);
     else
         render_simple(&b, t->k, msgs, n, add_assistant);
-    free(all);
+    tsr__free(all);
     if (b.oom) {
-        free(b.s);
+        tsr__free(b.s);
         return tsr__error(TSR_E_NOMEM, "chat: out of memory");
     }
     *out = b.s;

@@ -38,7 +38,7 @@ const char *chat_template_name(const chat_template *t);
 const char *chat_template_default_system(const chat_template *t);
 
 /* Renders msgs[0..n) into a prompt; add_assistant opens the assistant's
- * turn. *out is malloc'ed and NUL-terminated (free with free()). Tokenize it
+ * turn. *out is tsr__malloc'ed and NUL-terminated (free with tsr__free()). Tokenize it
  * with special-token parsing on. */
 tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, int add_assistant, char **out);
 

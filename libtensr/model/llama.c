@@ -256,7 +256,7 @@ tsr_status llm_bind_weights(tsr_model *m) {
     if (tsr_backend_n_layers(m->be) != hp->n_layer)
         return tsr__error(TSR_E_MALFORMED, "%s: block_count is %d but the file has %d layers of tensors",
                           tsr_gguf_path(m->gguf), hp->n_layer, tsr_backend_n_layers(m->be));
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->layers = tsr__calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers)
         return tsr__error(TSR_E_NOMEM, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++)

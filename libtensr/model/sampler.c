@@ -2,6 +2,8 @@
  * draw of the model example, with llama.cpp's semantics (see sampler.h). */
 #include "sampler.h"
 
+#include "bridge.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,22 +140,22 @@ tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
     smp_sampler *s;
     size_t n_hist;
     if (!out || n_vocab <= 0)
-        return TSR_E_INVALID;
+        return tsr__error(TSR_E_INVALID, "smp_new: %s", out ? "a vocabulary of no tokens" : "NULL out");
     *out = NULL;
-    if (!(s = calloc(1, sizeof *s)))
-        return TSR_E_NOMEM;
+    if (!(s = tsr__calloc(1, sizeof *s)))
+        return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
     if (p)
         s->p = *p;
     else
         smp_params_default(&s->p);
     n_hist = s->p.repeat_last_n > 0 ? (size_t)s->p.repeat_last_n : 0;
     s->n_vocab = n_vocab;
-    s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
-    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
-    s->hist = malloc((n_hist + 1) * sizeof *s->hist);
+    s->cands = tsr__malloc((size_t)n_vocab * sizeof *s->cands);
+    s->counts = tsr__calloc((size_t)n_vocab, sizeof *s->counts);
+    s->hist = tsr__malloc((n_hist + 1) * sizeof *s->hist);
     if (!s->cands || !s->counts || !s->hist) {
         smp_free(s);
-        return TSR_E_NOMEM;
+        return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory for %d candidates", n_vocab);
     }
     smp_reset(s);
     *out = s;
@@ -163,10 +165,10 @@ tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
 void smp_free(smp_sampler *s) {
     if (!s)
         return;
-    free(s->cands);
-    free(s->counts);
-    free(s->hist);
-    free(s);
+    tsr__free(s->cands);
+    tsr__free(s->counts);
+    tsr__free(s->hist);
+    tsr__free(s);
 }
 
 void smp_reset(smp_sampler *s) {

@@ -121,11 +121,11 @@ static tsr_status alloc_scratch(tsr_session *s) {
     if ((uint64_t)s->cap_rows > SIZE_MAX / sizeof(float) / (uint64_t)n_vocab)
         return tsr__error(TSR_E_NOMEM, "tsr_session_new: %lld logits rows of %lld do not fit in memory",
                           (long long)s->cap_rows, (long long)n_vocab);
-    s->logits = malloc((size_t)s->cap_rows * (size_t)n_vocab * sizeof *s->logits);
-    s->row_of = malloc((size_t)s->p.n_batch * sizeof *s->row_of);
-    s->pos = malloc((size_t)s->p.n_batch * sizeof *s->pos);
-    s->out_ids = malloc((size_t)s->p.n_ubatch * sizeof *s->out_ids);
-    s->next = malloc((size_t)s->p.n_seq_max * sizeof *s->next);
+    s->logits = tsr__malloc((size_t)s->cap_rows * (size_t)n_vocab * sizeof *s->logits);
+    s->row_of = tsr__malloc((size_t)s->p.n_batch * sizeof *s->row_of);
+    s->pos = tsr__malloc((size_t)s->p.n_batch * sizeof *s->pos);
+    s->out_ids = tsr__malloc((size_t)s->p.n_ubatch * sizeof *s->out_ids);
+    s->next = tsr__malloc((size_t)s->p.n_seq_max * sizeof *s->next);
     if (!s->logits || !s->row_of || !s->pos || !s->out_ids || !s->next)
         return tsr__error(TSR_E_NOMEM, "tsr_session_new: out of host memory for %lld logits rows",
                           (long long)s->cap_rows);
@@ -137,7 +137,7 @@ tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_sessio
         *out = NULL;
     if (!m || !out)
         return tsr__error(TSR_E_INVALID, "tsr_session_new: NULL %s", m ? "out" : "model");
-    tsr_session *s = calloc(1, sizeof *s);
+    tsr_session *s = tsr__calloc(1, sizeof *s);
     if (!s)
         return tsr__error(TSR_E_NOMEM, "tsr_session_new: out of host memory");
     s->m = m;
@@ -165,12 +165,12 @@ void tsr_session_free(tsr_session *s) {
     if (s->counted && --s->m->n_sessions == 0 && s->m->freed)
         llm_model_destroy(s->m);
     tsr_kv_cache_free(s->cache);
-    free(s->logits);
-    free(s->row_of);
-    free(s->pos);
-    free(s->out_ids);
-    free(s->next);
-    free(s);
+    tsr__free(s->logits);
+    tsr__free(s->row_of);
+    tsr__free(s->pos);
+    tsr__free(s->out_ids);
+    tsr__free(s->next);
+    tsr__free(s);
 }
 
 int64_t tsr_session_n_ctx(const tsr_session *s) { return s ? s->p.n_ctx : 0; }

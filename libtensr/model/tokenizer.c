@@ -31,7 +31,7 @@ static uint64_t hash_bytes(const char *s, size_t n) {
 static tsr_status strtab_init(strtab *t, size_t n) {
     size_t cap = 16;
     while (cap < 2 * n + 1) cap *= 2;
-    t->slots = malloc(cap * sizeof *t->slots);
+    t->slots = tsr__malloc(cap * sizeof *t->slots);
     if (!t->slots)
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for a table of %zu entries", n);
     memset(t->slots, 0xFF, cap * sizeof *t->slots);
@@ -110,18 +110,18 @@ static int32_t merge_rank(const tok_vocab *v, const char *l, size_t nl, const ch
 void tok_vocab_free(tok_vocab *v) {
     if (!v)
         return;
-    free(v->text);
-    free(v->text_off);
-    free(v->scores);
-    free(v->attr);
-    free(v->piece);
-    free(v->piece_off);
-    free(v->ids.slots);
-    free(v->merges);
-    free(v->merge_off);
-    free(v->ranks.slots);
-    free(v->specials);
-    free(v);
+    tsr__free(v->text);
+    tsr__free(v->text_off);
+    tsr__free(v->scores);
+    tsr__free(v->attr);
+    tsr__free(v->piece);
+    tsr__free(v->piece_off);
+    tsr__free(v->ids.slots);
+    tsr__free(v->merges);
+    tsr__free(v->merge_off);
+    tsr__free(v->ranks.slots);
+    tsr__free(v->specials);
+    tsr__free(v);
 }
 
 tok_type tok_vocab_type(const tok_vocab *v) { return v->type; }
@@ -164,8 +164,8 @@ static tsr_status load_str_array(const tsr_gguf *g, const char *key, char **aren
             return tsr__error(st, "tokenizer: key %s[%llu]: %s", key, (unsigned long long)i, tsr_last_error());
         total += len + 1 + 24; /* room for "[EMPTY_i]" replacements */
     }
-    *arena = malloc(total ? total : 1);
-    *off = malloc((n + 1) * sizeof **off);
+    *arena = tsr__malloc(total ? total : 1);
+    *off = tsr__malloc((n + 1) * sizeof **off);
     if (!*arena || !*off)
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %s", key);
     (*off)[0] = 0;
@@ -206,8 +206,8 @@ static tsr_status load_numeric(tok_vocab *v, const tsr_gguf *g) {
     uint64_t n;
     const void *data;
 
-    v->scores = calloc((size_t)v->n_vocab + 1, sizeof *v->scores);
-    v->attr = malloc((size_t)v->n_vocab + 1);
+    v->scores = tsr__calloc((size_t)v->n_vocab + 1, sizeof *v->scores);
+    v->attr = tsr__malloc((size_t)v->n_vocab + 1);
     if (!v->scores || !v->attr)
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %d tokens", v->n_vocab);
     memset(v->attr, TOK_ATTR_NORMAL, (size_t)v->n_vocab + 1);
@@ -353,10 +353,10 @@ static int cmp_len_id(const void *a, const void *b) {
 }
 
 static tsr_status build_specials(tok_vocab *v) {
-    len_id *tmp = malloc(((size_t)v->n_vocab + 1) * sizeof *tmp);
-    v->specials = malloc(((size_t)v->n_vocab + 1) * sizeof *v->specials);
+    len_id *tmp = tsr__malloc(((size_t)v->n_vocab + 1) * sizeof *tmp);
+    v->specials = tsr__malloc(((size_t)v->n_vocab + 1) * sizeof *v->specials);
     if (!v->specials || !tmp) {
-        free(tmp);
+        tsr__free(tmp);
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory");
     }
     for (int32_t i = 0; i < v->n_vocab; i++) {
@@ -366,7 +366,7 @@ static tsr_status build_specials(tok_vocab *v) {
     }
     qsort(tmp, (size_t)v->n_specials, sizeof *tmp, cmp_len_id);
     for (int32_t k = 0; k < v->n_specials; k++) v->specials[k] = tmp[k].id;
-    free(tmp);
+    tsr__free(tmp);
     return TSR_OK;
 }
 
@@ -414,8 +414,8 @@ static size_t decode_token(const tok_vocab *v, int32_t i, char *dst) {
 
 static tsr_status build_pieces(tok_vocab *v) {
     size_t total = v->text_off[v->n_vocab] + 1;
-    v->piece = malloc(total);
-    v->piece_off = malloc(((size_t)v->n_vocab + 1) * sizeof *v->piece_off);
+    v->piece = tsr__malloc(total);
+    v->piece_off = tsr__malloc(((size_t)v->n_vocab + 1) * sizeof *v->piece_off);
     if (!v->piece || !v->piece_off)
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for the pieces");
     v->piece_off[0] = 0;
@@ -458,7 +458,7 @@ tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out) {
     if (!g || !out)
         return tsr__error(TSR_E_INVALID, "tok_vocab_load: NULL argument");
     *out = NULL;
-    v = calloc(1, sizeof *v);
+    v = tsr__calloc(1, sizeof *v);
     if (!v)
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory");
     st = load_all(v, g);
@@ -490,7 +490,7 @@ typedef struct idbuf {
 static tsr_status push_id(idbuf *b, int32_t id) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 64;
-        int32_t *p = realloc(b->ids, cap * sizeof *p);
+        int32_t *p = tsr__realloc(b->ids, cap * sizeof *p);
         if (!p)
             return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu ids", cap);
         b->ids = p, b->cap = cap;
@@ -568,7 +568,7 @@ static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, 
 
 /* Decodes text to codepoints (llama.cpp's lenient decoding). */
 static uint32_t *to_cps(const char *text, size_t len, size_t *n) {
-    uint32_t *cps = malloc((len + 1) * sizeof *cps);
+    uint32_t *cps = tsr__malloc((len + 1) * sizeof *cps);
     size_t pos = 0;
     *n = 0;
     if (!cps)
@@ -584,11 +584,11 @@ static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len,
     sym *syms = NULL;
     tsr_status st = TSR_OK;
 
-    lens = malloc((n_cps + 1) * sizeof *lens);
+    lens = tsr__malloc((n_cps + 1) * sizeof *lens);
     /* each codepoint re-encodes to at most 4 bytes, each byte-encoded to 2 */
-    word = malloc(8 * n_cps + 1);
-    scratch = malloc(16 * n_cps + 2);
-    syms = malloc((8 * n_cps + 1) * sizeof *syms);
+    word = tsr__malloc(8 * n_cps + 1);
+    scratch = tsr__malloc(16 * n_cps + 2);
+    syms = tsr__malloc((8 * n_cps + 1) * sizeof *syms);
     if (!cps || !lens || !word || !scratch || !syms) {
         st = tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
         goto done;
@@ -605,11 +605,11 @@ static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len,
         st = bpe_word(v, word, wn, syms, scratch, out);
     }
 done:
-    free(cps);
-    free(lens);
-    free(word);
-    free(scratch);
-    free(syms);
+    tsr__free(cps);
+    tsr__free(lens);
+    tsr__free(word);
+    tsr__free(scratch);
+    tsr__free(syms);
     return st;
 }
 
@@ -643,7 +643,7 @@ static tsr_status spm_emit(const tok_vocab *v, const char *t, const sym *s, int 
 /* Merges the best-scored pair first (ties: leftmost) while the merged text
  * is a token; unknown characters become byte tokens. */
 static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *out) {
-    sym *s = malloc((n + 1) * sizeof *s);
+    sym *s = tsr__malloc((n + 1) * sizeof *s);
     int ns = 0;
     tsr_status st = TSR_OK;
 
@@ -675,14 +675,14 @@ static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *o
             }
     }
     for (int i = 0; i >= 0 && ns > 0 && st == TSR_OK; i = s[i].next) st = spm_emit(v, t, s, i, out);
-    free(s);
+    tsr__free(s);
     return st;
 }
 
 /* Prefixes a space if asked, replaces spaces by U+2581, tokenizes. */
 static tsr_status spm_fragment(const tok_vocab *v, const char *text, size_t len, int prefix, idbuf *out) {
     size_t n = 0;
-    char *t = malloc(3 * (len + 1) + 1);
+    char *t = tsr__malloc(3 * (len + 1) + 1);
     tsr_status st;
     if (!t)
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
@@ -696,7 +696,7 @@ static tsr_status spm_fragment(const tok_vocab *v, const char *text, size_t len,
         }
     }
     st = spm_text(v, t, n, out);
-    free(t);
+    tsr__free(t);
     return st;
 }
 
@@ -716,7 +716,7 @@ typedef struct fragbuf {
 static tsr_status frag_insert(fragbuf *b, size_t at, frag f) {
     if (b->n == b->cap) {
         size_t cap = b->cap ? 2 * b->cap : 16;
-        frag *p = realloc(b->f, cap * sizeof *p);
+        frag *p = tsr__realloc(b->f, cap * sizeof *p);
         if (!p)
             return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory");
         b->f = p, b->cap = cap;
@@ -812,9 +812,9 @@ tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int ad
         st = push_id(&ids, v->eos);
     if (st == TSR_OK && !ids.ids) /* a valid pointer even for no ids */
         st = push_id(&ids, 0), ids.n = 0;
-    free(frags.f);
+    tsr__free(frags.f);
     if (st != TSR_OK) {
-        free(ids.ids);
+        tsr__free(ids.ids);
         return st;
     }
     *out = ids.ids, *n_out = ids.n;
@@ -892,7 +892,7 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
         tok_piece(v, ids[i], special, &l);
         total += l;
     }
-    if (!(s = malloc(total + 1)))
+    if (!(s = tsr__malloc(total + 1)))
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes", total + 1);
     for (size_t i = 0; i < n; i++) {
         size_t l;
@@ -914,13 +914,13 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
 void tok_stream_init(tok_stream *s) { memset(s, 0, sizeof *s); }
 
 void tok_stream_free(tok_stream *s) {
-    free(s->buf);
+    tsr__free(s->buf);
     memset(s, 0, sizeof *s);
 }
 
 static tsr_status stream_reserve(tok_stream *s, size_t need) {
     if (need > s->cap) {
-        char *p = realloc(s->buf, need);
+        char *p = tsr__realloc(s->buf, need);
         if (!p)
             return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes", need);
         s->buf = p, s->cap = need;

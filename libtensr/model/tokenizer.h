@@ -62,8 +62,8 @@ int32_t tok_find(const tok_vocab *v, const char *text, size_t len);
 
 /* Tokenizes text[0..len). add_special: BOS (and EOS) as the model asks;
  * parse_special: control tokens written in the text ("<|im_start|>") become
- * their ids instead of being tokenized as text. *out (malloc'ed, the caller
- * frees it with free()) receives *n_out ids. */
+ * their ids instead of being tokenized as text. *out (tsr__malloc'ed, the caller
+ * frees it with tsr__free()) receives *n_out ids. */
 tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int add_special, int parse_special,
                         int32_t **out, size_t *n_out);
 
@@ -74,7 +74,7 @@ const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len);
 
 /* Detokenizes ids as llama_detokenize does: remove_special drops a leading
  * BOS / trailing EOS the model adds, special renders control tokens. *out is
- * malloc'ed, NUL-terminated; *len excludes the NUL. Bytes are raw (may be
+ * tsr__malloc'ed (free with tsr__free()), NUL-terminated; *len excludes the NUL. Bytes are raw (may be
  * invalid UTF-8 when the ids are). */
 tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int remove_special, int special, char **out,
                           size_t *len);
