@@ -250,7 +250,8 @@ typedef enum tsr_flash_attn_t {
 typedef struct tsr_backend_params {
     size_t size;                /* sizeof(tsr_backend_params), set by _init */
     tsr_device *const *devices; /* NULL-terminated devices to use; NULL = all */
-    int n_threads;              /* CPU threads; 0 = number of cores */
+    int n_threads;              /* CPU threads; 0 = number of cores; more than the cores
+                                 * (online, within the affinity mask) = the cores, logged */
     int flash_attn;             /* tsr_flash_attn_t; default AUTO */
     size_t attn_max_batch;      /* bytes of K*Q scores (with their softmax) per attention step; 0 = no limit */
 } tsr_backend_params;
@@ -263,6 +264,7 @@ TSR_API tsr_status tsr_backend_new(const tsr_backend_params *p, tsr_backend **ou
 TSR_API void tsr_backend_free(tsr_backend *b);
 TSR_API size_t tsr_backend_n_devices(const tsr_backend *b);
 TSR_API tsr_device *tsr_backend_device(const tsr_backend *b, size_t i);
+/* The CPU threads in effect (n_threads as resolved and clamped). */
 TSR_API int tsr_backend_n_threads(const tsr_backend *b);
 /* 1 when flash attention is in use (ON, or AUTO and every device supports it). */
 TSR_API int tsr_backend_flash_attn(const tsr_backend *b);

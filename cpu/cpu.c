@@ -5,8 +5,12 @@
  * nodes in order, every node split over all threads, with a barrier
  * between nodes.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
 #include "cpu.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -229,17 +233,43 @@ size_t tsr__cpu_work_size(const tsr_tensor *node, int nth) {
 
 /* ---- streams -------------------------------------------------------------------- */
 
-static int default_threads(void) {
+/* The cores this process may run on: the online CPUs, fewer when the
+ * affinity mask (taskset, cgroup cpusets) allows fewer. */
+int tsr__cpu_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
+    int cores = n > 0 ? (int)n : 1;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int a = CPU_COUNT(&set);
+        if (a > 0 && a < cores)
+            cores = a;
+    }
+    return cores;
+}
+
+/* Threads beyond the cores only wait for each other at every barrier (one
+ * token/s instead of a hundred): more than the cores are clamped to them,
+ * and that is logged. */
+int tsr__cpu_threads(int requested) {
+    const int cores = tsr__cpu_cores();
+    if (requested <= 0)
+        return cores;
+    if (requested > cores) {
+        char a[16], b[16], line[96];
+        snprintf(line, sizeof line, "cpu: n_threads %d > %d cores: using %d", requested, cores, cores);
+        tsr__log(TSR_LOG_WARN, line, 2, "n_threads", tsr__fmt(a, sizeof a, "%d", requested), "cores",
+                 tsr__fmt(b, sizeof b, "%d", cores));
+        return cores;
+    }
+    return requested;
 }
 
 tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
     *out = NULL;
     if (n_threads < 0)
         return tsr__error(TSR_E_INVALID, "%s: n_threads must be >= 0, found %d", d ? d->name : "cpu", n_threads);
-    if (n_threads == 0)
-        n_threads = default_threads();
+    n_threads = tsr__cpu_threads(n_threads);
     tsr_stream *s = tsr__calloc(1, sizeof *s);
     if (!s)
         return tsr__error(TSR_E_NOMEM, "cpu: out of memory creating a stream");

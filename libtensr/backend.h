@@ -155,7 +155,12 @@ tsr_device *tsr__host_device(void);
 /* The same without enumerating: what backends call while the registry
  * enumerates them (the host is enumerated first); NULL before that. */
 tsr_device *tsr__host_device_early(void);
-const tsr_backend_reg *tsr__cpu_backend_reg(void);  /* cpu/ */
+const tsr_backend_reg *tsr__cpu_backend_reg(void); /* cpu/ */
+/* cpu/cpu.c: the cores this process may use (online CPUs within its
+ * affinity mask), and the threads a request of n_threads gets: 0 = the
+ * cores; more than the cores = the cores, with a warning in the log. */
+int tsr__cpu_cores(void);
+int tsr__cpu_threads(int n_threads);
 const tsr_backend_reg *tsr__fake_backend_reg(void); /* cpu/fake.c: TSR_FAKE_DEVICES */
 /* module.c: loads the modules of TSR_BACKEND_PATH (or the module folder)
  * and adds their registrations through add() (which returns the number of

@@ -12,6 +12,13 @@ srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
 builddir=${top_builddir:-$srcdir}
 MAKE=${MAKE:-make}
 command -v pkg-config >/dev/null 2>&1 || { echo "SKIP: pkg-config not installed"; exit 77; }
+# A sanitizer build (.ci/run sets TSR_SANITIZER): the installed library needs
+# the sanitizer's runtime, which a consumer built with the plain flags (and a
+# fully static one at all) cannot have. The plain build runs this check.
+if [ -n "${TSR_SANITIZER:-}" ]; then
+    echo "SKIP: sanitizer build (TSR_SANITIZER=$TSR_SANITIZER): consumers link the installed library without its runtime"
+    exit 77
+fi
 [ -f "$builddir/Makefile" ] || { echo "SKIP: no configured build tree at $builddir"; exit 77; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tsr-consumer.XXXXXX") || exit 99
 trap 'rm -rf "$tmp"' EXIT INT TERM

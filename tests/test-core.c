@@ -121,6 +121,18 @@ static void test_params(void) {
     tsr_backend_free(b);
     CHECK_OK(tsr_backend_new(NULL, &b)); /* NULL params = defaults */
     CHECK(tsr_backend_n_devices(b) >= 1);
+    CHECK(tsr_backend_n_threads(b) == tsr__cpu_cores(), "n_threads 0: %d threads, %d cores", tsr_backend_n_threads(b),
+          tsr__cpu_cores());
+    tsr_backend_free(b);
+    /* more threads than cores: clamped to the cores, and said so in the log */
+    tsr_log_set(capture, NULL);
+    n_records = 0;
+    p.n_threads = tsr__cpu_cores() + 62;
+    CHECK_OK(tsr_backend_new(&p, &b));
+    CHECK(tsr_backend_n_threads(b) == tsr__cpu_cores(), "n_threads %d: %d threads, %d cores", p.n_threads,
+          tsr_backend_n_threads(b), tsr__cpu_cores());
+    CHECK(n_records == 1 && strstr(last_msg, "cores: using"), "%d records, the last \"%s\"", n_records, last_msg);
+    tsr_log_set(NULL, NULL);
     tsr_backend_free(b);
     tsr_backend_free(NULL);
     p.n_threads = -3;

@@ -6,7 +6,9 @@
  *    memory plan and the compute buffers stay as reserved) and the host
  *    allocations of a one-token decode are the same number every step (the
  *    per-graph context, nothing that grows);
- *  - greedy generation is the same for 1, 2 and 3 threads; a sequence decoded
+ *  - greedy generation is the same for 1, 2 and 3 threads (on fewer than 3
+ *    cores the backend clamps 3 to the cores: test-cpu-kernels runs the
+ *    threadpool itself with more threads than cores); a sequence decoded
  *    inside mixed batches of two, teacher-forced along its own greedy tokens,
  *    picks the same token wherever its top-2 gap alone is at least 0.5 (the
  *    kernels of a 2-token batch may sum in another order than those of one

@@ -74,7 +74,9 @@ static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) 
     tsr_status s = tsr_backend_pick_devices(b, p->devices);
     if (s != TSR_OK)
         return s;
-    b->n_threads = p->n_threads;
+    /* the threads in effect: 0 = the cores, never more than the cores (logged) */
+    const int n_threads = p->n_threads < 0 ? p->n_threads : tsr__cpu_threads(p->n_threads);
+    b->n_threads = n_threads;
     b->flash_attn_req = p->flash_attn;
     b->attn_max_batch = p->attn_max_batch;
     b->streams = tsr__calloc(b->n_devices, sizeof *b->streams);
@@ -87,7 +89,7 @@ static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) 
         return tsr__error(TSR_E_NOMEM, "tsr_backend_new: out of host memory");
     for (size_t i = 0; i < b->n_devices; i++) {
         tsr_device *d = b->devices[i];
-        if ((s = d->iface->stream_new(d, p->n_threads, &b->streams[i])) != TSR_OK) {
+        if ((s = d->iface->stream_new(d, n_threads, &b->streams[i])) != TSR_OK) {
             tsr__error_prefix("tsr_backend_new: device %s", d->name);
             return s;
         }
