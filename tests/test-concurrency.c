@@ -144,18 +144,9 @@ static void print_tokens(const char *what, const int32_t *t) {
 }
 
 int main(void) {
-    const char *env = getenv("TSR_TEST_MODEL"), *home = getenv("HOME"), *ci = getenv("CI");
     char path[1024];
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
-    if (access(path, R_OK) != 0) {
-        if (!ci || strcmp(ci, "true") != 0)
-            SKIP("model %s is absent (make run fetches it)", path);
-        CHECK(0, "model %s is absent (make run fetches it); CI=true requires it", path);
+    if (!tsrtest_model(path, sizeof path))
         return tsrtest_done("test-concurrency");
-    }
     static const int32_t pa[] = {1, 504, 3575, 282, 4649, 314}, pb[] = {1, 9590, 2056, 253, 655, 28};
     const int32_t *prompts[2] = {pa, pb};
     const size_t n_prompts[2] = {sizeof pa / sizeof *pa, sizeof pb / sizeof *pb};

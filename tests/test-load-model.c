@@ -28,18 +28,9 @@ static int compare_all(tsr_backend *b, tsr_gguf *g) {
 }
 
 int main(void) {
-    const char *env = getenv("TSR_TEST_MODEL"), *home = getenv("HOME"), *ci = getenv("CI");
     char path[1024];
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
-    if (access(path, R_OK) != 0) {
-        if (!ci || strcmp(ci, "true") != 0)
-            SKIP("model %s is absent (make run fetches it)", path);
-        CHECK(0, "model %s is absent (make run fetches it); CI=true requires it", path);
+    if (!tsrtest_model(path, sizeof path))
         return tsrtest_done("test-load-model");
-    }
     tsr_gguf *g = NULL;
     CHECK_OK(tsr_gguf_open(path, &g));
     if (!g)

@@ -169,18 +169,9 @@ static void statuses(const char *path) {
 }
 
 int main(void) {
-    const char *env = getenv("TSR_TEST_MODEL"), *home = getenv("HOME"), *ci = getenv("CI");
     char path[1024];
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
-    if (access(path, R_OK) != 0) {
-        if (!ci || strcmp(ci, "true") != 0)
-            SKIP("model %s is absent (make run fetches it)", path);
-        CHECK(0, "model %s is absent (make run fetches it); CI=true requires it", path);
+    if (!tsrtest_model(path, sizeof path))
         return tsrtest_done("test-session");
-    }
     const int32_t a[] = {1, 504, 3575, 282, 4649, 314}, b[] = {1, 9590, 2056, 253, 655, 28};
     int32_t out[3][N_GEN], mixed[N_GEN], alone[N_GEN];
     float gaps[3][N_GEN], gaps_alone[N_GEN];

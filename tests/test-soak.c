@@ -73,19 +73,10 @@ static int round_once(tsr_model *m, int32_t *out) {
 }
 
 int main(void) {
-    const char *env = getenv("TSR_TEST_MODEL"), *home = getenv("HOME"), *ci = getenv("CI");
     const int sanitizer = getenv("TSR_SANITIZER") && *getenv("TSR_SANITIZER");
     char path[1024];
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
-    if (access(path, R_OK) != 0) {
-        if (!ci || strcmp(ci, "true") != 0)
-            SKIP("model %s is absent (make run fetches it)", path);
-        CHECK(0, "model %s is absent (make run fetches it); CI=true requires it", path);
+    if (!tsrtest_model(path, sizeof path))
         return tsrtest_done("test-soak");
-    }
     tsr_backend *be = NULL;
     tsr_model *m = NULL;
     CHECK_OK(tsr_backend_new(NULL, &be));

@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__GNUC__)
 #define TSRTEST_PRINTF_(f, a) __attribute__((format(printf, f, a)))
@@ -211,6 +212,24 @@ static inline double tsrtest_nmse(const float *got, const double *ref, size_t n)
         norm += ref[i] * ref[i];
     }
     return norm > 0 ? err / norm : err;
+}
+
+
+/* The real model's path into path: $TSR_TEST_MODEL, else where
+ * examples/get-model.sh caches it. When it is absent: SKIP, or under CI=true
+ * a failed check and 0 (CI must have it: make run fetched it). 1 when present. */
+static inline int tsrtest_model(char *path, size_t size) {
+    const char *env = getenv("TSR_TEST_MODEL"), *home = getenv("HOME"), *ci = getenv("CI");
+    if (env && *env)
+        snprintf(path, size, "%s", env);
+    else
+        snprintf(path, size, "%s/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
+    if (access(path, R_OK) == 0)
+        return 1;
+    if (!ci || strcmp(ci, "true") != 0)
+        SKIP("model %s is absent (make run fetches it)", path);
+    CHECK(0, "model %s is absent (make run fetches it); CI=true requires it", path);
+    return 0;
 }
 
 #endif
