@@ -435,8 +435,39 @@ static tsr_tensor *attention(fwd *f, int il, tsr_tensor *cur) {
 /* The rows whose logits are wanted of a [ne0, n] tensor. */
 static tsr_tensor *out_rows(fwd *f, tsr_tensor *t) { return f->out_ids ? tsr_get_rows(f->ctx, t, f->out_ids) : t; }
 
+/* Mixture of experts, as llama.cpp's build_moe_ffn with softmax gating (for
+ * Mixtral in the llama architecture and for qwen3moe alike): the router's
+ * softmax over all experts, the n_expert_used most probable (ties to the
+ * lower index), their probabilities renormalised to sum to 1, each chosen
+ * expert's SwiGLU FFN, weighted and summed. The renormalising sum is at
+ * least the largest probability (>= 1 / n_expert), so llama.cpp's clamp of
+ * it from below never acts and is left out. cur: [n_embd, n]. */
+static tsr_tensor *moe(fwd *f, const llm_layer *l, tsr_tensor *cur) {
+    const llm_hparams *hp = &f->m->hp;
+    tsr_context *ctx = f->ctx;
+    int64_t n = tsr_tensor_ne(cur, 1), nx = hp->n_expert, k = hp->n_expert_used, e = hp->n_embd;
+    tsr_tensor *probs = tsr_softmax(ctx, tsr_mul_mat(ctx, l->ffn_gate_inp, cur)); /* [nx, n] */
+    tsr_tensor *sel = tsr_top_k(ctx, probs, (int)k);                              /* I32 [k, n] */
+    tsr_tensor *w = tsr_get_rows(ctx, tsr_reshape_3d(ctx, probs, 1, nx, n), sel); /* [1, k, n] */
+    w = tsr_reshape_2d(ctx, w, k, n);
+    w = tsr_reshape_3d(ctx, tsr_div(ctx, w, tsr_sum_rows(ctx, w)), 1, k, n);
+    tsr_tensor *x = tsr_reshape_3d(ctx, cur, e, 1, n);
+    tsr_tensor *up = tsr_mul_mat_id(ctx, l->ffn_up_exps, x, sel); /* [n_ff_exp, k, n] */
+    tsr_tensor *gate = tsr_mul_mat_id(ctx, l->ffn_gate_exps, x, sel);
+    tsr_tensor *y = tsr_mul_mat_id(ctx, l->ffn_down_exps, tsr_swiglu(ctx, gate, up), sel); /* [e, k, n] */
+    y = tsr_mul(ctx, y, w);
+    tsr_tensor *out = NULL;
+    for (int64_t i = 0; i < k; i++) {
+        tsr_tensor *v = tsr_view_2d(ctx, y, e, n, tsr_tensor_nb(y, 2), (size_t)i * tsr_tensor_nb(y, 1));
+        out = out ? tsr_add(ctx, out, v) : v;
+    }
+    return k == 1 ? tsr_cont(ctx, out) : out;
+}
+
 static tsr_tensor *feed_forward(fwd *f, const llm_layer *l, tsr_tensor *x) {
     tsr_tensor *cur = rms_norm(f, x, l->ffn_norm);
+    if (l->ffn_gate_inp)
+        return moe(f, l, cur);
     tsr_tensor *gate = tsr_mul_mat(f->ctx, l->ffn_gate, cur);
     tsr_tensor *up = tsr_mul_mat(f->ctx, l->ffn_up, cur);
     return tsr_mul_mat(f->ctx, l->ffn_down, tsr_swiglu(f->ctx, gate, up));
