@@ -24,14 +24,17 @@
 
 #include "libtensr.h"
 
-static int die(const char *what, const char *detail) {
+static int die(const char *what, const char *detail)
+{
     fprintf(stderr, "model-eval: %s: %s\n", what, detail);
     return 1;
 }
 
 /* Indices of the k largest values of row (ties: lower index first). */
-static void top_k(const float *row, int64_t n, int k, int64_t *idx) {
-    for (int j = 0; j < k; j++) idx[j] = -1;
+static void top_k(const float *row, int64_t n, int k, int64_t *idx)
+{
+    for (int j = 0; j < k; j++)
+        idx[j] = -1;
     for (int64_t i = 0; i < n; i++) {
         for (int j = 0; j < k; j++) {
             if (idx[j] < 0 || row[i] > row[idx[j]]) {
@@ -50,7 +53,8 @@ typedef struct eval {
     int64_t n_vocab;
 } eval;
 
-static int print_logits(eval *e, const int32_t *ids, int64_t n, int k) {
+static int print_logits(eval *e, const int32_t *ids, int64_t n, int k)
+{
     int64_t nv = e->n_vocab, idx[64];
     int8_t *want = malloc((size_t)n);
     if (!want)
@@ -64,17 +68,20 @@ static int print_logits(eval *e, const int32_t *ids, int64_t n, int k) {
         const float *row = tsr_session_logits(e->s, (size_t)p);
         printf("%lld", (long long)p);
         if (k <= 0) {
-            for (int64_t i = 0; i < nv; i++) printf(" %.7g", row[i]);
+            for (int64_t i = 0; i < nv; i++)
+                printf(" %.7g", row[i]);
         } else {
             top_k(row, nv, k, idx);
-            for (int j = 0; j < k; j++) printf(" %lld:%.7g", (long long)idx[j], row[idx[j]]);
+            for (int j = 0; j < k; j++)
+                printf(" %lld:%.7g", (long long)idx[j], row[idx[j]]);
         }
         printf("\n");
     }
     return 0;
 }
 
-static int greedy(eval *e, const int32_t *ids, int64_t n, int n_gen, int32_t eos) {
+static int greedy(eval *e, const int32_t *ids, int64_t n, int n_gen, int32_t eos)
+{
     int64_t nv = e->n_vocab, idx[2];
     tsr_status st = tsr_session_decode(e->s, (size_t)n, ids, NULL, NULL, NULL);
     for (int i = 0; st == TSR_OK && i < n_gen; i++) {
@@ -91,7 +98,8 @@ static int greedy(eval *e, const int32_t *ids, int64_t n, int n_gen, int32_t eos
     return st == TSR_OK ? 0 : die("decode", tsr_last_error());
 }
 
-static void print_placement(eval *e) {
+static void print_placement(eval *e)
+{
     tsr_backend *be = e->be;
     for (size_t i = 0; i < tsr_backend_n_weights(be); i++) {
         tsr_tensor *t = tsr_backend_weight_at(be, i);
@@ -106,10 +114,12 @@ static void print_placement(eval *e) {
 }
 
 /* Runs one command line; the cache is emptied first. */
-static int run_line(eval *e, char *line) {
+static int run_line(eval *e, char *line)
+{
     char *words[8192];
     int nw = 0;
-    for (char *w = strtok(line, " \t\n"); w && nw < 8192; w = strtok(NULL, " \t\n")) words[nw++] = w;
+    for (char *w = strtok(line, " \t\n"); w && nw < 8192; w = strtok(NULL, " \t\n"))
+        words[nw++] = w;
     if (nw == 0)
         return 0;
     const char *mode = words[0];
@@ -124,7 +134,8 @@ static int run_line(eval *e, char *line) {
         return die("usage", "logits ID... | top K ID... | greedy N EOS ID...");
     int64_t n = nw - n_fixed;
     int32_t ids[8192];
-    for (int64_t i = 0; i < n; i++) ids[i] = atoi(words[n_fixed + i]);
+    for (int64_t i = 0; i < n; i++)
+        ids[i] = atoi(words[n_fixed + i]);
     tsr_session_remove(e->s, -1, 0, -1);
     int rc;
     if (!strcmp(mode, "logits"))
@@ -136,14 +147,16 @@ static int run_line(eval *e, char *line) {
         if (eos == -2)
             eos = tsr_model_token_eos(e->m);
         rc = greedy(e, ids, n, atoi(words[1]), eos);
-    } else
+    }
+    else
         rc = die("unknown command", mode);
     printf("end\n");
     fflush(stdout);
     return rc;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     tsr_backend_params bp;
     tsr_session_params sp;
     tsr_backend_params_init(&bp, sizeof bp);
@@ -170,26 +183,28 @@ int main(int argc, char **argv) {
             tsr_buft_overrides_free(ot);
             if (tsr_buft_overrides_parse(argv[a + 1], &ot) != TSR_OK)
                 return die("-ot", tsr_last_error());
-        } else
+        }
+        else
             return die("usage", argv[a]);
     }
     if (argc - a != 1)
         return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] [-ot SPEC] MODEL < commands");
     lp.overrides = ot;
-    sp.n_batch = sp.n_ctx;                                  /* a whole command in one decode */
+    sp.n_batch = sp.n_ctx;               /* a whole command in one decode */
     sp.n_outputs_max = sp.n_ubatch > 0 ? sp.n_ubatch : 512; /* every row of a micro-batch */
     tsr_backend *be = NULL;
     eval e = {NULL, NULL, NULL, 0};
     int rc = 0;
     if (tsr_backend_new(&bp, &be) != TSR_OK)
         rc = die("backend", tsr_last_error());
-    else if (e.be = be, tsr_model_load(be, argv[a], &lp, &e.m) != TSR_OK)
+    else if (tsr_model_load(e.be = be, argv[a], &lp, &e.m) != TSR_OK)
         rc = die("open", tsr_last_error());
     else if (tsr_session_new(e.m, &sp, &e.s) != TSR_OK)
         rc = die("session", tsr_last_error());
     e.n_vocab = e.m ? tsr_model_n_vocab(e.m) : 0;
     static char line[1 << 17];
-    while (rc == 0 && fgets(line, sizeof line, stdin)) rc = run_line(&e, line);
+    while (rc == 0 && fgets(line, sizeof line, stdin))
+        rc = run_line(&e, line);
     tsr_session_free(e.s);
     tsr_model_free(e.m);
     tsr_backend_free(be);
