@@ -652,7 +652,8 @@ TSR_API tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data,
 /* ------------------------------------------------------------------------ */
 /* Model layer: load a GGUF model, tokenize, decode, sample, format chats     */
 /* ------------------------------------------------------------------------ */
-/* Architectures: llama and mistral (dense). A model, its sessions and its
+/* Architectures: llama (dense, or with experts as Mixtral), mistral, qwen2,
+ * qwen3 and qwen3moe, as llama.cpp defines them. A model, its sessions and its
  * samplers follow the thread model of the backend the model lives in: one
  * thread at a time. Errors: every fallible call returns a status with the
  * detail in tsr_last_error(). */
@@ -673,7 +674,8 @@ TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_lo
  * weights belong to the backend and are freed with it (tsr_backend_free);
  * load another model into a new backend. */
 TSR_API void tsr_model_free(tsr_model *m);
-/* general.architecture ("llama", "mistral"); owned by the model. */
+/* general.architecture ("llama", "mistral", "qwen2", "qwen3", "qwen3moe");
+ * owned by the model. */
 TSR_API const char *tsr_model_arch(const tsr_model *m);
 TSR_API int32_t tsr_model_n_vocab(const tsr_model *m);
 /* The context length the model was trained with (its context_length key). */
