@@ -989,8 +989,106 @@ static void check_coverage(void) {
           n_no_cpu ? tsr__op_name(no_cpu[0]) : "");
 }
 
+/* mul_mat_id with ids out of range: the build succeeds (the values are not
+ * known then, in general), tsr_compute returns TSR_E_RANGE naming the node,
+ * the id and n_expert, and the backend computes the next graph normally. */
+static void check_moe_range(tsr_backend *b) {
+    enum { K = 32, M = 8, NE = 3, NU = 2, NT = 4 };
+    static float w[K * M * NE], x[K * NT], probs[(NE + 2) * NT];
+    for (int i = 0; i < K * M * NE; i++) w[i] = (float)nrand();
+    for (int i = 0; i < K * NT; i++) x[i] = (float)nrand();
+    for (int i = 0; i < (NE + 2) * NT; i++) probs[i] = (float)(i % (NE + 2)); /* the best is always NE + 1 */
+    const int64_t ne_as[3] = {K, M, NE}, ne_b[3] = {K, 1, NT}, ne_ids[2] = {NU, NT}, ne_p[2] = {NE + 2, NT};
+    const int32_t ids[3][NU * NT] = {{0, 1, 2, 0, 1, -1, 2, 2}, {0, 1, 2, 3, 1, 1, 2, 2}, {2, 2, 2, 2, 0, 1, 0, 1}};
+    const char *want[3] = {"id -1 ", "id 3 ", "id 4 "};
+    for (int i = 0; i < 4; i++) {
+        tsr_context *ctx = tsr_context_new(b);
+        tsr_tensor *as = tsr_input(ctx, TSR_TYPE_F32, 3, ne_as, w), *bx = tsr_input(ctx, TSR_TYPE_F32, 3, ne_b, x);
+        tsr_tensor *sel = i < 2 || i == 3 ? tsr_input(ctx, TSR_TYPE_I32, 2, ne_ids, ids[i < 2 ? i : 2])
+                                          : tsr_top_k(ctx, tsr_input(ctx, TSR_TYPE_F32, 2, ne_p, probs), NU);
+        tsr_tensor *y = tsr_set_name(tsr_mul_mat_id(ctx, as, bx, sel), "moe_up");
+        CHECK(y != NULL, "mul_mat_id build: %s", tsr_context_error(ctx) ? tsr_context_error(ctx) : "");
+        const tsr_status st = y ? tsr_compute(ctx, &y, 1) : TSR_E_INVALID;
+        if (i < 3) {
+            CHECK(st == TSR_E_RANGE, "ids case %d: status %d (%s)", i, (int)st, tsr_last_error());
+            CHECK(strstr(tsr_last_error(), "moe_up") && strstr(tsr_last_error(), want[i]) &&
+                      strstr(tsr_last_error(), "n_expert 3"),
+                  "the detail names the node, the id and n_expert: %s", tsr_last_error());
+        } else { /* after the failures the same backend computes a good graph */
+            CHECK(st == TSR_OK, "compute after range errors: %s", tsr_last_error());
+            float got[M * NU * NT];
+            CHECK_OK(tsr_tensor_read(y, got, 0, sizeof got));
+            double err = 0, mag = 0;
+            for (int t = 0; t < NT; t++)
+                for (int e = 0; e < NU; e++)
+                    for (int r = 0; r < M; r++) {
+                        double sum = 0;
+                        for (int k = 0; k < K; k++)
+                            sum += (double)w[(ids[2][t * NU + e] * M + r) * K + k] * x[t * K + k];
+                        err += (got[(t * NU + e) * M + r] - sum) * (got[(t * NU + e) * M + r] - sum);
+                        mag += sum * sum;
+                    }
+            CHECK(err / mag < 1e-10, "mul_mat_id after the errors: NMSE %g", err / mag);
+        }
+        tsr_context_close(ctx);
+    }
+}
+
+/* Bad shapes and types are refused when the op is built: NULL and the context's error. */
+static void check_moe_build_errors(tsr_backend *b) {
+    static const struct {
+        int op; /* 0 mul_mat_id, 1 top_k, 2 argsort, 3 sum_rows, 4 sigmoid */
+        tsr_type ta, tb, ti;
+        int64_t as[4], bx[4], ids[4];
+        int k;
+    } bad[] = {
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {33, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* k differs */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 3, 4, 1}, {2, 4, 1, 1}, 0}, /* n_b 3 */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 5, 1, 1}, 0}, /* n_tokens */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 2}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* 4-D as */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 2, 1}, 0}, /* 3-D ids */
+        {0, TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* b f16 */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_F32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* ids f32 */
+        {0, TSR_TYPE_I32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* as i32 */
+        {1, TSR_TYPE_F32, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+        {1, TSR_TYPE_F32, 0, 0, {8, 4, 1, 1}, {0}, {0}, 9},
+        {1, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 2},
+        {2, TSR_TYPE_F32, 0, 0, {8, 4, 1, 1}, {0}, {0}, 2}, /* order 2 */
+        {2, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+        {3, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+        {4, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+    };
+    static const char *names[] = {"tsr_mul_mat_id", "tsr_top_k", "tsr_argsort", "tsr_sum_rows", "tsr_sigmoid"};
+    for (size_t i = 0; i < N_OF(bad); i++) {
+        tsr_context *ctx = tsr_context_new(b);
+        tsr_tensor *a = tsr_input(ctx, bad[i].ta, 4, bad[i].as, NULL), *t = NULL;
+        switch (bad[i].op) {
+        case 0:
+            t = tsr_mul_mat_id(ctx, a, tsr_input(ctx, bad[i].tb, 4, bad[i].bx, NULL),
+                               tsr_input(ctx, bad[i].ti, 4, bad[i].ids, NULL));
+            break;
+        case 1: t = tsr_top_k(ctx, a, bad[i].k); break;
+        case 2: t = tsr_argsort(ctx, a, (tsr_sort_order)bad[i].k); break;
+        case 3: t = tsr_sum_rows(ctx, a); break;
+        default: t = tsr_sigmoid(ctx, a); break;
+        }
+        const char *err = tsr_context_error(ctx);
+        CHECK(t == NULL && err && strstr(err, names[bad[i].op] + 4), "bad build %zu: %s", i, err ? err : "no error");
+        tsr_context_close(ctx);
+    }
+    tsr_context *ctx = tsr_context_new(b); /* a NULL source: NULL, and the error names it */
+    CHECK(tsr_mul_mat_id(ctx, NULL, NULL, NULL) == NULL && tsr_context_error(ctx));
+    CHECK(tsr_top_k(ctx, NULL, 1) == NULL && tsr_argsort(ctx, NULL, TSR_SORT_ASC) == NULL);
+    tsr_context_close(ctx);
+}
+
 static int mode_test(tsr_backend *b, int verbose) {
     check_coverage();
+    if (!only_op || !strcmp(only_op, "mul_mat_id")) {
+        rs = 77;
+        check_moe_range(b);
+        check_moe_build_errors(b);
+    }
     for (int i = 0; i < n_cases; i++) {
         if (only_op && strcmp(only_op, tsr__op_name(cases[i].op)) != 0) continue;
         int supported;
