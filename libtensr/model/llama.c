@@ -234,9 +234,10 @@ static int known_layer_tensor(const llm_hparams *hp, const char *suffix) {
  * rather than silently ignored. */
 static tsr_status check_layer_tensors(const tsr_gguf *g, const llm_hparams *hp) {
     for (int64_t i = 0; i < tsr_gguf_n_tensors(g); i++) {
-        const char *name = tsr_gguf_tensor_name(g, i), *p = name + 4;
+        const char *name = tsr_gguf_tensor_name(g, i), *p;
         if (strncmp(name, "blk.", 4) != 0)
             continue;
+        p = name + 4;
         while (*p >= '0' && *p <= '9') p++;
         if (p == name + 4 || *p != '.' || !known_layer_tensor(hp, p + 1))
             return tsr__error(TSR_E_UNSUPPORTED, "%s: tensor '%s' is not supported for architecture '%s'%s",
