@@ -493,6 +493,15 @@ typedef struct tsr_kv_cache_params {
     const int *n_head_kv_layer;
     const int *head_dim_k_layer;
     const int *head_dim_v_layer;
+    /* Sliding-window attention: a layer flagged in swa_layers
+     * lets the token at position p see only cells at positions p - n_swa + 1
+     * .. p (a cell is masked when p - cell_pos >= n_swa, llama.cpp's standard
+     * window). n_swa 0 (the default) = no window; swa_layers: n_layers flags
+     * (copied), 1 = windowed, or NULL = every layer when n_swa > 0. The cache
+     * still keeps every position (no cell is evicted), so n_ctx bounds the
+     * whole sequence as without a window. */
+    int64_t n_swa;
+    const uint8_t *swa_layers;
 } tsr_kv_cache_params;
 
 TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);
@@ -515,7 +524,9 @@ TSR_API int64_t tsr_kv_cache_n_ctx(const tsr_kv_cache *c);
 /* Largest position of sequence seq in the cache (-1 = any sequence); -1
  * when it has none. */
 TSR_API int32_t tsr_kv_cache_seq_pos_max(const tsr_kv_cache *c, int seq);
-/* The mask input built by the last begin (NULL before). */
+/* The mask input built by the last begin (NULL before): the causal mask
+ * of the layers without a window (begin builds a second, windowed mask for
+ * the layers of swa_layers; tsr_attention picks each layer's). */
 TSR_API tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c);
 /* Builds the inputs of a worst-case batch of n_tokens over the whole cache
  * (every cell read) for sizing compute buffers with tsr_reserve or
@@ -525,7 +536,8 @@ TSR_API tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx,
 /* Attention over the cache for layer il: q [head_dim_k, n_head, n_tokens],
  * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]
  * (the batch of the last begin). Writes k/v into the cache and returns
- * [head_dim_v * n_head, n_tokens] F32. */
+ * [head_dim_v * n_head, n_tokens] F32. A layer with a sliding window (see
+ * tsr_kv_cache_params) uses the windowed mask on every path. */
 TSR_API tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q, tsr_tensor *k,
                                   tsr_tensor *v, float scale);
 /* Attention without a cache: q [head_dim_k, n_head, n_tokens], k
