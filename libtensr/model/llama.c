@@ -137,9 +137,10 @@ static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp) {
     size_t len;
     if (tsr_gguf_get_str(g, "general.architecture", &arch, &len) != TSR_OK)
         return tsr__error(TSR_E_MALFORMED, "%s: no general.architecture string", tsr_gguf_path(g));
-    if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0)
-        return tsr__error(TSR_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama and mistral are)",
-                          tsr_gguf_path(g), arch);
+    if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0 && strcmp(arch, "gemma3") != 0)
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "%s: architecture '%s' is not supported (llama, mistral and gemma3 are)", tsr_gguf_path(g),
+                          arch);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
     return TSR_OK;
 }
@@ -177,7 +178,17 @@ tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
         (st = key_i64(g, hp, "attention.sliding_window", 0, &hp->sliding_window)) != TSR_OK ||
         (st = read_tensor_facts(g, hp)) != TSR_OK)
         return st;
+    if (llm_is_gemma3(hp) && (st = gemma3_hparams_read(g, hp)) != TSR_OK)
+        return st;
     return check_hparams(g, hp);
+}
+
+tsr_status llm_key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out) {
+    return key_i64(g, hp, suffix, def, out);
+}
+
+tsr_status llm_key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out) {
+    return key_f32(g, hp, suffix, def, out);
 }
 
 /* ---- weights ------------------------------------------------------------- */
@@ -200,6 +211,10 @@ static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1,
                           (long long)tsr_tensor_ne(t, 2), (long long)tsr_tensor_ne(t, 3), (long long)ne0,
                           (long long)want1);
     return TSR_OK;
+}
+
+tsr_status llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out) {
+    return bind(m, name, ne0, ne1, optional, out);
 }
 
 static tsr_status bind_layer(tsr_model *m, int il) {
@@ -260,7 +275,7 @@ tsr_status llm_bind_weights(tsr_model *m) {
     if (!m->layers)
         return tsr__error(TSR_E_NOMEM, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++)
-        if ((st = bind_layer(m, il)) != TSR_OK)
+        if ((st = bind_layer(m, il)) != TSR_OK || (llm_is_gemma3(hp) && (st = gemma3_bind_layer(m, il)) != TSR_OK))
             return st;
     return TSR_OK;
 }
@@ -346,6 +361,8 @@ static int all_rows(const llm_batch *b) {
 }
 
 tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out) {
+    if (llm_is_gemma3(&m->hp))
+        return gemma3_build(m, ctx, cache, b, out);
     fwd f = {m, ctx, cache, NULL, NULL, b->n, b->n_out};
     int64_t ne = b->n, ne_out = b->n_out;
     tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
