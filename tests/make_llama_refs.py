@@ -370,10 +370,10 @@ def kl_refs(model_path, out, name):
         first = len(c["prompt_ids"]) - 1
         cases.append({"case": ci, "prompt": c["prompt"], "chat": c["chat"], "tokens": tokens, "first": first})
         lp = {}
-        for name, m in paths.items():
+        for fa, m in paths.items():
             m.reset()
             m.eval(tokens)  # one batch (n_batch = n_ubatch = n_ctx = 512)
-            lp[name] = log_softmax(np.array(m.scores[:len(tokens)], dtype=np.float32))
+            lp[fa] = log_softmax(np.array(m.scores[:len(tokens)], dtype=np.float32))
         for pos in range(first, len(tokens)):
             off, on = lp["off"][pos], lp["on"][pos]
             top = np.argsort(-off, kind="stable")[:KL_TOP]
