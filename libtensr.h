@@ -638,7 +638,7 @@ TSR_API tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data,
 /* ------------------------------------------------------------------------ */
 /* Model layer: load a GGUF model, tokenize, decode, sample, format chats     */
 /* ------------------------------------------------------------------------ */
-/* Architectures: llama and mistral (dense). A model, its sessions and its
+/* Architectures: llama, mistral and gemma3 (dense). A model, its sessions and its
  * samplers follow the thread model of the backend the model lives in: one
  * thread at a time. Errors: every fallible call returns a status with the
  * detail in tsr_last_error(). */
@@ -659,7 +659,7 @@ TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_lo
  * weights belong to the backend and are freed with it (tsr_backend_free);
  * load another model into a new backend. */
 TSR_API void tsr_model_free(tsr_model *m);
-/* general.architecture ("llama", "mistral"); owned by the model. */
+/* general.architecture ("llama", "mistral", "gemma3"); owned by the model. */
 TSR_API const char *tsr_model_arch(const tsr_model *m);
 TSR_API int32_t tsr_model_n_vocab(const tsr_model *m);
 /* The context length the model was trained with (its context_length key). */
@@ -700,8 +700,9 @@ typedef struct tsr_chat_message {
  * recognized as llama.cpp does: ChatML, llama-2, Mistral, llama-3, zephyr,
  * gemma, phi-3); add_assistant opens the assistant's turn. *len is the full
  * length; NUL-terminated when it fits (len < cap), else TSR_E_RANGE.
- * TSR_E_NOT_FOUND when the model has no template, TSR_E_UNSUPPORTED when it
- * is not one of those. Tokenize the result with TSR_TOKENIZE_PARSE_SPECIAL. */
+ * TSR_E_NOT_FOUND when the model has no template (a gemma3 file without one
+ * gets gemma's), TSR_E_UNSUPPORTED when it is not one of those. Tokenize the
+ * result with TSR_TOKENIZE_PARSE_SPECIAL. */
 TSR_API tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msgs, size_t n, int add_assistant,
                                          char *buf, size_t cap, size_t *len);
 
