@@ -14,7 +14,7 @@
 #   PART: tokenizer, tiny, greedy, ppl, kl (default: all). Only the parts
 #   named are recorded again, e.g. `tests/make-llama-refs.sh kl` rewrites
 #   kl-smollm2.json alone (from the committed greedy-smollm2.json).
-#   --name=gemma3 records the *-gemma3.json files of Gemma 3 270M
+#   --name=gemma3 records the references of Gemma 3 270M (named ...-gemma3)
 #   (examples/get-model.sh gemma3) instead of SmolLM2's.
 #
 # Environment: LLAMA_CPP_PYTHON_VERSION (default 0.3.36, the version the

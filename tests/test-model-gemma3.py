@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """test-model-gemma3.py - Gemma 3 270M Q4_K_M against llama.cpp's recorded
-answers (tests/data/refs/*-gemma3.json, tests/make-llama-refs.sh
---name=gemma3), the second real model after SmolLM2 (tests/test-model.py,
+answers (the gemma3 files of tests/data/refs, recorded by
+tests/make-llama-refs.sh --name=gemma3), the second real model after SmolLM2 (tests/test-model.py,
 whose checks this runs with Gemma's references):
 
  1. top-5 logits at the recorded positions within TOP_TOL;

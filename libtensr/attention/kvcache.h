@@ -43,7 +43,7 @@ struct tsr_kv_cache {
     /* the batch of the last begin */
     tsr_context *ctx;
     int64_t n_tokens, n_kv;
-    tsr_tensor *idx;  /* I64 [n_tokens]: cell of each token */
+    tsr_tensor *idx;      /* I64 [n_tokens]: cell of each token */
     tsr_tensor *mask;     /* F16 [n_kv, n_tokens padded] */
     tsr_tensor *mask_swa; /* the same with the window, for the l_swa layers; NULL when none */
 };

@@ -100,8 +100,8 @@ static tsr_tensor *rope(g3_fwd *f, int il, tsr_tensor *x) {
     int swa = llm_layer_is_swa(hp, il);
     float base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
     float scale = swa ? 1.0f : hp->rope_freq_scale;
-    return tsr_rope_ext(f->ctx, x, f->pos, NULL, hp->n_rot, TSR_ROPE_NEOX, (int)hp->n_ctx_orig, base, scale, 0.0f,
-                        1.0f, 32.0f, 1.0f);
+    return tsr_rope_ext(f->ctx, x, f->pos, NULL, hp->n_rot, TSR_ROPE_NEOX, (int)hp->n_ctx_orig, base, scale, 0.0f, 1.0f,
+                        32.0f, 1.0f);
 }
 
 /* Self-attention of layer il on the normed input: [head_dim_v*n_head, n]. */

@@ -138,9 +138,8 @@ static tsr_status read_arch(const tsr_gguf *g, llm_hparams *hp) {
     if (tsr_gguf_get_str(g, "general.architecture", &arch, &len) != TSR_OK)
         return tsr__error(TSR_E_MALFORMED, "%s: no general.architecture string", tsr_gguf_path(g));
     if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0 && strcmp(arch, "gemma3") != 0)
-        return tsr__error(TSR_E_UNSUPPORTED,
-                          "%s: architecture '%s' is not supported (llama, mistral and gemma3 are)", tsr_gguf_path(g),
-                          arch);
+        return tsr__error(TSR_E_UNSUPPORTED, "%s: architecture '%s' is not supported (llama, mistral and gemma3 are)",
+                          tsr_gguf_path(g), arch);
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
     return TSR_OK;
 }
