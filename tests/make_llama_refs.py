@@ -7,9 +7,9 @@ Usage: make_llama_refs.py MODEL.gguf TINY_DIR OUT_DIR [--skip-ppl] [--name=NAME]
 
 PART is one of tokenizer, tiny, greedy, ppl, kl (default: all of them), so
 that one reference can be recorded again without touching the others. kl
-reads the greedy continuations from greedy-NAME.json in OUT_DIR. NAME
-(default smollm2) names the files of MODEL: tokenizer-NAME.json,
-greedy-NAME.json, logits-NAME.json, perplexity-NAME.json, kl-NAME.json;
+reads the greedy continuations of the greedy part from OUT_DIR. NAME
+(default smollm2) is the suffix of MODEL's files (tokenizer, greedy,
+logits, perplexity and kl, each "PART-NAME" with the extension json);
 gemma3 is the Gemma 3 270M of examples/get-model.sh gemma3.
 
 Every JSON file has a header (llama-cpp-python version, the model's SHA-256)
@@ -30,6 +30,9 @@ N_THREADS = 2
 GPL3 = "/usr/share/common-licenses/GPL-3"
 PPL_CTX = 512
 PPL_CHUNKS = 4
+# per model (n_ctx, chunks) when not the above: Gemma 3's chunks pass its
+# 512-position sliding window, so the windowed layers are judged too
+PPL_SHAPE = {"gemma3": (1024, 2)}
 N_GREEDY = 64
 KL_TOP = 20  # tokens kept per step in kl-smollm2.json (the rest is one bucket)
 
@@ -273,6 +276,7 @@ def greedy_refs(model_path, out, name):
 
 def ppl_refs(model_path, out, name):
     text = open(GPL3, "rb").read().decode("utf-8")
+    PPL_CTX, PPL_CHUNKS = PPL_SHAPE.get(name, (globals()["PPL_CTX"], globals()["PPL_CHUNKS"]))
     m = load(model_path, PPL_CTX)
     tokens = m.tokenize(text.encode(), add_bos=True, special=False)
     add_bos = m.metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
