@@ -22,6 +22,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,8 +43,8 @@ tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
         (st = llm_key_f32(g, hp, "rope.freq_base_swa", 10000.0f, &hp->rope_freq_base_swa)) != TSR_OK ||
         (st = llm_key_f32(g, hp, "final_logit_softcapping", 0.0f, &softcap)) != TSR_OK)
         return st;
-    if (period > hp->n_layer)
-        period = hp->n_layer;
+    if (period > INT32_MAX) /* past the layers it means every layer windowed, as in llama.cpp */
+        period = INT32_MAX;
     hp->swa_period = (int)period;
     if (softcap != 0.0f)
         return tsr__error(TSR_E_UNSUPPORTED, "%s: final_logit_softcapping %g is not supported", tsr_gguf_path(g),
