@@ -519,6 +519,15 @@ typedef struct tsr_kv_cache_params {
     const int *n_head_kv_layer;
     const int *head_dim_k_layer;
     const int *head_dim_v_layer;
+    /* Sliding-window attention: a layer flagged in swa_layers
+     * lets the token at position p see only cells at positions p - n_swa + 1
+     * .. p (a cell is masked when p - cell_pos >= n_swa, llama.cpp's standard
+     * window). n_swa 0 (the default) = no window; swa_layers: n_layers flags
+     * (copied), 1 = windowed, or NULL = every layer when n_swa > 0. The cache
+     * still keeps every position (no cell is evicted), so n_ctx bounds the
+     * whole sequence as without a window. */
+    int64_t n_swa;
+    const uint8_t *swa_layers;
 } tsr_kv_cache_params;
 
 TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);
@@ -541,7 +550,9 @@ TSR_API int64_t tsr_kv_cache_n_ctx(const tsr_kv_cache *c);
 /* Largest position of sequence seq in the cache (-1 = any sequence); -1
  * when it has none. */
 TSR_API int32_t tsr_kv_cache_seq_pos_max(const tsr_kv_cache *c, int seq);
-/* The mask input built by the last begin (NULL before). */
+/* The mask input built by the last begin (NULL before): the causal mask
+ * of the layers without a window (begin builds a second, windowed mask for
+ * the layers of swa_layers; tsr_attention picks each layer's). */
 TSR_API tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c);
 /* Builds the inputs of a worst-case batch of n_tokens over the whole cache
  * (every cell read) for sizing compute buffers with tsr_reserve or
@@ -551,7 +562,8 @@ TSR_API tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx,
 /* Attention over the cache for layer il: q [head_dim_k, n_head, n_tokens],
  * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]
  * (the batch of the last begin). Writes k/v into the cache and returns
- * [head_dim_v * n_head, n_tokens] F32. */
+ * [head_dim_v * n_head, n_tokens] F32. A layer with a sliding window (see
+ * tsr_kv_cache_params) uses the windowed mask on every path. */
 TSR_API tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q, tsr_tensor *k,
                                   tsr_tensor *v, float scale);
 /* Attention without a cache: q [head_dim_k, n_head, n_tokens], k
@@ -653,10 +665,10 @@ TSR_API tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data,
 /* Model layer: load a GGUF model, tokenize, decode, sample, format chats     */
 /* ------------------------------------------------------------------------ */
 /* Architectures: llama (dense, or with experts as Mixtral), mistral, qwen2,
- * qwen3 and qwen3moe, as llama.cpp defines them. A model, its sessions and its
- * samplers follow the thread model of the backend the model lives in: one
- * thread at a time. Errors: every fallible call returns a status with the
- * detail in tsr_last_error(). */
+ * qwen3, qwen3moe and gemma3, as llama.cpp defines them. A model, its
+ * sessions and its samplers follow the thread model of the backend the
+ * model lives in: one thread at a time. Errors: every fallible call returns
+ * a status with the detail in tsr_last_error(). */
 
 typedef struct tsr_model tsr_model;     /* weights, hyper-parameters, vocabulary; read-only after load */
 typedef struct tsr_session tsr_session; /* a KV cache shared by up to n_seq_max sequences */
@@ -674,8 +686,8 @@ TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_lo
  * weights belong to the backend and are freed with it (tsr_backend_free);
  * load another model into a new backend. */
 TSR_API void tsr_model_free(tsr_model *m);
-/* general.architecture ("llama", "mistral", "qwen2", "qwen3", "qwen3moe");
- * owned by the model. */
+/* general.architecture ("llama", "mistral", "qwen2", "qwen3", "qwen3moe",
+ * "gemma3"); owned by the model. */
 TSR_API const char *tsr_model_arch(const tsr_model *m);
 TSR_API int32_t tsr_model_n_vocab(const tsr_model *m);
 /* The context length the model was trained with (its context_length key). */
@@ -716,8 +728,9 @@ typedef struct tsr_chat_message {
  * recognized as llama.cpp does: ChatML, llama-2, Mistral, llama-3, zephyr,
  * gemma, phi-3); add_assistant opens the assistant's turn. *len is the full
  * length; NUL-terminated when it fits (len < cap), else TSR_E_RANGE.
- * TSR_E_NOT_FOUND when the model has no template, TSR_E_UNSUPPORTED when it
- * is not one of those. Tokenize the result with TSR_TOKENIZE_PARSE_SPECIAL. */
+ * TSR_E_NOT_FOUND when the model has no template (a gemma3 file without one
+ * gets gemma's), TSR_E_UNSUPPORTED when it is not one of those. Tokenize the
+ * result with TSR_TOKENIZE_PARSE_SPECIAL. */
 TSR_API tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msgs, size_t n, int add_assistant,
                                          char *buf, size_t cap, size_t *len);
 

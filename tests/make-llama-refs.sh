@@ -10,10 +10,12 @@
 # with flash attention off and on, which tests/test-model.py's KL test
 # compares libtensr with. Commit the result.
 #
-# Usage: tests/make-llama-refs.sh [--skip-ppl] [PART...]
+# Usage: tests/make-llama-refs.sh [--skip-ppl] [--name=gemma3] [PART...]
 #   PART: tokenizer, tiny, arch, greedy, ppl, kl (default: all). Only the parts
 #   named are recorded again, e.g. `tests/make-llama-refs.sh kl` rewrites
 #   kl-smollm2.json alone (from the committed greedy-smollm2.json).
+#   --name=gemma3 records the references of Gemma 3 270M (named ...-gemma3)
+#   (examples/get-model.sh gemma3) instead of SmolLM2's.
 #
 # Environment: LLAMA_CPP_PYTHON_VERSION (default 0.3.36, the version the
 # committed refs were made with), LLAMA_VENV (default
@@ -35,7 +37,11 @@ if ! "$venv/bin/python" -c "import llama_cpp, gguf, numpy, jinja2, sys; sys.exit
         "$venv/bin/pip" install "llama-cpp-python==$version" numpy gguf jinja2
 fi
 
-model=${TSR_MODEL:-$(sh "$top/examples/get-model.sh")}
+which=smollm2
+for a in "$@"; do
+    case "$a" in --name=*) which=${a#--name=} ;; esac
+done
+model=${TSR_MODEL:-$(sh "$top/examples/get-model.sh" "$which")}
 tiny=$(mktemp -d)
 trap 'rm -rf "$tiny"' EXIT INT TERM
 "$venv/bin/python" "$here/make_llama_refs.py" "$model" "$tiny" "$here/data/refs" "$@"

@@ -3,11 +3,14 @@
 tokenizer and model tests are judged against. Run by tests/make-llama-refs.sh;
 the output in tests/data/refs/ is committed.
 
-Usage: make_llama_refs.py MODEL.gguf TINY_DIR OUT_DIR [--skip-ppl] [PART...]
+Usage: make_llama_refs.py MODEL.gguf TINY_DIR OUT_DIR [--skip-ppl] [--name=NAME] [PART...]
 
 PART is one of tokenizer, tiny, arch, greedy, ppl, kl (default: all of them), so
 that one reference can be recorded again without touching the others. kl
-reads the greedy continuations from greedy-smollm2.json in OUT_DIR.
+reads the greedy continuations of the greedy part from OUT_DIR. NAME
+(default smollm2) is the suffix of MODEL's files (tokenizer, greedy,
+logits, perplexity and kl, each "PART-NAME" with the extension json);
+gemma3 is the Gemma 3 270M of examples/get-model.sh gemma3.
 
 Every JSON file has a header (llama-cpp-python version, the model's SHA-256)
 and its records one per line, so that a C test can read them line by line.
@@ -27,6 +30,9 @@ N_THREADS = 2
 GPL3 = "/usr/share/common-licenses/GPL-3"
 PPL_CTX = 512
 PPL_CHUNKS = 4
+# per model (n_ctx, chunks) when not the above: Gemma 3's chunks pass its
+# 512-position sliding window, so the windowed layers are judged too
+PPL_SHAPE = {"gemma3": (1024, 2)}
 N_GREEDY = 64
 KL_TOP = 20  # tokens kept per step in kl-smollm2.json (the rest is one bucket)
 
@@ -72,6 +78,19 @@ TOKENIZER_STRINGS = [
     "Hello world, the quick brown fox café wörld  123 é<|eot_id|>x",
     "<s> </s> <unk> [INST] hi [/INST]",
 ]
+# more strings for one model's special tokens
+EXTRA_STRINGS = {
+    "gemma3": [
+        "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n",
+        "<bos><eos><pad><unk><mask>",
+        "text<end_of_turn>more<start_of_turn",
+        "<start_of_image><end_of_image>\u00a0<image_soft_token>",
+        "\t\t\t    \n\n  tabs and spaces  \u2581 \u2581\u2581",
+    ],
+}
+# the built-in llama.cpp chat template of a model whose GGUF has no
+# tokenizer.chat_template (llama_chat_apply_template by name)
+BUILTIN_CHAT = {"gemma3": "gemma"}
 # byte strings that are not valid UTF-8
 TOKENIZER_BYTES = [b"a\xffb", b"\xc3", b"x\xe2\x82", b"\xed\xa0\x80z"]
 
@@ -137,7 +156,8 @@ def load(path, n_ctx, vocab_only=False, flash_attn=False):
 def tokenizer_refs(model_path, out, name):
     m = load(model_path, 64, vocab_only=True)
     recs = []
-    inputs = [(s.encode("utf-8"), s) for s in TOKENIZER_STRINGS] + [(b, None) for b in TOKENIZER_BYTES]
+    strings = TOKENIZER_STRINGS + EXTRA_STRINGS.get(name, [])
+    inputs = [(s.encode("utf-8"), s) for s in strings] + [(b, None) for b in TOKENIZER_BYTES]
     for raw, text in inputs:
         for add_special in (0, 1):
             for parse_special in (0, 1):
@@ -196,14 +216,27 @@ def greedy(m, prompt_ids, n):
     return out, top2
 
 
-def render_chat(m, messages):
+def render_chat(m, messages, name):
+    if "tokenizer.chat_template" not in m.metadata:
+        return builtin_chat(BUILTIN_CHAT[name], messages)
     import jinja2
     tmpl = m.metadata["tokenizer.chat_template"]
     env = jinja2.Environment(loader=jinja2.BaseLoader())
     return env.from_string(tmpl).render(messages=messages, add_generation_prompt=True)
 
 
-def greedy_refs(model_path, out):
+def builtin_chat(tmpl, messages):
+    """llama.cpp's own rendering with its built-in template tmpl."""
+    arr = (llama_cpp.llama_chat_message * len(messages))(
+        *[llama_cpp.llama_chat_message(x["role"].encode(), x["content"].encode()) for x in messages])
+    size = 4096
+    buf = ctypes.create_string_buffer(size)
+    n = llama_cpp.llama_chat_apply_template(tmpl.encode(), arr, len(messages), True, buf, size)
+    assert 0 < n <= size
+    return buf.raw[:n].decode("utf-8")
+
+
+def greedy_refs(model_path, out, name):
     m = load(model_path, 512)
     recs = []
     for p in PROMPTS:
@@ -212,7 +245,7 @@ def greedy_refs(model_path, out):
         recs.append({"prompt": p, "chat": 0, "prompt_ids": ids, "ids": gen,
                      "text": m.detokenize(gen).decode("utf-8", "replace"), "top2": top2})
     for msgs in CHATS:
-        p = render_chat(m, msgs)
+        p = render_chat(m, msgs, name)
         ids = m.tokenize(p.encode(), add_bos=True, special=True)
         gen, top2 = greedy(m, ids, N_GREEDY)
         recs.append({"prompt": p, "chat": 1, "messages": msgs, "prompt_ids": ids, "ids": gen,
@@ -220,10 +253,11 @@ def greedy_refs(model_path, out):
     head = header(model_path, what="greedy continuations (argmax of llama.cpp's logits, temperature 0), "
                   f"up to {N_GREEDY} tokens, stopping after EOS; raw prompts tokenized with add_special, "
                   "no special parsing; chat prompts rendered from tokenizer.chat_template with jinja2 "
-                  "(add_generation_prompt) and tokenized with special parsing; top2 = [id1, logit1, id2, "
+                  "(add_generation_prompt; without one, llama_chat_apply_template with llama.cpp's built-in "
+                  "template for the model) and tokenized with special parsing; top2 = [id1, logit1, id2, "
                   "logit2] per step, for judging near-ties",
                   system_info=llama_cpp.llama_print_system_info().decode())
-    write_records(os.path.join(out, "greedy-smollm2.json"), head, "cases", recs)
+    write_records(os.path.join(out, f"greedy-{name}.json"), head, "cases", recs)
 
     recs = []
     for p in TOP5_PROMPTS:
@@ -237,11 +271,12 @@ def greedy_refs(model_path, out):
                          "top_logits": [float(logits[i]) for i in top]})
     head = header(model_path, what="top-5 logits (ids, values) after evaluating prompt_ids in one batch, "
                   "at position pos (the logits predicting token pos+1)")
-    write_records(os.path.join(out, "logits-smollm2.json"), head, "cases", recs)
+    write_records(os.path.join(out, f"logits-{name}.json"), head, "cases", recs)
 
 
-def ppl_refs(model_path, out):
+def ppl_refs(model_path, out, name):
     text = open(GPL3, "rb").read().decode("utf-8")
+    PPL_CTX, PPL_CHUNKS = PPL_SHAPE.get(name, (globals()["PPL_CTX"], globals()["PPL_CHUNKS"]))
     m = load(model_path, PPL_CTX)
     tokens = m.tokenize(text.encode(), add_bos=True, special=False)
     add_bos = m.metadata.get("tokenizer.ggml.add_bos_token", "false") == "true"
@@ -271,7 +306,7 @@ def ppl_refs(model_path, out):
                   "logits at positions first..n_ctx-2 predict tokens first+1..n_ctx-1, first = n_ctx/2",
                   text=GPL3, text_sha256=sha256(GPL3), n_text_tokens=len(tokens), n_ctx=PPL_CTX,
                   n_chunks=n_chunks, ppl=math.exp(nll / count))
-    write_records(os.path.join(out, "perplexity-smollm2.json"), head, "chunks", recs)
+    write_records(os.path.join(out, f"perplexity-{name}.json"), head, "chunks", recs)
 
 
 TINY_IDS = {
@@ -366,9 +401,9 @@ def g5(x):
     return float(f"{x:.5g}")
 
 
-def kl_refs(model_path, out):
-    greedy = json.load(open(os.path.join(out, "greedy-smollm2.json"), encoding="utf-8"))
-    assert greedy["model_sha256"] == sha256(model_path), "greedy-smollm2.json is from another model file"
+def kl_refs(model_path, out, name):
+    greedy = json.load(open(os.path.join(out, f"greedy-{name}.json"), encoding="utf-8"))
+    assert greedy["model_sha256"] == sha256(model_path), f"greedy-{name}.json is from another model file"
     tm = test_model_module()
     paths = {"off": load(model_path, 512, flash_attn=False), "on": load(model_path, 512, flash_attn=True)}
     cases, recs = [], []
@@ -379,10 +414,10 @@ def kl_refs(model_path, out):
         first = len(c["prompt_ids"]) - 1
         cases.append({"case": ci, "prompt": c["prompt"], "chat": c["chat"], "tokens": tokens, "first": first})
         lp = {}
-        for name, m in paths.items():
+        for fa, m in paths.items():
             m.reset()
             m.eval(tokens)  # one batch (n_batch = n_ubatch = n_ctx = 512)
-            lp[name] = log_softmax(np.array(m.scores[:len(tokens)], dtype=np.float32))
+            lp[fa] = log_softmax(np.array(m.scores[:len(tokens)], dtype=np.float32))
         for pos in range(first, len(tokens)):
             off, on = lp["off"][pos], lp["on"][pos]
             top = np.argsort(-off, kind="stable")[:KL_TOP]
@@ -412,7 +447,7 @@ def kl_refs(model_path, out):
             exact["g_on_off"].append(tm.grouped_kl(tm.stored_dist(r, "on"), tm.stored_dist(r, "off")))
     mean = {k: float(f"{np.mean(v):.6e}") for k, v in exact.items()}
     head = header(model_path, what=(
-        "llama.cpp's distributions teacher-forced along its greedy continuations (greedy-smollm2.json): "
+        f"llama.cpp's distributions teacher-forced along its greedy continuations (greedy-{name}.json): "
         "for every case, tokens = prompt_ids + ids[:-1] evaluated in one batch (n_ctx = n_batch = n_ubatch "
         "= 512), once with flash attention off and once on; one step per position pos from first = "
         "len(prompt_ids) - 1 to the end (the logits predicting ids[pos - first]). Per step: ids = the "
@@ -432,7 +467,7 @@ def kl_refs(model_path, out):
         "values and from the exact ones"),
         system_info=llama_cpp.llama_print_system_info().decode(), top_k=KL_TOP, n_steps=len(recs),
         mean_kl=mean, rounding_max=float(f"{max(rounding):.3e}"), cases=cases)
-    write_records(os.path.join(out, "kl-smollm2.json"), head, "steps", recs, compact=True)
+    write_records(os.path.join(out, f"kl-{name}.json"), head, "steps", recs, compact=True)
     print(f"kl: {len(recs)} steps; mean KL(off||on) full {mean['off_on']:.4e}, grouped {mean['g_off_on']:.4e}; "
           f"KL(on||off) full {mean['on_off']:.4e}, grouped {mean['g_on_off']:.4e}; rounding max "
           f"{max(rounding):.2e}", file=sys.stderr)
@@ -448,22 +483,25 @@ def main(argv):
         return 2
     model, tiny_dir, out = args[:3]
     parts = set(args[3:]) or set(PARTS)
+    name = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--name=")), "smollm2")
     if "--skip-ppl" in argv:
         parts.discard("ppl")
+    if name != "smollm2":
+        parts.discard("tiny")  # the tiny models' refs do not depend on MODEL
     os.makedirs(out, exist_ok=True)
     os.makedirs(tiny_dir, exist_ok=True)
     if "tokenizer" in parts:
-        tokenizer_refs(model, out, "smollm2")
+        tokenizer_refs(model, out, name)
     if "tiny" in parts:
         tiny_refs(tiny_dir, out)
     if "arch" in parts:
         arch_refs(tiny_dir, out)
     if "greedy" in parts:
-        greedy_refs(model, out)
+        greedy_refs(model, out, name)
     if "ppl" in parts:
-        ppl_refs(model, out)
+        ppl_refs(model, out, name)
     if "kl" in parts:
-        kl_refs(model, out)
+        kl_refs(model, out, name)
     return 0
 
 

@@ -16,8 +16,14 @@
  *                       (-1: none; -2: the model's tokenizer.ggml.eos_token_id)
  *   placement           per weight "weight NAME BUFT BYTES", then per device
  *                       "plan DEVICE WEIGHTS KV_CACHE COMPUTE" (bytes)
+ *   pick N S1..SN ID... every position: "pos lse argmax v(S1) .. v(SN)": the
+ *                       log-sum-exp of the row, its argmax and the logits
+ *                       of the N selected ids (for a KL against a reference
+ *                       that kept a few ids per step, without printing a
+ *                       large vocabulary whole)
  *
  * Exit status: 0 on success, 1 with one line on stderr on failure. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +86,34 @@ static int print_logits(eval *e, const int32_t *ids, int64_t n, int k)
     return 0;
 }
 
+/* The pick command's rows: see the header. */
+static int print_picked(eval *e, const int32_t *ids, int64_t n, const int32_t *sel, int n_sel)
+{
+    int8_t *want = malloc((size_t)n);
+    if (!want)
+        return die("pick", "out of memory");
+    memset(want, 1, (size_t)n);
+    tsr_status st = tsr_session_decode(e->s, (size_t)n, ids, NULL, NULL, want);
+    free(want);
+    if (st != TSR_OK)
+        return die("decode", tsr_last_error());
+    for (int64_t p = 0; p < n; p++) {
+        const float *row = tsr_session_logits(e->s, (size_t)p);
+        int64_t arg = 0;
+        for (int64_t i = 1; i < e->n_vocab; i++)
+            if (row[i] > row[arg])
+                arg = i;
+        double sum = 0;
+        for (int64_t i = 0; i < e->n_vocab; i++)
+            sum += exp((double)row[i] - row[arg]);
+        printf("%lld %.10g %lld", (long long)p, row[arg] + log(sum), (long long)arg);
+        for (int j = 0; j < n_sel; j++)
+            printf(" %.7g", sel[j] >= 0 && sel[j] < e->n_vocab ? row[sel[j]] : 0.0f);
+        printf("\n");
+    }
+    return 0;
+}
+
 static int greedy(eval *e, const int32_t *ids, int64_t n, int n_gen, int32_t eos)
 {
     int64_t nv = e->n_vocab, idx[2];
@@ -130,8 +164,10 @@ static int run_line(eval *e, char *line)
         return 0;
     }
     int n_fixed = !strcmp(mode, "logits") ? 1 : !strcmp(mode, "top") ? 2 : 3;
+    if (!strcmp(mode, "pick"))
+        n_fixed = nw > 1 && atoi(words[1]) >= 0 && atoi(words[1]) < nw ? 2 + atoi(words[1]) : nw;
     if (nw <= n_fixed)
-        return die("usage", "logits ID... | top K ID... | greedy N EOS ID...");
+        return die("usage", "logits ID... | top K ID... | greedy N EOS ID... | pick N S1..SN ID...");
     int64_t n = nw - n_fixed;
     int32_t ids[8192];
     for (int64_t i = 0; i < n; i++)
@@ -142,6 +178,12 @@ static int run_line(eval *e, char *line)
         rc = print_logits(e, ids, n, 0);
     else if (!strcmp(mode, "top"))
         rc = print_logits(e, ids, n, atoi(words[1]) > 64 ? 64 : atoi(words[1]));
+    else if (!strcmp(mode, "pick")) {
+        static int32_t sel[8192];
+        for (int j = 0; j < n_fixed - 2; j++)
+            sel[j] = atoi(words[2 + j]);
+        rc = print_picked(e, ids, n, sel, n_fixed - 2);
+    }
     else if (!strcmp(mode, "greedy")) {
         int32_t eos = atoi(words[2]);
         if (eos == -2)

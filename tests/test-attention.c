@@ -8,6 +8,9 @@
  * and chunked results equal unchunked ones; the compute buffer stays under
  * the limit (tsr_measure); a batch that does not fit returns TSR_E_FULL and
  * changes nothing; argument errors; allocation failures leak nothing.
+ * Sliding windows (n_swa, swa_layers): windows of 1, 16, 64 and 100
+ * positions on one layer or on both, every path, against the reference
+ * with the window.
  */
 #include "tsrtest.h"
 
@@ -69,6 +72,13 @@ static void ref_free(ref_state *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* The window of the schedules being run (0 = none) and which of the
+ * layers have it (NULL = both). */
+static int64_t g_n_swa;
+static const uint8_t *g_swa_layers;
+
+static int windowed(int il) { return g_n_swa > 0 && (!g_swa_layers || g_swa_layers[il]); }
+
 /* out[t][h * hdv + d] for query token t of (pos, seq), layer il. */
 static void ref_attention(const ref_state *r, const shape *sh, int il, int n_layers, const float *q, int nt,
                           const int32_t *pos, const int32_t *seq, float scale, double *out) {
@@ -84,6 +94,8 @@ static void ref_attention(const ref_state *r, const shape *sh, int il, int n_lay
                 const ref_tok *c = &r->t[j];
                 w[j] = -INFINITY;
                 if (!c->alive || c->seq != seq[t] || c->pos > pos[t])
+                    continue;
+                if (windowed(il) && (int64_t)pos[t] - c->pos >= g_n_swa)
                     continue;
                 double s = 0;
                 for (int d = 0; d < sh->hdk; d++)
@@ -215,6 +227,8 @@ static void run_schedule(const shape *sh, tsr_type tk, tsr_type tv, int64_t n_ct
         p.type_k = tk;
         p.type_v = tv;
         p.n_seq = 2;
+        p.n_swa = g_n_swa;
+        p.swa_layers = g_swa_layers;
         rs[ci].c = NULL;
         tsr_status s = tsr_kv_cache_new(rs[ci].b, &p, &rs[ci].c);
         on[ci] = s == TSR_OK;
@@ -257,11 +271,11 @@ static void run_schedule(const shape *sh, tsr_type tk, tsr_type tv, int64_t n_ct
             float *got = run_batch(&rs[ci], sh, nt, q, k, v, pos, seq, scale);
             double e = tsrtest_nmse(got, want, N_LAYERS * on_n);
             if (getenv("TSR_TEST_VERBOSE"))
-                printf("%s %s/%s %s batch %d: nmse %.3g\n", sh->name, tsr_type_name(tk), tsr_type_name(tv),
-                       CFGS[ci].name, bi, e);
+                printf("%s %s/%s %s swa %lld batch %d: nmse %.3g\n", sh->name, tsr_type_name(tk), tsr_type_name(tv),
+                       CFGS[ci].name, (long long)g_n_swa, bi, e);
             if (!(e < tol_of(tk, tv)))
-                fprintf(stderr, "%s %s/%s %s batch %d (%d tokens): nmse %g\n", sh->name, tsr_type_name(tk),
-                        tsr_type_name(tv), CFGS[ci].name, bi, nt, e);
+                fprintf(stderr, "%s %s/%s %s swa %lld batch %d (%d tokens): nmse %g\n", sh->name, tsr_type_name(tk),
+                        tsr_type_name(tv), CFGS[ci].name, (long long)g_n_swa, bi, nt, e);
             CHECK(e < tol_of(tk, tv));
             if (!CFGS[ci].flash && !base) {
                 base = got;
@@ -322,6 +336,40 @@ static void test_paths(void) {
     run_schedule(&SHAPES[0], TSR_TYPE_F32, TSR_TYPE_F32, 200, SCHEDULE, 3);
     static const shape ODD = {"odd", 3, 1, 5, 7};
     run_schedule(&ODD, TSR_TYPE_F32, TSR_TYPE_F16, 77, SCHEDULE, 2);
+}
+
+/* The same schedules with sliding windows: on layer 1 only (layer 0 keeps
+ * the plain causal mask, so both masks of one batch are checked) or on
+ * both layers (swa_layers NULL); windows shorter than one batch, than the
+ * holes, and longer than some sequences. Gemma 3's shape (head dim 256,
+ * one KV head) included. */
+static void test_windows(void) {
+    static const shape SHAPES[] = {
+        {"gqa", 9, 3, 64, 64},
+        {"gemma", 4, 1, 256, 256},
+        {"mha", 4, 4, 32, 32},
+    };
+    static const uint8_t SECOND[N_LAYERS] = {0, 1};
+    int nb = (int)(sizeof SCHEDULE / sizeof SCHEDULE[0]);
+    static const struct {
+        int shape;
+        int64_t n_swa;
+        const uint8_t *layers;
+        tsr_type tk, tv;
+        int n_batches;
+    } RUNS[] = {
+        {0, 16, SECOND, TSR_TYPE_F16, TSR_TYPE_F16, 6},   {0, 100, NULL, TSR_TYPE_F16, TSR_TYPE_F16, 6},
+        {1, 64, SECOND, TSR_TYPE_F16, TSR_TYPE_F16, 6},   {2, 1, NULL, TSR_TYPE_F32, TSR_TYPE_F32, 4},
+        {0, 16, SECOND, TSR_TYPE_Q8_0, TSR_TYPE_Q8_0, 4},
+    };
+    for (size_t i = 0; i < sizeof RUNS / sizeof RUNS[0]; i++) {
+        g_n_swa = RUNS[i].n_swa;
+        g_swa_layers = RUNS[i].layers;
+        run_schedule(&SHAPES[RUNS[i].shape], RUNS[i].tk, RUNS[i].tv, 300, SCHEDULE,
+                     RUNS[i].n_batches < nb ? RUNS[i].n_batches : nb);
+    }
+    g_n_swa = 0;
+    g_swa_layers = NULL;
 }
 
 static tsr_kv_cache *small_cache(tsr_backend *b, int64_t n_ctx, int n_seq);
@@ -778,6 +826,7 @@ int main(void) {
     test_nocache();
     test_bound();
     test_paths();
+    test_windows();
     test_alloc_failures();
     return tsrtest_done("test-attention");
 }

@@ -3,7 +3,10 @@
  * llama.cpp's built-in templates), failure on an unknown template, and — when
  * the SmolLM2 model is present ($TSR_MODEL or the get-model.sh cache) — its
  * real template rendered exactly as Jinja renders it, tokenized into the
- * prompt ids recorded in tests/data/refs/greedy-smollm2.json. */
+ * prompt ids recorded in tests/data/refs/greedy-smollm2.json. The same for
+ * Gemma 3 270M (its GGUF has no chat template: the model layer gives
+ * gemma3 files Gemma's turns, and llama.cpp's built-in "gemma" rendering
+ * recorded in greedy-gemma3.json must come out) when it is cached. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,7 +129,7 @@ static char *json_str(const char *line, const char *key)
     return out;
 }
 
-static void test_smollm2(const char *model, const char *refs)
+static void test_model(const char *label, const char *model, const char *refs)
 {
     tsr_gguf *g = NULL;
     const char *text;
@@ -141,8 +144,15 @@ static void test_smollm2(const char *model, const char *refs)
         CHECK(0, "open %s: %s", model, tsr_last_error());
         return;
     }
-    CHECK(tsr_gguf_get_str(g, "tokenizer.chat_template", &text, NULL) == TSR_OK, "chat template key");
-    CHECK(chat_template_detect(text, &t) == TSR_OK, "detect: %s", tsr_last_error());
+    if (tsr_gguf_find_key(g, "tokenizer.chat_template") < 0) { /* gemma3: what api.c's load_template picks */
+        const char *arch = "";
+        CHECK(tsr_gguf_get_str(g, "general.architecture", &arch, NULL) == TSR_OK && !strcmp(arch, "gemma3"),
+              "%s: no chat template, architecture %s", label, arch);
+        CHECK(chat_template_by_name("gemma", &t) == TSR_OK, "gemma: %s", tsr_last_error());
+    } else {
+        CHECK(tsr_gguf_get_str(g, "tokenizer.chat_template", &text, NULL) == TSR_OK, "chat template key");
+        CHECK(chat_template_detect(text, &t) == TSR_OK, "detect: %s", tsr_last_error());
+    }
     CHECK(tok_vocab_load(g, &v) == TSR_OK, "vocab: %s", tsr_last_error());
     tsr_gguf_close(g);
     if (!t || !v || !(f = fopen(refs, "r"))) {
@@ -165,8 +175,8 @@ static void test_smollm2(const char *model, const char *refs)
         if (strstr(line, "\"role\": \"system\""))
             m[n++] = (chat_msg){"system", sys};
         m[n++] = (chat_msg){"user", u ? u : ""};
-        CHECK(chat_format(t, m, n, 1, &out) == TSR_OK && !strcmp(out, want), "SmolLM2 chat prompt\n%s\nJinja gave\n%s",
-              out ? out : "", want);
+        CHECK(chat_format(t, m, n, 1, &out) == TSR_OK && !strcmp(out, want), "%s chat prompt\n%s\nllama.cpp gave\n%s",
+              label, out ? out : "", want);
         CHECK(out && tok_tokenize(v, out, strlen(out), 1, 1, &ids, &n_ids) == TSR_OK, "tokenize");
         if (ids) {
             const char *p = strstr(line, "\"prompt_ids\": [");
@@ -183,7 +193,7 @@ static void test_smollm2(const char *model, const char *refs)
         free(ids), free(out), free(want), free(sys), free(u);
     }
     CHECK(n_chat == 2, "%d chat cases in %s", n_chat, refs);
-    printf("SmolLM2 chat template: %d recorded prompts rendered and tokenized identically\n", n_chat);
+    printf("%s chat template: %d recorded prompts rendered and tokenized identically\n", label, n_chat);
     fclose(f);
 done:
     free(line);
@@ -209,9 +219,20 @@ int main(void)
     snprintf(refs, sizeof refs, "%s/tests/data/refs/greedy-smollm2.json", top ? top : ".");
     if ((f = fopen(model, "rb"))) {
         fclose(f);
-        test_smollm2(model, refs);
+        test_model("SmolLM2", model, refs);
     } else {
         printf("note: %s absent, the SmolLM2 template check did not run\n", model);
+    }
+    if (xdg && *xdg)
+        snprintf(model, sizeof model, "%s/libtensr/gemma-3-270m-q4_k_m.gguf", xdg);
+    else
+        snprintf(model, sizeof model, "%s/.cache/libtensr/gemma-3-270m-q4_k_m.gguf", home ? home : ".");
+    snprintf(refs, sizeof refs, "%s/tests/data/refs/greedy-gemma3.json", top ? top : ".");
+    if ((f = fopen(model, "rb"))) {
+        fclose(f);
+        test_model("Gemma 3", model, refs);
+    } else {
+        printf("note: %s absent, the Gemma 3 template check did not run (test-model-gemma3.py fetches it)\n", model);
     }
     return tsrtest_done("test-chat");
 }

@@ -118,6 +118,47 @@ static void kv_cache_old_params(tsr_backend *be)
     tsr_kv_cache_free(c);
 }
 
+/* A caller from before the sliding window: garbage where n_swa and
+ * swa_layers would be must mean no window (reading them would take a
+ * window of 0xA5A5... positions and read the layer flags through a garbage
+ * pointer: a crash). The cache works, and the mask of a token at position
+ * 1000 hides none of the cells of positions 0..1000. */
+static void kv_cache_before_window(tsr_backend *be)
+{
+    NEED(tsr_kv_cache_new);
+    union { tsr_kv_cache_params p; unsigned char raw[sizeof(tsr_kv_cache_params) + 32]; } u;
+    const size_t old = offsetof(tsr_kv_cache_params, n_swa);
+    memset(&u, GARBAGE, sizeof u);
+    tsr_kv_cache_params_init(&u.p, old);
+    CHECK(u.p.size == old, "size recorded as %zu", u.p.size);
+    CHECK(untouched(&u, old, sizeof u), "tsr_kv_cache_params_init wrote past the caller's size");
+    u.p.n_layers = 2;
+    u.p.n_ctx = 1024;
+    u.p.n_head_kv = 1;
+    u.p.head_dim_k = 8;
+    u.p.head_dim_v = 8;
+    u.p.n_batch_max = 1024;
+    tsr_kv_cache *c = NULL;
+    tsr_status s = tsr_kv_cache_new(be, &u.p, &c);
+    CHECK(s == TSR_OK && c != NULL, "tsr_kv_cache_new with a pre-window struct: %s", tsr_status_string(s));
+    if (!c) return;
+    static int32_t pos[1001];
+    for (int i = 0; i < 1001; i++) pos[i] = i;
+    tsr_context *ctx = tsr_context_new(be);
+    s = tsr_kv_cache_begin(c, ctx, 1001, pos, NULL);
+    CHECK(s == TSR_OK, "begin(1001): %s", tsr_status_string(s));
+    tsr_tensor *mask = tsr_kv_cache_mask(c);
+    static uint16_t row[1024];
+    int64_t n_kv = mask ? tsr_tensor_ne(mask, 0) : 0;
+    CHECK(mask && n_kv <= 1024 && tsr_tensor_read(mask, row, (size_t)1000 * n_kv * 2, (size_t)n_kv * 2) == TSR_OK,
+          "reading the mask row of position 1000");
+    int hidden = 0;
+    for (int j = 0; j < 1001 && j < n_kv; j++) hidden += row[j] != 0;
+    CHECK(hidden == 0, "%d of the 1001 cells hidden from position 1000: a window was read from garbage", hidden);
+    tsr_context_close(ctx);
+    tsr_kv_cache_free(c);
+}
+
 /* Old load params: without verify and plan_only (garbage there would mean
  * "plan only": nothing allocated). */
 static void load_params_old(tsr_load_params *p, unsigned char *raw, size_t raw_size)
@@ -210,6 +251,7 @@ int main(void)
     tsr_backend *be = backend_old_params();
     if (be) {
         kv_cache_old_params(be);
+        kv_cache_before_window(be);
         place_weights_old_params(be);
         tsr_backend_free(be);
     }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test-tokenizer.sh - runs tests/test-tokenizer against llama.cpp's recorded
 # token ids: on SmolLM2-135M-Instruct (fetched by examples/get-model.sh when
-# CI=true, else skipped when absent) and on the tiny SentencePiece and BPE
+# CI=true, else skipped when absent), on Gemma 3 270M (fetched by
+# examples/get-model.sh gemma3) and on the tiny SentencePiece and BPE
 # models that tests/make_tiny_models.py regenerates (needs python3 with
 # numpy and gguf; skipped without them unless CI=true).
 set -u
@@ -20,6 +21,22 @@ if [ -f "$model" ]; then
     set -- "$@" "$refs/tokenizer-smollm2.json" "$model"
 else
     echo "SKIP part: $model absent (run examples/get-model.sh)"
+fi
+
+# Gemma 3 270M (SentencePiece, 262,144 tokens, byte fallback): fetched when
+# absent; skipped only when it cannot be fetched (no network), except
+# under CI=true
+gemma=${XDG_CACHE_HOME:-$HOME/.cache}/libtensr/gemma-3-270m-q4_k_m.gguf
+if [ ! -f "$gemma" ]; then
+    gemma=$(sh "$srcdir/examples/get-model.sh" gemma3 2>/dev/null) || gemma=
+fi
+if [ -n "$gemma" ] && [ -f "$gemma" ]; then
+    set -- "$@" "$refs/tokenizer-gemma3.json" "$gemma"
+elif [ "$ci" = true ]; then
+    echo "FAIL: could not fetch Gemma 3 270M (examples/get-model.sh gemma3)"
+    exit 1
+else
+    echo "SKIP part: Gemma 3 270M absent and not fetched (no network?)"
 fi
 
 tiny=$(mktemp -d)

@@ -8,6 +8,8 @@
  *    to read it.
  *  - Reads: views of the tensors set_rows returns, so the graph orders every
  *    write before the reads of the same layer.
+ *  - Masks: the cache's causal mask, or its windowed mask for a layer with
+ *    a sliding window; every path below takes the one it is given.
  *  - Flash path: one flash_attn node over the padded cache and mask.
  *  - Plain path: K*Q on permuted views, softmax with mask and scale,
  *    V*softmax, one permute + cont. When the scores of all heads would pass
@@ -291,5 +293,6 @@ tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_ten
     }
     if (!kr || !vr)
         return NULL;
-    return tsr__attention_build(ctx, q, kr, vr, c->mask, scale, c->flash, tsr_backend_attn_max_batch(c->b));
+    tsr_tensor *mask = c->l_swa[il] && c->mask_swa ? c->mask_swa : c->mask;
+    return tsr__attention_build(ctx, q, kr, vr, mask, scale, c->flash, tsr_backend_attn_max_batch(c->b));
 }

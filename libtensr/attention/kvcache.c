@@ -11,6 +11,10 @@
  * [n_ctx, head_dim_v * n_head_kv], so V*softmax(K*Q) reads it without a
  * copy; on the flash path V is stored like K. A cell belongs to one
  * sequence.
+ *
+ * Sliding window: layers flagged in swa_layers read the same cells through
+ * a second mask that also hides cells n_swa or more positions behind the
+ * token. Cells are never evicted, so the window costs no bookkeeping.
  */
 #include "attention/kvcache.h"
 
@@ -49,6 +53,20 @@ static tsr_status tsr_check_type(tsr_type t, int head_dim, bool flash, bool is_v
     return TSR_OK;
 }
 
+/* Per-layer window flags: the caller's (copied) or every layer. */
+static tsr_status tsr_layer_windows(tsr_kv_cache *c) {
+    const tsr_kv_cache_params *p = &c->p;
+    c->l_swa = tsr__calloc((size_t)p->n_layers, 1);
+    if (!c->l_swa)
+        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
+    for (int il = 0; il < p->n_layers && p->n_swa > 0; il++) {
+        c->l_swa[il] = p->swa_layers ? p->swa_layers[il] != 0 : 1;
+        c->any_swa = c->any_swa || c->l_swa[il];
+    }
+    c->p.swa_layers = NULL;
+    return TSR_OK;
+}
+
 /* Per-layer shapes: the caller's arrays (copied) or the single values. */
 static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
     const tsr_kv_cache_params *p = &c->p;
@@ -73,18 +91,18 @@ static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
             return s;
     }
     c->p.n_head_kv_layer = c->p.head_dim_k_layer = c->p.head_dim_v_layer = NULL; /* not the caller's memory later */
-    return TSR_OK;
+    return tsr_layer_windows(c);
 }
 
 static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
     if (p->n_layers <= 0 || p->n_ctx <= 0 || (p->n_head_kv <= 0 && !p->n_head_kv_layer) ||
         (p->head_dim_k <= 0 && !p->head_dim_k_layer) || (p->head_dim_v <= 0 && !p->head_dim_v_layer) || p->n_seq <= 0 ||
-        p->n_batch_max < 0)
+        p->n_batch_max < 0 || p->n_swa < 0)
         return tsr__error(TSR_E_INVALID,
                           "tsr_kv_cache_new: n_layers %d, n_ctx %lld, n_head_kv %d, head_dim_k %d, head_dim_v %d, "
-                          "n_seq %d must be > 0 and n_batch_max %lld >= 0",
+                          "n_seq %d must be > 0, n_batch_max %lld and n_swa %lld >= 0",
                           p->n_layers, (long long)p->n_ctx, p->n_head_kv, p->head_dim_k, p->head_dim_v, p->n_seq,
-                          (long long)p->n_batch_max);
+                          (long long)p->n_batch_max, (long long)p->n_swa);
     if (p->n_ctx > INT32_MAX)
         return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx,
                           INT32_MAX);
@@ -262,6 +280,7 @@ void tsr_kv_cache_free(tsr_kv_cache *c) {
     tsr__free(c->l_nkvh);
     tsr__free(c->l_hdk);
     tsr__free(c->l_hdv);
+    tsr__free(c->l_swa);
     tsr__free(c->grp_bt);
     tsr__free(c->grp_size);
     tsr__free(c->grp_dev);
@@ -352,9 +371,10 @@ static tsr_status tsr_default_positions(const tsr_kv_cache *c, int64_t n_tokens,
 }
 
 /* Causal mask: token i sees cell j when the cell is in use, of the same
- * sequence, at a position <= its own. Padding rows are fully masked. */
+ * sequence, at a position <= its own and, with a window (n_swa > 0), less
+ * than n_swa positions behind it. Padding rows are fully masked. */
 static void tsr_fill_mask(const tsr_kv_cache *c, uint16_t *m, int64_t n_kv, int64_t n_rows, int64_t n_tokens,
-                          const int32_t *pos, const int32_t *seq) {
+                          const int32_t *pos, const int32_t *seq, int64_t n_swa) {
     const uint16_t zero = 0x0000, ninf = 0xFC00; /* F16 0 and -inf */
     for (int64_t i = 0; i < n_rows; i++) {
         uint16_t *row = m + i * n_kv;
@@ -365,7 +385,8 @@ static void tsr_fill_mask(const tsr_kv_cache *c, uint16_t *m, int64_t n_kv, int6
         int32_t p = pos[i], s = seq ? seq[i] : 0;
         for (int64_t j = 0; j < n_kv; j++) {
             int32_t cp = j < c->p.n_ctx ? c->cell_pos[j] : -1;
-            row[j] = cp >= 0 && cp <= p && c->cell_seq[j] == s ? zero : ninf;
+            bool seen = cp >= 0 && cp <= p && c->cell_seq[j] == s && (n_swa <= 0 || (int64_t)p - cp < n_swa);
+            row[j] = seen ? zero : ninf;
         }
     }
 }
@@ -390,17 +411,24 @@ static tsr_status tsr_build_inputs(tsr_kv_cache *c, tsr_context *ctx, int64_t n_
     int64_t ne_idx[1] = {n_tokens}, ne_mask[2] = {n_kv, n_rows};
     tsr_tensor *idx = tsr_input(ctx, TSR_TYPE_I64, 1, ne_idx, cells);
     tsr_tensor *mask = idx ? tsr_input(ctx, TSR_TYPE_F16, 2, ne_mask, NULL) : NULL;
-    if (!mask)
+    tsr_tensor *mask_swa = mask && c->any_swa ? tsr_input(ctx, TSR_TYPE_F16, 2, ne_mask, NULL) : NULL;
+    if (!mask || (c->any_swa && !mask_swa))
         return tsr_context_status(ctx);
     tsr_set_name(idx, "kv_idx");
     tsr_set_name(mask, "kq_mask");
     if (!reserve && mask->data)
-        tsr_fill_mask(c, mask->data, n_kv, n_rows, n_tokens, pos, seq);
+        tsr_fill_mask(c, mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
+    if (mask_swa) {
+        tsr_set_name(mask_swa, "kq_mask_swa");
+        if (!reserve && mask_swa->data)
+            tsr_fill_mask(c, mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
+    }
     c->ctx = ctx;
     c->n_tokens = n_tokens;
     c->n_kv = n_kv;
     c->idx = idx;
     c->mask = mask;
+    c->mask_swa = mask_swa;
     return TSR_OK;
 }
 

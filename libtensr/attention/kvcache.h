@@ -21,6 +21,8 @@ struct tsr_kv_cache {
     tsr_backend *b;
     tsr_kv_cache_params p;       /* as given (read over defaults) */
     int *l_nkvh, *l_hdk, *l_hdv; /* per layer: KV heads, K and V head dims */
+    uint8_t *l_swa;              /* per layer: 1 = sliding window (p.n_swa > 0) */
+    bool any_swa;                /* some layer has the window: begin builds mask_swa */
     int64_t n_ctx_alloc;         /* rows of the cache tensors: n_ctx, padded on the flash path */
     bool flash;                  /* backend path at creation: flash (V as rows) or plain (V transposed) */
     tsr_tensor *k, *v;           /* n_layers tensor structs each (ctx NULL, FLAG_PERSIST):
@@ -41,8 +43,9 @@ struct tsr_kv_cache {
     /* the batch of the last begin */
     tsr_context *ctx;
     int64_t n_tokens, n_kv;
-    tsr_tensor *idx;  /* I64 [n_tokens]: cell of each token */
-    tsr_tensor *mask; /* F16 [n_kv, n_tokens padded] */
+    tsr_tensor *idx;      /* I64 [n_tokens]: cell of each token */
+    tsr_tensor *mask;     /* F16 [n_kv, n_tokens padded] */
+    tsr_tensor *mask_swa; /* the same with the window, for the l_swa layers; NULL when none */
 };
 
 /* Attention of q [head_dim_k, n_head, n_tokens] over keys k

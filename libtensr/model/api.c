@@ -10,11 +10,21 @@
 /* ---- loading --------------------------------------------------------------- */
 
 /* The chat template, when the model has one: a model without one (or with
- * one we do not know) still loads; tsr_model_chat_format says why. */
+ * one we do not know) still loads; tsr_model_chat_format says why. A
+ * gemma3 file without tokenizer.chat_template (the 270M Q4_K_M one of
+ * examples/get-model.sh has none) gets Gemma's turns, the only format
+ * Gemma's instruct models know. */
 static void load_template(tsr_model *m) {
     const char *text = NULL;
-    if (tsr_gguf_find_key(m->gguf, "tokenizer.chat_template") < 0 ||
-        tsr_gguf_get_str(m->gguf, "tokenizer.chat_template", &text, NULL) != TSR_OK) {
+    int has = tsr_gguf_find_key(m->gguf, "tokenizer.chat_template") >= 0;
+    if (!has && llm_is_gemma3(&m->hp)) {
+        m->tmpl_status = chat_template_by_name("gemma", &m->tmpl);
+        if (m->tmpl_status != TSR_OK)
+            snprintf(m->tmpl_error, sizeof m->tmpl_error, "%s", tsr_last_error());
+        tsr_clear_error();
+        return;
+    }
+    if (!has || tsr_gguf_get_str(m->gguf, "tokenizer.chat_template", &text, NULL) != TSR_OK) {
         m->tmpl_status = TSR_E_NOT_FOUND;
         snprintf(m->tmpl_error, sizeof m->tmpl_error, "%s: the model has no tokenizer.chat_template",
                  tsr_gguf_path(m->gguf));

@@ -144,6 +144,7 @@ static const llm_arch llm_archs[] = {
     {"qwen2", TSR_ROPE_NEOX, LLM_OUT_BIAS},
     {"qwen3", TSR_ROPE_NEOX, LLM_QK_NORM},
     {"qwen3moe", TSR_ROPE_NEOX, LLM_QK_NORM | LLM_MOE | LLM_FF_EXP_KEY},
+    {"gemma3", TSR_ROPE_NEOX, LLM_QK_NORM}, /* the rest in gemma3.c */
 };
 #define N_ARCHS (sizeof llm_archs / sizeof llm_archs[0])
 
@@ -214,6 +215,7 @@ static int known_layer_tensor(const llm_hparams *hp, const char *suffix) {
     static const char *const moe[] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
                                       "ffn_down_exps.weight"};
     static const char *const qk_norm[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
+    static const char *const gemma3[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
     for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
         if (strcmp(suffix, common[i]) == 0)
             return 1;
@@ -225,6 +227,9 @@ static int known_layer_tensor(const llm_hparams *hp, const char *suffix) {
             return 1;
     for (size_t i = 0; (hp->flags & LLM_QK_NORM) && i < sizeof qk_norm / sizeof qk_norm[0]; i++)
         if (strcmp(suffix, qk_norm[i]) == 0)
+            return 1;
+    for (size_t i = 0; llm_is_gemma3(hp) && i < sizeof gemma3 / sizeof gemma3[0]; i++)
+        if (strcmp(suffix, gemma3[i]) == 0)
             return 1;
     return 0;
 }
@@ -277,7 +282,17 @@ tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
         (st = key_i64(g, hp, "attention.sliding_window", 0, &hp->sliding_window)) != TSR_OK ||
         (st = read_experts(g, hp)) != TSR_OK || (st = read_tensor_facts(g, hp)) != TSR_OK)
         return st;
+    if (llm_is_gemma3(hp) && (st = gemma3_hparams_read(g, hp)) != TSR_OK)
+        return st;
     return check_hparams(g, hp);
+}
+
+tsr_status llm_key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out) {
+    return key_i64(g, hp, suffix, def, out);
+}
+
+tsr_status llm_key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out) {
+    return key_f32(g, hp, suffix, def, out);
 }
 
 /* ---- weights ------------------------------------------------------------- */
@@ -306,6 +321,10 @@ static tsr_status bind3(tsr_model *m, const char *name, int64_t ne0, int64_t ne1
 
 static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out) {
     return bind3(m, name, ne0, ne1, 0, optional, out);
+}
+
+tsr_status llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out) {
+    return bind(m, name, ne0, ne1, optional, out);
 }
 
 /* The weights of one layer: use = 0 skips an entry the architecture lacks. */
@@ -381,7 +400,7 @@ tsr_status llm_bind_weights(tsr_model *m) {
     if (!m->layers)
         return tsr__error(TSR_E_NOMEM, "out of memory for %d layers", hp->n_layer);
     for (int il = 0; il < hp->n_layer; il++)
-        if ((st = bind_layer(m, il)) != TSR_OK)
+        if ((st = bind_layer(m, il)) != TSR_OK || (llm_is_gemma3(hp) && (st = gemma3_bind_layer(m, il)) != TSR_OK))
             return st;
     return TSR_OK;
 }
@@ -504,6 +523,8 @@ static int all_rows(const llm_batch *b) {
 }
 
 tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out) {
+    if (llm_is_gemma3(&m->hp))
+        return gemma3_build(m, ctx, cache, b, out);
     fwd f = {m, ctx, cache, NULL, NULL, b->n, b->n_out};
     int64_t ne = b->n, ne_out = b->n_out;
     tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);

@@ -2,7 +2,7 @@
  * model.h - private declarations of the model layer (libtensr/model/): the
  * model and session structs, the hyper-parameters and the graph of one
  * micro-batch of the llama family (llama, mistral, qwen2, qwen3, qwen3moe;
- * llama.c), shared by the public functions of
+ * llama.c) and of gemma3 (gemma3.c), shared by the public functions of
  * api.c and session.c. Like every model source it sees libtensr.h only
  * (bridge.h adds the error channel).
  */
@@ -58,6 +58,12 @@ typedef struct llm_hparams {
     int n_expert;           /* expert_count; 0: a dense feed-forward network */
     int n_expert_used;      /* expert_used_count: experts per token */
     int64_t n_ff_exp;       /* rows of one expert's gate/up (expert_feed_forward_length) */
+    /* gemma3 (gemma3.c); zero for llama/mistral, whose window llama.cpp
+     * does not apply either */
+    int64_t n_swa;            /* sliding window of the windowed layers; 0 = none */
+    int swa_period;           /* layer il is windowed unless il % swa_period == swa_period - 1 */
+    float rope_freq_base_swa; /* rope of the windowed layers (no scaling) */
+    float attn_scale;         /* the queries' scale (the scores' is 1) */
 } llm_hparams;
 
 typedef struct llm_layer {
@@ -66,6 +72,10 @@ typedef struct llm_layer {
     tsr_tensor *attn_q_norm, *attn_k_norm;                                  /* [head_dim_k], LLM_QK_NORM */
     tsr_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps; /* experts */
     tsr_tensor *rope_freqs; /* the copy on this layer's device, or NULL */
+    /* gemma3: per-head RMS norms of q and k, norms after attention and FFN */
+    struct {
+        tsr_tensor *q_norm, *k_norm, *post_attn_norm, *post_ffn_norm;
+    } g3;
 } llm_layer;
 
 struct tsr_model {
@@ -100,6 +110,24 @@ tsr_status llm_bind_weights(tsr_model *m);
  * called); *out: logits [n_vocab, n_out], or, when n_out == 0, the last
  * layer's attention (which writes the cache). */
 tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out);
+
+/* Shared with the other architectures' files: GGUF key ARCH.suffix (a
+ * required integer when def < 0; a float defaulting to def) and a weight
+ * lookup with its shape check ({ne0, ne1}, ne1 0 for 1-D; optional ones
+ * may be absent). */
+tsr_status llm_key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out);
+tsr_status llm_key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out);
+tsr_status llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out);
+
+/* gemma3.c: what differs from llama (hyper-parameters after the common
+ * ones are read, the layer weights, the graph), and whether a layer has
+ * the sliding window. */
+int llm_is_gemma3(const llm_hparams *hp);
+tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp);
+tsr_status gemma3_bind_layer(tsr_model *m, int il);
+tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
+                        tsr_tensor **out);
+int llm_layer_is_swa(const llm_hparams *hp, int il);
 
 /* Frees m for real (tsr_model_free, or its last session after that). */
 void llm_model_destroy(tsr_model *m);

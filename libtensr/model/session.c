@@ -61,11 +61,6 @@ static tsr_status settle(const tsr_model *m, tsr_session_params *p) {
         p->n_ctx = hp->n_ctx_train;
     if (p->n_ctx > INT32_MAX / 2)
         return tsr__error(TSR_E_INVALID, "tsr_session_new: context size %lld is too large", (long long)p->n_ctx);
-    if (hp->sliding_window > 0 && hp->sliding_window < p->n_ctx)
-        return tsr__error(TSR_E_UNSUPPORTED,
-                          "%s: sliding-window attention (window %lld) is not supported yet; use a context of at most "
-                          "%lld tokens, where it makes no difference",
-                          tsr_gguf_path(m->gguf), (long long)hp->sliding_window, (long long)hp->sliding_window);
     if (p->n_seq_max == 0)
         p->n_seq_max = 1;
     if (p->n_batch == 0 || p->n_batch > p->n_ctx)
@@ -92,7 +87,19 @@ static tsr_status make_cache(tsr_session *s) {
     kp.type_v = s->p.type_v;
     kp.n_seq = s->p.n_seq_max;
     kp.n_batch_max = s->p.n_ubatch;
+    /* the model's sliding window (gemma3); llama/mistral files may name one
+     * (attention.sliding_window), but llama.cpp does not apply it there and
+     * neither do we: hp->n_swa stays 0 for them */
+    uint8_t *swa = NULL;
+    if (hp->n_swa > 0) {
+        if (!(swa = tsr__calloc((size_t)hp->n_layer, 1)))
+            return tsr__error(TSR_E_NOMEM, "out of memory for %d layer flags", hp->n_layer);
+        for (int il = 0; il < hp->n_layer; il++) swa[il] = (uint8_t)llm_layer_is_swa(hp, il);
+        kp.n_swa = hp->n_swa;
+        kp.swa_layers = swa;
+    }
     tsr_status st = tsr_kv_cache_new(s->m->be, &kp, &s->cache);
+    tsr__free(swa);
     return st == TSR_OK ? TSR_OK : tsr__error(st, "creating the KV cache: %s", tsr_last_error());
 }
 

@@ -332,7 +332,7 @@ static void find_eog(tok_vocab *v, const tsr_gguf *g) {
         int32_t t = tok_find(v, names[i], strlen(names[i]));
         if (t >= 0) {
             add_eog(v, t);
-            if (v->attr[t] != TOK_ATTR_CONTROL && strcmp(names[i], "</s>") != 0)
+            if (v->attr[t] != TOK_ATTR_CONTROL)
                 v->attr[t] = TOK_ATTR_CONTROL;
         }
     }
