@@ -87,6 +87,7 @@ struct tsr_stream {
     atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
     tsr_tensor *const *nodes;  /* the job being run */
     size_t n_nodes;
+    bool prof; /* TSR_PROFILE: time kernels and barriers */
 };
 
 tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out);
