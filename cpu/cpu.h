@@ -51,6 +51,15 @@ typedef struct tsr_cpu_kernels {
      * B F32 or (b_f16) F16, converted in registers. */
     void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc);
+    /* Register-tiled matmul for batches (tsr__cpu_op_mul_mat uses it for >= 2
+     * activation columns; NULL: none): s[j * ss + i] = dot(x row i, y row j)
+     * for i < m, j < n over k elements; x rows xs bytes apart (weight type),
+     * y rows ys bytes apart in gemm_type[weight type] (activations converted
+     * once per matmul, as for dot_type). Each result is the same whatever m,
+     * n and the position in the tile (results do not depend on threads). */
+    tsr_type gemm_type[TSR_TYPE_COUNT];
+    void (*gemm[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys,
+                                 float *s, size_t ss);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
     /* F16 x F16 dots of matmuls with >= 2 activation columns, summed as ggml's

@@ -283,6 +283,65 @@ static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum_ps256(_mm256_add_ps(a[1], a[0]));
 }
 
+/* ---- register-tiled matmul (batches) ---------------------------------------- */
+
+/* F16 weights x F32 activations: rm (<= 4) weight rows x rn (<= 3)
+ * activation rows, 12 accumulators of 8 lanes in registers over k in steps
+ * of 8; each weight vector is converted by F16C once and used for rn
+ * columns, each activation vector loaded once for rm rows (7 loads per 12
+ * FMAs). Per result: the 8 lanes, their horizontal sum, then the k % 8 tail
+ * in order - the same for every rm, rn. */
+static inline __attribute__((always_inline)) void gemm_f16_tile(int rm, int rn, int64_t k, const char *x, size_t xs,
+                                                                const char *y, size_t ys, float *s, size_t ss) {
+    __m256 acc[4][3];
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++) acc[r][c] = _mm256_setzero_ps();
+    int64_t l = 0;
+    for (; l + 8 <= k; l += 8) {
+        __m256 yv[3];
+        for (int c = 0; c < rn; c++) yv[c] = _mm256_loadu_ps((const float *)(y + (size_t)c * ys) + l);
+        for (int r = 0; r < rm; r++) {
+            const __m256 xv = load_fp16x8((const uint16_t *)(x + (size_t)r * xs) + l);
+            for (int c = 0; c < rn; c++) acc[r][c] = _mm256_fmadd_ps(xv, yv[c], acc[r][c]);
+        }
+    }
+    for (int r = 0; r < rm; r++)
+        for (int c = 0; c < rn; c++) {
+            const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs);
+            const float *yc = (const float *)(y + (size_t)c * ys);
+            float sum = hsum_ps256(acc[r][c]);
+            for (int64_t t = l; t < k; t++) sum += TSR_FP16_TO_FP32(xr[t]) * yc[t];
+            s[(size_t)c * ss + (size_t)r] = sum;
+        }
+}
+
+static void gemm_f16(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs, const void *vy, size_t ys, float *s,
+                     size_t ss) {
+    for (int64_t j = 0; j < n; j += 3) {
+        const char *y = (const char *)vy + (size_t)j * ys;
+        const int rn = n - j < 3 ? (int)(n - j) : 3;
+        for (int64_t i = 0; i < m; i += 4) {
+            const char *x = (const char *)vx + (size_t)i * xs;
+            float *o = s + (size_t)j * ss + (size_t)i;
+            const int rm = m - i < 4 ? (int)(m - i) : 4;
+            switch (rm * 4 + rn) { /* constant shapes: the tile stays in registers */
+            case 4 * 4 + 3: gemm_f16_tile(4, 3, k, x, xs, y, ys, o, ss); break;
+            case 4 * 4 + 2: gemm_f16_tile(4, 2, k, x, xs, y, ys, o, ss); break;
+            case 4 * 4 + 1: gemm_f16_tile(4, 1, k, x, xs, y, ys, o, ss); break;
+            case 3 * 4 + 3: gemm_f16_tile(3, 3, k, x, xs, y, ys, o, ss); break;
+            case 3 * 4 + 2: gemm_f16_tile(3, 2, k, x, xs, y, ys, o, ss); break;
+            case 3 * 4 + 1: gemm_f16_tile(3, 1, k, x, xs, y, ys, o, ss); break;
+            case 2 * 4 + 3: gemm_f16_tile(2, 3, k, x, xs, y, ys, o, ss); break;
+            case 2 * 4 + 2: gemm_f16_tile(2, 2, k, x, xs, y, ys, o, ss); break;
+            case 2 * 4 + 1: gemm_f16_tile(2, 1, k, x, xs, y, ys, o, ss); break;
+            case 1 * 4 + 3: gemm_f16_tile(1, 3, k, x, xs, y, ys, o, ss); break;
+            case 1 * 4 + 2: gemm_f16_tile(1, 2, k, x, xs, y, ys, o, ss); break;
+            default: gemm_f16_tile(1, 1, k, x, xs, y, ys, o, ss); break;
+            }
+        }
+    }
+}
+
 /* Shared by Q4_0 and Q8_0 weights: signed 8-bit values qx per block. */
 static inline void dot4_s8_block(__m256i qx, float dx, const tsr_block_q8_0 *const yb[4], int64_t i, __m256 acc[4]) {
     const __m256i ax = _mm256_sign_epi8(qx, qx);
@@ -729,6 +788,8 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot[TSR_TYPE_Q5_K] = dot_q5_K_q8_K;
     k->vec_dot[TSR_TYPE_Q6_K] = dot_q6_K_q8_K;
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
+    k->gemm[TSR_TYPE_F16] = gemm_f16;
+    k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;

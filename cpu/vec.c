@@ -223,6 +223,20 @@ static void f16_from_float_ref(const float *x, void *y, int64_t n) {
 
 static void f32_from_float(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof *x); }
 
+/* Reference of the batched matmul for F16 weights: F32 activations (not
+ * rounded to F16), summed in double. */
+static void gemm_f16_ref(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs, const void *vy, size_t ys,
+                         float *s, size_t ss) {
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t i = 0; i < m; i++) {
+            const uint16_t *x = (const uint16_t *)((const char *)vx + (size_t)i * xs);
+            const float *y = (const float *)((const char *)vy + (size_t)j * ys);
+            double sum = 0;
+            for (int64_t l = 0; l < k; l++) sum += (double)TSR_FP16_TO_FP32(x[l]) * y[l];
+            s[(size_t)j * ss + (size_t)i] = (float)sum;
+        }
+}
+
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     memset(k, 0, sizeof *k);
     k->name = "scalar";
@@ -243,6 +257,8 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_F16] = dot_f16;
     k->dot_type[TSR_TYPE_F16] = TSR_TYPE_F16;
+    k->gemm[TSR_TYPE_F16] = gemm_f16_ref;
+    k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
     k->vec_dot[TSR_TYPE_BF16] = dot_bf16;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
     k->dot_type[TSR_TYPE_Q4_0] = TSR_TYPE_Q8_0;

@@ -21,9 +21,9 @@ static float frand(void) {
     return (float)((rng >> 11) * 0x1p-53) * 2.0f - 1.0f;
 }
 
-static const tsr_type dot_types[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1,
-                                     TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q8_0, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K,
-                                     TSR_TYPE_Q6_K};
+static const tsr_type dot_types[] = {TSR_TYPE_F32,  TSR_TYPE_F16,  TSR_TYPE_BF16, TSR_TYPE_Q4_0,
+                                     TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q8_0,
+                                     TSR_TYPE_Q4_K, TSR_TYPE_Q5_K, TSR_TYPE_Q6_K};
 
 /* One variant: each weight type's dot product of n elements, compared with
  * a double dot of the dequantized weight row and dequantized activations. */
@@ -37,7 +37,8 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
     }
     for (size_t t = 0; t < sizeof dot_types / sizeof dot_types[0]; t++) {
         const tsr_type wt = dot_types[t], dt = k->dot_type[wt];
-        if (n % tsr_type_block_size(wt) || !k->vec_dot[wt]) continue;
+        if (n % tsr_type_block_size(wt) || !k->vec_dot[wt])
+            continue;
         tsr__type_traits(wt)->from_float(x, qx, n);
         tsr__type_traits(wt)->to_float(qx, xd, n);
         k->from_float[dt](y, qy, n);
@@ -51,8 +52,8 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
         k->vec_dot[wt](n, &got, qx, qy);
         /* Q8_1's stored sum is rounded to half: allow for it */
         const double tol = 1e-5 * mag + (dt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)n + 1) : 0) + 1e-6;
-        CHECK(fabs(got - ref) <= tol, "%s %s n=%lld: dot %.7g, reference %.7g (tol %.3g)", k->name,
-              tsr_type_name(wt), (long long)n, got, ref, tol);
+        CHECK(fabs(got - ref) <= tol, "%s %s n=%lld: dot %.7g, reference %.7g (tol %.3g)", k->name, tsr_type_name(wt),
+              (long long)n, got, ref, tol);
         if (k->vec_dot4[wt]) { /* four columns at once = four single dots */
             const size_t rb = tsr_row_size(dt, n);
             unsigned char *y4 = malloc(4 * rb + 64);
@@ -65,8 +66,9 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
             for (int c = 0; c < 4; c++) {
                 float one;
                 k->vec_dot[wt](n, &one, qx, y4 + c * rb);
-                CHECK(fabs(s4[c] - one) <= 1e-5 * (fabs(one) + mag * (c + 1)) + 1e-6, "%s %s n=%lld: dot4 column %d %.7g, single %.7g",
-                      k->name, tsr_type_name(wt), (long long)n, c, s4[c], one);
+                CHECK(fabs(s4[c] - one) <= 1e-5 * (fabs(one) + mag * (c + 1)) + 1e-6,
+                      "%s %s n=%lld: dot4 column %d %.7g, single %.7g", k->name, tsr_type_name(wt), (long long)n, c,
+                      s4[c], one);
             }
             free(y4);
             free(tmp);
@@ -75,7 +77,8 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
     /* activation quantizers agree with the reference within one step */
     for (int q = 0; q < 3; q++) {
         const tsr_type at = q == 0 ? TSR_TYPE_Q8_0 : q == 1 ? TSR_TYPE_Q8_1 : TSR_TYPE_F16;
-        if (n % 32) continue;
+        if (n % 32)
+            continue;
         k->from_float[at](y, qx, n);
         tsr__type_traits(at)->from_float(y, qy, n);
         tsr__type_traits(at)->to_float(qx, xd, n);
@@ -85,6 +88,80 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
         CHECK(e <= 3.0 / 127 + 1e-6, "%s from_float %s: max diff %g", k->name, tsr_type_name(at), e);
     }
     free(x), free(y), free(xd), free(yd), free(qx), free(qy);
+}
+
+/* The batched matmul kernels (gemm) at awkward shapes: m weight rows and n
+ * activation rows not multiples of the register tile, k not a multiple of
+ * the vector width or of the block; each result against a double dot of the
+ * dequantized rows, and bit for bit equal to the same element computed
+ * alone (1 x 1), so that results cannot depend on the tiling or threads. */
+static void check_gemm(const tsr_cpu_kernels *k) {
+    static const int64_t ms[] = {1, 5, 17}, ns[] = {1, 2, 4, 33}, ks[] = {7, 64, 100, 256, 512};
+    for (int wt = 0; wt < TSR_TYPE_COUNT; wt++) {
+        if (!k->gemm[wt])
+            continue;
+        const tsr_type gt = k->gemm_type[wt];
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t kk = ks[ki];
+            if (kk % tsr_type_block_size((tsr_type)wt) || kk % tsr_type_block_size(gt))
+                continue;
+            const size_t xs = tsr_row_size((tsr_type)wt, kk) + 16, ys = tsr__pad(tsr_row_size(gt, kk), 4) + 8;
+            const int64_t mmax = 17, nmax = 33;
+            char *qx = calloc((size_t)mmax, xs), *qy = calloc((size_t)nmax, ys);
+            float *f = malloc((size_t)kk * 4), *xd = malloc((size_t)(mmax * kk) * 4),
+                  *yd = malloc((size_t)(nmax * kk) * 4);
+            float *out = malloc((size_t)(mmax * nmax) * 4);
+            for (int64_t i = 0; i < mmax; i++) {
+                for (int64_t l = 0; l < kk; l++) f[l] = frand();
+                tsr__type_traits((tsr_type)wt)->from_float(f, qx + (size_t)i * xs, kk);
+                tsr__type_traits((tsr_type)wt)->to_float(qx + (size_t)i * xs, xd + i * kk, kk);
+            }
+            for (int64_t j = 0; j < nmax; j++) {
+                for (int64_t l = 0; l < kk; l++) f[l] = frand() * 2.0f;
+                k->from_float[gt](f, qy + (size_t)j * ys, kk);
+                tsr__type_traits(gt)->to_float(qy + (size_t)j * ys, yd + j * kk, kk);
+            }
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const int64_t m = ms[mi], n = ns[ni];
+                    for (int64_t q = 0; q < mmax * nmax; q++) out[q] = NAN;
+                    k->gemm[wt](kk, m, n, qx, xs, qy, ys, out, (size_t)mmax);
+                    int bad = 0;
+                    for (int64_t j = 0; j < n && !bad; j++)
+                        for (int64_t i = 0; i < m && !bad; i++) {
+                            double ref = 0, mag = 0;
+                            for (int64_t l = 0; l < kk; l++) {
+                                ref += (double)xd[i * kk + l] * yd[j * kk + l];
+                                mag += fabs((double)xd[i * kk + l] * yd[j * kk + l]);
+                            }
+                            float one = NAN;
+                            k->gemm[wt](kk, 1, 1, qx + (size_t)i * xs, xs, qy + (size_t)j * ys, ys, &one, 1);
+                            const float got = out[j * mmax + i];
+                            const double tol = 1e-5 * mag + (gt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)kk) : 0) +
+                                               1e-6;
+                            if (!(fabs(got - ref) <= tol) || memcmp(&got, &one, sizeof got))
+                                bad = 1;
+                            CHECK(fabs(got - ref) <= tol,
+                                  "%s gemm %s k=%lld m=%lld n=%lld (%lld,%lld): %.7g, reference %.7g", k->name,
+                                  tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)n, (long long)i,
+                                  (long long)j, got, ref);
+                            CHECK(memcmp(&got, &one, sizeof got) == 0,
+                                  "%s gemm %s k=%lld m=%lld n=%lld (%lld,%lld): %.9g in the tile, %.9g alone", k->name,
+                                  tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)n, (long long)i,
+                                  (long long)j, got, one);
+                        }
+                    /* nothing written outside the m x n results */
+                    int outside = 0;
+                    for (int64_t j = 0; j < nmax; j++)
+                        for (int64_t i = 0; i < mmax; i++)
+                            if ((i >= m || j >= n) && !isnan(out[j * mmax + i]))
+                                outside = 1;
+                    CHECK(!outside, "%s gemm %s k=%lld m=%lld n=%lld wrote outside its results", k->name,
+                          tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)n);
+                }
+            free(qx), free(qy), free(f), free(xd), free(yd), free(out);
+        }
+    }
 }
 
 /* exp/silu helpers over their whole range, -inf and overflow included. */
@@ -97,18 +174,19 @@ static void check_math(const tsr_cpu_kernels *k) {
     for (int i = 0; i < N; i++) {
         const double want = exp((double)x[i]);
         const double rel = want > 1e-37 && isfinite((float)want) ? fabs(y[i] - want) / want : 0;
-        CHECK(rel < 4e-7 && (x[i] > -87.3f || y[i] == 0.0f || fabs(y[i] - want) < 1e-37),
-              "%s exp(%g) = %g, want %g", k->name, x[i], y[i], want);
-        if (rel >= 4e-7) break;
+        CHECK(rel < 4e-7 && (x[i] > -87.3f || y[i] == 0.0f || fabs(y[i] - want) < 1e-37), "%s exp(%g) = %g, want %g",
+              k->name, x[i], y[i], want);
+        if (rel >= 4e-7)
+            break;
     }
     k->silu_mul(N, z, x, NULL);
     for (int i = 1; i < N; i++) {
         const double want = x[i] / (1 + exp(-(double)x[i]));
         CHECK(fabs(z[i] - want) <= 1e-6 * fabs(want) + 1e-30, "%s silu(%g) = %g, want %g", k->name, x[i], z[i], want);
-        if (fabs(z[i] - want) > 1e-6 * fabs(want) + 1e-30) break;
+        if (fabs(z[i] - want) > 1e-6 * fabs(want) + 1e-30)
+            break;
     }
 }
-
 
 /* A hand-built contiguous host tensor (the kernels' view of a tensor). */
 static void host_tensor(tsr_tensor *t, tsr_type type, int64_t n0, int64_t n1, void *data) {
@@ -164,7 +242,8 @@ static void tp_fn(void *arg, int ith, int nth) {
     for (int r = 0; r < j->rounds; r++) {
         atomic_fetch_add(&j->counter, 1);
         tsr__tp_barrier(j->tp);
-        if (atomic_load(&j->counter) != (r + 1) * nth) j->bad = 1;
+        if (atomic_load(&j->counter) != (r + 1) * nth)
+            j->bad = 1;
         tsr__tp_barrier(j->tp);
     }
 }
@@ -177,7 +256,8 @@ static void check_threadpool(int n) {
         atomic_init(&j.counter, 0);
         tsr__tp_run(tp, tp_fn, &j);
         CHECK(!j.bad && atomic_load(&j.counter) == 20 * n, "threadpool %d: barrier broken in job %d", n, job);
-        if (j.bad) break;
+        if (j.bad)
+            break;
     }
     tsr__tp_free(tp);
 }
@@ -195,6 +275,7 @@ int main(void) {
         printf("variant %s\n", k.name);
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
         check_math(&k);
+        check_gemm(&k);
     }
     check_bad_indices();
     check_threadpool(1);
