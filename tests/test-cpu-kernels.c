@@ -21,9 +21,9 @@ static float frand(void) {
     return (float)((rng >> 11) * 0x1p-53) * 2.0f - 1.0f;
 }
 
-static const tsr_type dot_types[] = {TSR_TYPE_F32,  TSR_TYPE_F16,  TSR_TYPE_BF16, TSR_TYPE_Q4_0,
-                                     TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q8_0,
-                                     TSR_TYPE_Q4_K, TSR_TYPE_Q5_K, TSR_TYPE_Q6_K};
+static const tsr_type dot_types[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1,
+                                     TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q8_0, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K,
+                                     TSR_TYPE_Q6_K};
 
 /* One variant: each weight type's dot product of n elements, compared with
  * a double dot of the dequantized weight row and dequantized activations. */
@@ -37,8 +37,7 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
     }
     for (size_t t = 0; t < sizeof dot_types / sizeof dot_types[0]; t++) {
         const tsr_type wt = dot_types[t], dt = k->dot_type[wt];
-        if (n % tsr_type_block_size(wt) || !k->vec_dot[wt])
-            continue;
+        if (n % tsr_type_block_size(wt) || !k->vec_dot[wt]) continue;
         tsr__type_traits(wt)->from_float(x, qx, n);
         tsr__type_traits(wt)->to_float(qx, xd, n);
         k->from_float[dt](y, qy, n);
@@ -52,8 +51,8 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
         k->vec_dot[wt](n, &got, qx, qy);
         /* Q8_1's stored sum is rounded to half: allow for it */
         const double tol = 1e-5 * mag + (dt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)n + 1) : 0) + 1e-6;
-        CHECK(fabs(got - ref) <= tol, "%s %s n=%lld: dot %.7g, reference %.7g (tol %.3g)", k->name, tsr_type_name(wt),
-              (long long)n, got, ref, tol);
+        CHECK(fabs(got - ref) <= tol, "%s %s n=%lld: dot %.7g, reference %.7g (tol %.3g)", k->name,
+              tsr_type_name(wt), (long long)n, got, ref, tol);
         if (k->vec_dot4[wt]) { /* four columns at once = four single dots */
             const size_t rb = tsr_row_size(dt, n);
             unsigned char *y4 = malloc(4 * rb + 64);
@@ -66,9 +65,8 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
             for (int c = 0; c < 4; c++) {
                 float one;
                 k->vec_dot[wt](n, &one, qx, y4 + c * rb);
-                CHECK(fabs(s4[c] - one) <= 1e-5 * (fabs(one) + mag * (c + 1)) + 1e-6,
-                      "%s %s n=%lld: dot4 column %d %.7g, single %.7g", k->name, tsr_type_name(wt), (long long)n, c,
-                      s4[c], one);
+                CHECK(fabs(s4[c] - one) <= 1e-5 * (fabs(one) + mag * (c + 1)) + 1e-6, "%s %s n=%lld: dot4 column %d %.7g, single %.7g",
+                      k->name, tsr_type_name(wt), (long long)n, c, s4[c], one);
             }
             free(y4);
             free(tmp);
@@ -77,8 +75,7 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
     /* activation quantizers agree with the reference within one step */
     for (int q = 0; q < 3; q++) {
         const tsr_type at = q == 0 ? TSR_TYPE_Q8_0 : q == 1 ? TSR_TYPE_Q8_1 : TSR_TYPE_F16;
-        if (n % 32)
-            continue;
+        if (n % 32) continue;
         k->from_float[at](y, qx, n);
         tsr__type_traits(at)->from_float(y, qy, n);
         tsr__type_traits(at)->to_float(qx, xd, n);
@@ -174,19 +171,18 @@ static void check_math(const tsr_cpu_kernels *k) {
     for (int i = 0; i < N; i++) {
         const double want = exp((double)x[i]);
         const double rel = want > 1e-37 && isfinite((float)want) ? fabs(y[i] - want) / want : 0;
-        CHECK(rel < 4e-7 && (x[i] > -87.3f || y[i] == 0.0f || fabs(y[i] - want) < 1e-37), "%s exp(%g) = %g, want %g",
-              k->name, x[i], y[i], want);
-        if (rel >= 4e-7)
-            break;
+        CHECK(rel < 4e-7 && (x[i] > -87.3f || y[i] == 0.0f || fabs(y[i] - want) < 1e-37),
+              "%s exp(%g) = %g, want %g", k->name, x[i], y[i], want);
+        if (rel >= 4e-7) break;
     }
     k->silu_mul(N, z, x, NULL);
     for (int i = 1; i < N; i++) {
         const double want = x[i] / (1 + exp(-(double)x[i]));
         CHECK(fabs(z[i] - want) <= 1e-6 * fabs(want) + 1e-30, "%s silu(%g) = %g, want %g", k->name, x[i], z[i], want);
-        if (fabs(z[i] - want) > 1e-6 * fabs(want) + 1e-30)
-            break;
+        if (fabs(z[i] - want) > 1e-6 * fabs(want) + 1e-30) break;
     }
 }
+
 
 /* A hand-built contiguous host tensor (the kernels' view of a tensor). */
 static void host_tensor(tsr_tensor *t, tsr_type type, int64_t n0, int64_t n1, void *data) {
@@ -242,8 +238,7 @@ static void tp_fn(void *arg, int ith, int nth) {
     for (int r = 0; r < j->rounds; r++) {
         atomic_fetch_add(&j->counter, 1);
         tsr__tp_barrier(j->tp);
-        if (atomic_load(&j->counter) != (r + 1) * nth)
-            j->bad = 1;
+        if (atomic_load(&j->counter) != (r + 1) * nth) j->bad = 1;
         tsr__tp_barrier(j->tp);
     }
 }
@@ -256,8 +251,7 @@ static void check_threadpool(int n) {
         atomic_init(&j.counter, 0);
         tsr__tp_run(tp, tp_fn, &j);
         CHECK(!j.bad && atomic_load(&j.counter) == 20 * n, "threadpool %d: barrier broken in job %d", n, job);
-        if (j.bad)
-            break;
+        if (j.bad) break;
     }
     tsr__tp_free(tp);
 }
