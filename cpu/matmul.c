@@ -10,7 +10,8 @@
 
 #define TILE_ROWS 16
 #define TILE_COLS 16
-#define GEMM_TILE_COLS 24 /* a multiple of the AVX2 F16 gemm's 3 columns */
+#define GEMM_TILE_COLS 24  /* F16: a multiple of the AVX2 gemm's 3 columns */
+#define QGEMM_TILE_COLS 64 /* quantized: each 8-row repack serves 64 columns */
 
 /* How dst is computed: ggml's tinyBLAS order for F16 (sgemm), the kernel
  * table's register-tiled gemm (>= 2 activation columns), or the dot
@@ -41,18 +42,25 @@ static size_t conv_bytes(const tsr_tensor *dst, tsr_type dt, size_t *row_bytes) 
     return tsr__pad(*row_bytes * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]), TSR_ALIGN);
 }
 
+/* Per-thread scratch: a row of src1 as F32 (conversion), then the gemm's. */
+static size_t thread_bytes(const tsr_tensor *dst, mm_path path) {
+    const int64_t k = dst->src[1]->ne[0];
+    size_t b = (size_t)k * sizeof(float);
+    if (path == MM_GEMM && TSR_CPU_GEMM_SCRATCH(k) > b)
+        b = TSR_CPU_GEMM_SCRATCH(k);
+    return tsr__pad(b, TSR_ALIGN);
+}
+
 size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth) {
     size_t row_bytes;
     mm_path path;
     const size_t conv = conv_bytes(dst, mm_plan(tsr__cpu_kernels(), dst, &path), &row_bytes);
-    return conv + (size_t)nth * tsr__pad((size_t)dst->src[1]->ne[0] * sizeof(float), TSR_ALIGN);
+    return conv + (size_t)nth * thread_bytes(dst, path);
 }
 
 /* Phase 1: rows of src1 -> dot type, split over threads. */
 static void convert_src1(const tsr_compute_params *p, const tsr_tensor *b, tsr_type dt, char *wdata, size_t row_bytes,
-                         size_t conv) {
-    float *tmp = (float *)((char *)p->work + conv +
-                           (size_t)p->ith * tsr__pad((size_t)b->ne[0] * sizeof(float), TSR_ALIGN));
+                         float *tmp) {
     int64_t r0, r1;
     tsr__cpu_split(b->ne[1] * b->ne[2] * b->ne[3], p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -80,14 +88,18 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     size_t row_bytes;
     const size_t conv = conv_bytes(dst, dt, &row_bytes);
     char *wdata = p->work;
-    convert_src1(p, b, dt, wdata, row_bytes, conv);
+    void *scratch = (char *)p->work + conv + (size_t)p->ith * thread_bytes(dst, path);
+    convert_src1(p, b, dt, wdata, row_bytes, scratch);
     if (p->ith == 0)
         atomic_store(&p->stream->chunk, p->nth);
     tsr__tp_barrier(p->stream->tp);
 
     const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : TILE_ROWS, blk1 = path == MM_GEMM ? GEMM_TILE_COLS : TILE_COLS;
+    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : TILE_ROWS, blk1 = path != MM_GEMM ? TILE_COLS
+                                                                      : tsr_type_block_size(a->type) > 1
+                                                                          ? QGEMM_TILE_COLS
+                                                                          : GEMM_TILE_COLS;
     const int64_t nc0 = (nr0 + blk0 - 1) / blk0, nc1 = (nr1 + blk1 - 1) / blk1;
     for (int64_t c = p->ith; c < nc0 * nc1; c = atomic_fetch_add(&p->stream->chunk, 1)) {
         const int64_t i0s = (c % nc0) * blk0, i0e = i0s + blk0 < nr0 ? i0s + blk0 : nr0;
@@ -101,7 +113,7 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
             if (path == MM_GEMM) { /* the columns of this tile in the same matrix, at once */
                 const int64_t je = j0e < j - i11 + b->ne[1] ? j0e : j - i11 + b->ne[1];
                 k->gemm[a->type](a->ne[0], i0e - i0s, je - j, arow + i0s * (int64_t)a->nb[1], a->nb[1], yrow, row_bytes,
-                                 (float *)drow + i0s, dst->nb[1] / sizeof(float));
+                                 (float *)drow + i0s, dst->nb[1] / sizeof(float), scratch);
                 j = je;
                 continue;
             }

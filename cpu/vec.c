@@ -223,18 +223,25 @@ static void f16_from_float_ref(const float *x, void *y, int64_t n) {
 
 static void f32_from_float(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof *x); }
 
-/* Reference of the batched matmul for F16 weights: F32 activations (not
- * rounded to F16), summed in double. */
-static void gemm_f16_ref(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs, const void *vy, size_t ys,
-                         float *s, size_t ss) {
-    for (int64_t j = 0; j < n; j++)
+void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n, const void *x, size_t xs,
+                       const void *y, size_t ys, float *s, size_t ss, void *scratch) {
+    float *xf = scratch, *yf = xf + k;
+    for (int64_t j = 0; j < n; j++) {
+        tsr__type_traits(gt)->to_float((const char *)y + (size_t)j * ys, yf, k);
         for (int64_t i = 0; i < m; i++) {
-            const uint16_t *x = (const uint16_t *)((const char *)vx + (size_t)i * xs);
-            const float *y = (const float *)((const char *)vy + (size_t)j * ys);
+            tsr__type_traits(wt)->to_float((const char *)x + (size_t)i * xs, xf, k);
             double sum = 0;
-            for (int64_t l = 0; l < k; l++) sum += (double)TSR_FP16_TO_FP32(x[l]) * y[l];
+            for (int64_t l = 0; l < k; l++) sum += (double)xf[l] * yf[l];
             s[(size_t)j * ss + (size_t)i] = (float)sum;
         }
+    }
+}
+
+/* The scalar variant's batched matmul for F16 weights: F32 activations (not
+ * rounded to F16), summed in double. */
+static void gemm_f16_ref(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s,
+                         size_t ss, void *scratch) {
+    tsr__cpu_gemm_ref(TSR_TYPE_F16, TSR_TYPE_F32, k, m, n, x, xs, y, ys, s, ss, scratch);
 }
 
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {

@@ -108,6 +108,7 @@ static void check_gemm(const tsr_cpu_kernels *k) {
             float *f = malloc((size_t)kk * 4), *xd = malloc((size_t)(mmax * kk) * 4),
                   *yd = malloc((size_t)(nmax * kk) * 4);
             float *out = malloc((size_t)(mmax * nmax) * 4);
+            void *scratch = aligned_alloc(32, tsr__pad(TSR_CPU_GEMM_SCRATCH(kk), 32));
             for (int64_t i = 0; i < mmax; i++) {
                 for (int64_t l = 0; l < kk; l++) f[l] = frand();
                 tsr__type_traits((tsr_type)wt)->from_float(f, qx + (size_t)i * xs, kk);
@@ -122,7 +123,7 @@ static void check_gemm(const tsr_cpu_kernels *k) {
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                     const int64_t m = ms[mi], n = ns[ni];
                     for (int64_t q = 0; q < mmax * nmax; q++) out[q] = NAN;
-                    k->gemm[wt](kk, m, n, qx, xs, qy, ys, out, (size_t)mmax);
+                    k->gemm[wt](kk, m, n, qx, xs, qy, ys, out, (size_t)mmax, scratch);
                     int bad = 0;
                     for (int64_t j = 0; j < n && !bad; j++)
                         for (int64_t i = 0; i < m && !bad; i++) {
@@ -132,7 +133,7 @@ static void check_gemm(const tsr_cpu_kernels *k) {
                                 mag += fabs((double)xd[i * kk + l] * yd[j * kk + l]);
                             }
                             float one = NAN;
-                            k->gemm[wt](kk, 1, 1, qx + (size_t)i * xs, xs, qy + (size_t)j * ys, ys, &one, 1);
+                            k->gemm[wt](kk, 1, 1, qx + (size_t)i * xs, xs, qy + (size_t)j * ys, ys, &one, 1, scratch);
                             const float got = out[j * mmax + i];
                             const double tol = 1e-5 * mag + (gt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)kk) : 0) +
                                                1e-6;
@@ -156,7 +157,7 @@ static void check_gemm(const tsr_cpu_kernels *k) {
                     CHECK(!outside, "%s gemm %s k=%lld m=%lld n=%lld wrote outside its results", k->name,
                           tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)n);
                 }
-            free(qx), free(qy), free(f), free(xd), free(yd), free(out);
+            free(qx), free(qy), free(f), free(xd), free(yd), free(out), free(scratch);
         }
     }
 }
