@@ -1022,7 +1022,7 @@ static void perf_op(tsr_backend *b, const test_case *c, int n_threads) {
 
 static int mode_perf(const char *device, int max_threads) {
     /* threads 1..max_threads; -o restricts to one op */
-    const tsr_type types[] = {TSR_TYPE_F16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_1, TSR_TYPE_Q4_K};
+    const tsr_type types[] = {TSR_TYPE_F16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q4_K};
     for (int nt = 1; nt <= max_threads; nt++) {
         tsr_backend *b = make_backend(device, nt);
         if (!b) return 1;
