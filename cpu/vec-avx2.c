@@ -352,8 +352,8 @@ static void gemm_f16(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs,
  * d * dy * sum(q * qy) + m * sy, dy the activation block's scale and
  * sy = dy * sum(qy). Q4_1 (m = its min) and Q4_K (d = super-block d x 6-bit
  * scale, m = -dmin x 6-bit min) share one kernel (unsigned 4-bit values);
- * Q8_0 and Q4_0 (nibble - 8, summed exactly) another (signed values: |x|,
- * and the sign moved onto the activations). The work per 32 x 8
+ * Q8_0, Q4_0 (nibble - 8, summed exactly) and Q5_0 another (signed
+ * values: |x|, and the sign moved onto the activations). The work per 32 x 8
  * multiply-adds: 8 broadcasts, 8 maddubs, 8 adds, then one madd, one
  * conversion and two FMAs - against 8 separate dot products before. */
 typedef struct il_u4 {
@@ -429,12 +429,18 @@ static void il_pack_u4(tsr_type t, const char *x, size_t xs, int rows, int64_t n
     }
 }
 
-/* Signed values: Q8_0's, or Q4_0's nibbles - 8. */
+/* Signed values: Q8_0's, Q4_0's nibbles - 8, Q5_0's 5-bit values - 16. */
 static void il_pack_s8(tsr_type t, const char *x, size_t xs, int rows, int64_t nb, il_s8 *out) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[8], a[8];
         for (int i = 0; i < 8; i++) {
-            if (i < rows && t == TSR_TYPE_Q4_0) {
+            if (i < rows && t == TSR_TYPE_Q5_0) {
+                const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)(x + (size_t)i * xs) + b;
+                out[b].d[i] = TSR_FP16_TO_FP32(q->d);
+                /* q - 16 == q | 0xF0 as a signed byte when the 5th bit is clear */
+                r[i] = _mm256_or_si256(nibbles32(q->qs),
+                                       _mm256_andnot_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8((char)0xF0)));
+            } else if (i < rows && t == TSR_TYPE_Q4_0) {
                 const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)(x + (size_t)i * xs) + b;
                 out[b].d[i] = TSR_FP16_TO_FP32(q->d);
                 r[i] = _mm256_sub_epi8(nibbles32(q->qs), _mm256_set1_epi8(8));
@@ -521,8 +527,9 @@ static inline __attribute__((always_inline)) void il_cols_u4(int rn, tsr_type gt
     for (int c = 0; c < rn; c++) store_rows(s + (size_t)c * ss, acc[c], m);
 }
 
-/* 8 interleaved rows x rn (<= 4) columns, signed weights; small (|x| <= 8,
- * Q4_0): the 8 groups sum in 16 bits (8 x 8 x 128 x 2 < 32768), else in 32. */
+/* 8 interleaved rows x rn (<= 4) columns, signed weights; small (|x| <= 16,
+ * Q4_0, Q5_0; activations |qy| <= 127): the 8 groups sum in 16 bits
+ * (8 x 16 x 127 x 2 < 32768), else in 32. */
 static inline __attribute__((always_inline)) void il_cols_s8(int rn, bool small, int64_t nb, const il_s8 *xb,
                                                              const char *y, size_t ys, float *s, size_t ss, int m) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -560,7 +567,7 @@ static inline __attribute__((always_inline)) void gemm_il(tsr_type t, tsr_type g
     for (int64_t i = 0; i < m; i += 8) {
         const int rows = m - i < 8 ? (int)(m - i) : 8;
         const char *x = (const char *)vx + (size_t)i * xs;
-        const bool sgn = t == TSR_TYPE_Q8_0 || t == TSR_TYPE_Q4_0, small = t == TSR_TYPE_Q4_0;
+        const bool small = t == TSR_TYPE_Q4_0 || t == TSR_TYPE_Q5_0, sgn = small || t == TSR_TYPE_Q8_0;
         if (sgn)
             il_pack_s8(t, x, xs, rows, nb, scratch);
         else
@@ -597,6 +604,7 @@ GEMM_IL(gemm_q4_0, TSR_TYPE_Q4_0, TSR_TYPE_Q8_0)
 GEMM_IL(gemm_q4_1, TSR_TYPE_Q4_1, TSR_TYPE_Q8_1)
 GEMM_IL(gemm_q4_K, TSR_TYPE_Q4_K, TSR_TYPE_Q8_K)
 GEMM_IL(gemm_q8_0, TSR_TYPE_Q8_0, TSR_TYPE_Q8_0)
+GEMM_IL(gemm_q5_0, TSR_TYPE_Q5_0, TSR_TYPE_Q8_0)
 
 /* Shared by Q4_0 and Q8_0 weights: signed 8-bit values qx per block. */
 static inline void dot4_s8_block(__m256i qx, float dx, const tsr_block_q8_0 *const yb[4], int64_t i, __m256 acc[4]) {
@@ -1054,6 +1062,8 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->gemm_type[TSR_TYPE_Q4_K] = TSR_TYPE_Q8_K;
     k->gemm[TSR_TYPE_Q8_0] = gemm_q8_0;
     k->gemm_type[TSR_TYPE_Q8_0] = TSR_TYPE_Q8_0;
+    k->gemm[TSR_TYPE_Q5_0] = gemm_q5_0;
+    k->gemm_type[TSR_TYPE_Q5_0] = TSR_TYPE_Q8_0;
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
