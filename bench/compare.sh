@@ -11,8 +11,10 @@
 # and libtensr tokens/s (mean ± sd over the repetitions), their ratio,
 # generation as % of the bandwidth ceiling (model bytes x t/s / bandwidth)
 # and prompt processing as % of the F32 FMA (F16 models) or int8 dot
-# (quantized models) peak (2 x parameters x t/s / peak), with the CPU model,
-# its SIMD flags and the load.
+# (quantized models) peak (2 x parameters x t/s / peak; the peak per
+# CPU-second x threads, so that a shared machine does not lower it), with
+# the CPU model, its SIMD flags and the load before and after. On a shared
+# machine every figure is noisy: read the ratios, and compare -t 1 too.
 #
 # usage: bench/compare.sh [options]
 #   -m LIST    models (comma list of files or of types to requantize the
@@ -94,8 +96,8 @@ load0=$(uptime)
 : >"$tmp/machine"
 for t in $(echo "$threads" | tr ',' ' '); do
     echo "bw $t $("$tools/bandwidth" "$t" 1024 2>/dev/null)" >>"$tmp/machine"
-    echo "fma $t $("$tools/peak" fma "$t" avx2 2>/dev/null)" >>"$tmp/machine"
-    echo "int8 $t $("$tools/peak" int8 "$t" avx2 2>/dev/null)" >>"$tmp/machine"
+    echo "fma $t $("$tools/peak" fma "$t" avx2 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
+    echo "int8 $t $("$tools/peak" int8 "$t" avx2 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
 done
 
 : >"$tmp/raw"
@@ -164,7 +166,8 @@ def ms(v):
 print("CPU: %s; flags: %s" % (cpu, flags))
 print("libtensr kernels: %s. Load before: %s; after: %s" % (kernels, load0.strip(), load1.strip()))
 for (k, t), v in sorted(mach.items(), key=lambda x: (x[0][1], x[0][0])):
-    unit = {"bw": "GB/s read", "fma": "GFLOP/s F32 FMA (AVX2)", "int8": "GOP/s int8 dot (AVX2 maddubs)"}[k]
+    unit = {"bw": "GB/s read (best pass)", "fma": "GFLOP/s F32 FMA (AVX2; per CPU-second x threads)",
+            "int8": "GOP/s int8 dot (AVX2 maddubs; per CPU-second x threads)"}[k]
     print("- %d threads: %.1f %s" % (t, v, unit))
 print()
 print("| model | test | threads | llama.cpp t/s | libtensr t/s | ratio | % of ceiling (llama.cpp / libtensr) |")

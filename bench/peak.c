@@ -2,6 +2,8 @@
  * processing ceiling of bench/compare.sh: F32 FMA (GFLOP/s, 2 per lane) and
  * 8-bit integer dot products (GOP/s, a multiply and an add per byte pair),
  * each from chains of independent accumulators that keep the units busy.
+ * Prints the rate per CPU-second times the threads (what that many cores
+ * of one's own give, even on a shared machine), then the wall-clock rate.
  *   usage: peak fma|int8 [threads (default 1)] [avx2|avx512 (default avx2)]
  * Built with -O2 -march=native by bench/compare.sh; avx512 needs a CPU and
  * compiler with AVX-512 (int8 then uses VNNI when the CPU has it). */
@@ -125,7 +127,10 @@ int main(int argc, char **argv) {
     const double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
     /* fma: 10 acc x 8 lanes x 2; int8: 8 acc x 32 pairs x 2 */
     double ops = (double)ITERS * nt * lanes * (kind ? 8.0 * 32 * 2 : 10.0 * 8 * 2);
-    printf("%.1f\n", ops / dt / 1e9);
+    /* stdout: the rate per CPU-second times the threads - the peak of that
+     * many cores of one's own, also on a machine others share - then the
+     * wall-clock rate */
+    printf("%.1f %.1f\n", ops / cpu / 1e9 * nt, ops / dt / 1e9);
     /* per CPU-second: what one core gives when the machine is shared */
     fprintf(stderr, "peak: %s %s, %d threads: %.1f G%s/s wall, %.1f per CPU-second (%g)\n", argv[1],
             wide ? "avx512" : "avx2", nt, ops / dt / 1e9, kind ? "OP" : "FLOP", ops / cpu / 1e9, sink);
