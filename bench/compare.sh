@@ -29,7 +29,9 @@
 #   -o FILE    also write the raw results (JSON lines) to FILE
 # Environment: TSR_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/libtensr),
 # TENSR_BENCH (default examples/tensr-bench of this build), JOBS (make -j
-# of the llama.cpp build, default 2).
+# of the llama.cpp build, default 2), LLAMA_CMAKE_ARGS (llama.cpp's ISA,
+# default -DGGML_NATIVE=ON; see bench/build-llama.sh: with -k avx2 on an
+# AVX-512 machine, an AVX2 llama.cpp compares like with like).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -37,7 +39,7 @@ TSR_CACHE=${TSR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/libtensr}
 export TSR_CACHE
 models=Q4_1,Q4_0,Q8_0,Q4_K_M,F16
 threads=$(nproc 2>/dev/null || echo 1)
-reps=5 n_prompt=512 n_gen=128 depths=0 kernels= fa=1 raw=
+reps=5 n_prompt=512 n_gen=128 depths=0 kernels='' fa=1 raw=''
 while [ $# -gt 0 ]; do
     case $1 in
     -m) models=$2 ;;
@@ -63,10 +65,8 @@ lbin=$("$here/build-llama.sh")
 
 tools=$TSR_CACHE/bench-tools
 mkdir -p "$tools"
-for p in bandwidth peak; do
-    if [ ! -x "$tools/$p" ] || [ "$here/$p.c" -nt "$tools/$p" ]; then
-        ${CC:-cc} -O2 -march=native -pthread -o "$tools/$p" "$here/$p.c"
-    fi
+for p in bandwidth peak; do # a second each: always from the source at hand
+    ${CC:-cc} -O2 -march=native -pthread -o "$tools/$p" "$here/$p.c"
 done
 
 # Models: a path is used as it is; a type name is the cached SmolLM2
