@@ -1056,10 +1056,13 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
     k->gemm[TSR_TYPE_Q4_0] = gemm_q4_0;
     k->gemm_type[TSR_TYPE_Q4_0] = TSR_TYPE_Q8_0;
-    k->gemm[TSR_TYPE_Q4_1] = gemm_q4_1;
-    k->gemm_type[TSR_TYPE_Q4_1] = TSR_TYPE_Q8_1;
-    k->gemm[TSR_TYPE_Q4_K] = gemm_q4_K;
-    k->gemm_type[TSR_TYPE_Q4_K] = TSR_TYPE_Q8_K;
+    /* gemm_q4_1 and gemm_q4_K (the unsigned 4-bit kernel) pass the kernel
+     * and op tests but change SmolLM2 Q4_1's logits where the dots do not
+     * (test-python.py: a two-sequence batch against the sequences alone
+     * differs by 1.4%, the chat answer changes): not used until that is
+     * understood */
+    (void)gemm_q4_1;
+    (void)gemm_q4_K;
     k->gemm[TSR_TYPE_Q8_0] = gemm_q8_0;
     k->gemm_type[TSR_TYPE_Q8_0] = TSR_TYPE_Q8_0;
     k->gemm[TSR_TYPE_Q5_0] = gemm_q5_0;
