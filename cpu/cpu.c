@@ -352,13 +352,21 @@ static void run_job(void *arg, int ith, int nth) {
         kernel_fn fn = kernel_of(node->op);
         if (!fn || tsr__nelements(node) == 0)
             continue;
+        const int64_t t0 = s->prof ? tsr__prof_now() : 0;
         if (node->op == TSR_OP_MUL_MAT && node->src[0]->ne[0] == 0) {
             if (ith == 0)
                 memset(node->data, 0, tsr__nbytes(node)); /* empty sums */
         } else {
             fn(&p, node);
         }
-        tsr__tp_barrier(s->tp);
+        if (s->prof) {
+            const int64_t t1 = tsr__prof_now();
+            tsr__tp_barrier(s->tp);
+            tsr__prof_add(TSR_PROF_OP0 + (int)node->op, t1 - t0);
+            tsr__prof_add(TSR_PROF_BARRIER, tsr__prof_now() - t1);
+        } else {
+            tsr__tp_barrier(s->tp);
+        }
     }
 }
 
@@ -374,7 +382,11 @@ tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
     s->nodes = nodes;
     s->n_nodes = n;
     atomic_store(&s->error, (int)TSR_OK);
+    s->prof = tsr__prof_on();
+    const int64_t t0 = s->prof ? tsr__prof_now() : 0;
     tsr__tp_run(s->tp, run_job, s);
+    if (s->prof)
+        tsr__prof_add(TSR_PROF_RUN, tsr__prof_now() - t0);
     s->nodes = NULL;
     s->n_nodes = 0;
     const int err = atomic_load(&s->error);

@@ -51,6 +51,17 @@ typedef struct tsr_cpu_kernels {
      * B F32 or (b_f16) F16, converted in registers. */
     void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc);
+    /* Register-tiled matmul for batches (tsr__cpu_op_mul_mat uses it for >= 2
+     * activation columns; NULL: none): s[j * ss + i] = dot(x row i, y row j)
+     * for i < m, j < n over k elements; x rows xs bytes apart (weight type),
+     * y rows ys bytes apart in gemm_type[weight type] (activations converted
+     * once per matmul, as for dot_type); scratch: TSR_CPU_GEMM_SCRATCH(k)
+     * bytes of the calling thread (aligned to 32). Each result is the same
+     * whatever m, n and its place in the tile, so results do not depend on
+     * the tiling or the threads. */
+    tsr_type gemm_type[TSR_TYPE_COUNT];
+    void (*gemm[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys,
+                                 float *s, size_t ss, void *scratch);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
     /* F16 x F16 dots of matmuls with >= 2 activation columns, summed as ggml's
@@ -61,6 +72,16 @@ typedef struct tsr_cpu_kernels {
     tsr_vec_dot_fn sgemm_dot_f16;
     void (*sgemm_dot4_f16)(int64_t n, float s[4], const void *x, const void *y, size_t ystride);
 } tsr_cpu_kernels;
+
+/* Per-thread scratch of a gemm call with k elements per row: 8 rows
+ * repacked to an interleaved int8 layout (at most 576 bytes per 32
+ * elements), or two rows dequantized (the reference). */
+#define TSR_CPU_GEMM_SCRATCH(k) ((size_t)((k) / 32 + 1) * 576 + (size_t)(k)*8 + 64)
+
+/* The reference of every gemm (vec.c): rows dequantized (x: weight type wt,
+ * y: gemm type gt), products summed in double. */
+void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n, const void *x, size_t xs,
+                       const void *y, size_t ys, float *s, size_t ss, void *scratch);
 
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 #ifdef TSR_HAVE_AVX2_BUILD
@@ -92,6 +113,7 @@ struct tsr_stream {
      * after the job, on the calling thread. TSR_OK while none. */
     atomic_int error;
     char error_msg[256];
+    bool prof; /* TSR_PROFILE: time kernels and barriers */
 };
 
 /* Records the job's first failure (thread-safe; later ones are dropped). */

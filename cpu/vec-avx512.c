@@ -399,6 +399,11 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_1] = dot_q4_1_q8_1;
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
+    /* the AVX-512 one-row x four-column dots of Q8_0 and Q4_0 are faster
+     * than the AVX2 interleaved gemm (measured; the 4-bit Q4_1 and Q4_K gemms
+     * are not): batches of these use the dots */
+    k->gemm[TSR_TYPE_Q8_0] = NULL;
+    k->gemm[TSR_TYPE_Q4_0] = NULL;
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
 }

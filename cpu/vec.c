@@ -223,6 +223,27 @@ static void f16_from_float_ref(const float *x, void *y, int64_t n) {
 
 static void f32_from_float(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof *x); }
 
+void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n, const void *x, size_t xs,
+                       const void *y, size_t ys, float *s, size_t ss, void *scratch) {
+    float *xf = scratch, *yf = xf + k;
+    for (int64_t j = 0; j < n; j++) {
+        tsr__type_traits(gt)->to_float((const char *)y + (size_t)j * ys, yf, k);
+        for (int64_t i = 0; i < m; i++) {
+            tsr__type_traits(wt)->to_float((const char *)x + (size_t)i * xs, xf, k);
+            double sum = 0;
+            for (int64_t l = 0; l < k; l++) sum += (double)xf[l] * yf[l];
+            s[(size_t)j * ss + (size_t)i] = (float)sum;
+        }
+    }
+}
+
+/* The scalar variant's batched matmul for F16 weights: F32 activations (not
+ * rounded to F16), summed in double. */
+static void gemm_f16_ref(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s,
+                         size_t ss, void *scratch) {
+    tsr__cpu_gemm_ref(TSR_TYPE_F16, TSR_TYPE_F32, k, m, n, x, xs, y, ys, s, ss, scratch);
+}
+
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     memset(k, 0, sizeof *k);
     k->name = "scalar";
@@ -243,6 +264,8 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_F16] = dot_f16;
     k->dot_type[TSR_TYPE_F16] = TSR_TYPE_F16;
+    k->gemm[TSR_TYPE_F16] = gemm_f16_ref;
+    k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
     k->vec_dot[TSR_TYPE_BF16] = dot_bf16;
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
     k->dot_type[TSR_TYPE_Q4_0] = TSR_TYPE_Q8_0;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """llama-cpp-bench.py - llama-bench's pp/tg measurement done through
-llama-cpp-python, for tensr-bench to print llama.cpp's speed beside ours
-when no llama-bench binary is installed.
+llama-cpp-python, a stand-in for llama-bench where only the Python
+package is installed (tensr-bench and bench/compare.sh use llama-bench).
 
 Usage: llama-cpp-bench.py MODEL THREADS N_PROMPT N_GEN REPS FLASH_ATTN(0|1)
 

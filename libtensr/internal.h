@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define TSR_MAX_SRC 6
@@ -162,6 +163,15 @@ typedef struct tsr_op_info {
 /* The table entry of op; NULL for a number that is not an op. */
 const tsr_op_info *tsr__op_info(tsr_op op);
 const char *tsr__op_name(tsr_op op); /* "?" for a number that is not an op */
+
+/* ---- per-token profile (profile.c; TSR_PROFILE=1) ---------------------------- */
+/* Slots: the fixed parts, then one per op (TSR_PROF_OP0 + op). */
+enum { TSR_PROF_BUILD, TSR_PROF_PLAN, TSR_PROF_RUN, TSR_PROF_BARRIER, TSR_PROF_OP0 };
+bool tsr__prof_on(void);     /* TSR_PROFILE set (read once) */
+int64_t tsr__prof_now(void); /* monotonic ns */
+void tsr__prof_add(int slot, int64_t ns);
+void tsr__prof_tokens(int64_t n); /* one micro-batch of n tokens decoded */
+void tsr__prof_print(FILE *f);    /* the table; at exit when on */
 
 /* Rope op params: i32[0] n_dims, i32[1] mode, i32[2] n_ctx_orig,
  * f32[3] freq_base, f32[4] freq_scale, f32[5] ext_factor, f32[6] attn_factor,

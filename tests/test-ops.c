@@ -63,6 +63,7 @@ typedef struct source {
 static int n_skip;
 static double worst_nmse[TSR_OP_COUNT];
 static const char *only_op;
+static const char *device_name; /* -d */
 
 /* ---- random numbers (deterministic per case) ------------------------------ */
 static uint64_t rs;
@@ -623,10 +624,10 @@ static int compare(const test_case *c, const double *got, const ref_out *r, doub
 /* With -d: the CPU backend, which runs each case too, as a second reference. */
 static tsr_backend *cpu_backend;
 
-/* The case's output computed on the CPU (same seed: same inputs); NULL on failure. */
-static double *cpu_output(const test_case *c, uint64_t seed, int64_t n) {
+/* The case's output computed on backend be (same seed: same inputs); NULL on failure. */
+static double *output_on(tsr_backend *be, const test_case *c, uint64_t seed, int64_t n) {
     rs = seed * 0x9E3779B97F4A7C15ull + 12345;
-    tsr_context *ctx = tsr_context_new(cpu_backend);
+    tsr_context *ctx = tsr_context_new(be);
     source s[4] = {{0}};
     int ok = ctx != NULL;
     for (int i = 0; ok && i < c->n_src; i++) {
@@ -679,7 +680,7 @@ static int run_case(tsr_backend *b, const test_case *c, uint64_t seed, int verbo
     if (nmse > worst_nmse[c->op]) worst_nmse[c->op] = nmse;
     if (got && cpu_backend && !result) { /* the device against the CPU */
         ref_out cr = r;
-        cr.v = cpu_output(c, seed, nel(r.ne));
+        cr.v = output_on(cpu_backend, c, seed, nel(r.ne));
         double nmse_cpu = 0;
         result = !cr.v || compare(c, got, &cr, &nmse_cpu);
         if (result) fprintf(stderr, "  differs from the CPU: NMSE %.3g\n", nmse_cpu);
@@ -789,6 +790,12 @@ static void cases_mul_mat(void) {
         add_case(TSR_OP_MUL_MAT, w, 5e-4, 2, S(w, k, 0, 1, 1), S(TSR_TYPE_F32, k, 3, 1, 1));
         add_case(TSR_OP_MUL_MAT, w, 5e-4, 2, S(w, k, 5, 1, 1), S(TSR_TYPE_F32, k, 0, 1, 1));
         add_case(TSR_OP_MUL_MAT, w, 5e-4, 2, S(w, k, 70, 1, 1), S(TSR_TYPE_F32, k, 40, 1, 1)); /* several tiles */
+        /* the batched kernels' register tiles: rows and columns not multiples of them, 1 and 33 columns */
+        add_case(TSR_OP_MUL_MAT, w, 5e-4, 2, S(w, k2, 37, 1, 1), S(TSR_TYPE_F32, k2, 33, 1, 1));
+        add_case(TSR_OP_MUL_MAT, w, 5e-4, 2, S(w, k2, 37, 1, 1), S(TSR_TYPE_F32, k2, 1, 1, 1));
+        add_case(TSR_OP_MUL_MAT, w, 5e-4, 2, S(w, k, 21, 1, 1), S(TSR_TYPE_F32, k, 26, 2, 1)); /* across matrices */
+        if (bs == 1) /* k not a multiple of the vector width */
+            add_case(TSR_OP_MUL_MAT, w, 5e-4, 2, S(w, 100, 13, 1, 1), S(TSR_TYPE_F32, 100, 33, 1, 1));
     }
     /* k = 0 and permuted activations (attention's K*Q on views) */
     add_case(TSR_OP_MUL_MAT, TSR_TYPE_F32, 5e-4, 2, S(TSR_TYPE_F32, 0, 4, 1, 1), S(TSR_TYPE_F32, 0, 3, 1, 1));
@@ -1082,6 +1089,40 @@ static void check_moe_build_errors(tsr_backend *b) {
     tsr_context_close(ctx);
 }
 
+/* The CPU's results do not depend on the thread count: every mul_mat and
+ * flash_attn case (the kernels that hand out tiles dynamically) on 1 thread
+ * and on all the cores (2 at least), bit for bit. */
+static void check_threads_identical(void) {
+    tsr_backend *b1 = make_backend(NULL, 1), *bn = make_backend(NULL, 0);
+    CHECK(b1 && bn, "CPU backends for the thread check");
+    for (int i = 0; b1 && bn && i < n_cases; i++) {
+        const test_case *c = &cases[i];
+        if ((c->op != TSR_OP_MUL_MAT && c->op != TSR_OP_FLASH_ATTN) ||
+            (only_op && strcmp(only_op, tsr__op_name(c->op)) != 0))
+            continue;
+        tsr_context *ctx = tsr_context_new(b1);
+        source s[4] = {{0}};
+        int ok = ctx != NULL;
+        for (int k = 0; ok && k < c->n_src; k++) ok = make_source(ctx, &c->src[k], &s[k]);
+        tsr_tensor *out = ok ? build(ctx, c, s) : NULL;
+        const int64_t n =
+            out ? tsr_tensor_ne(out, 0) * tsr_tensor_ne(out, 1) * tsr_tensor_ne(out, 2) * tsr_tensor_ne(out, 3) : 0;
+        for (int k = 0; k < 4; k++) free(s[k].v);
+        tsr_context_close(ctx);
+        if (!out)
+            continue; /* unsupported: the main loop reports it */
+        double *v1 = output_on(b1, c, (uint64_t)i + 1, n), *vn = output_on(bn, c, (uint64_t)i + 1, n);
+        char label[512];
+        case_label(c, label, sizeof label);
+        CHECK(v1 && vn && memcmp(v1, vn, (size_t)n * sizeof *v1) == 0, "%s: 1 thread and %d threads differ", label,
+              tsr_backend_n_threads(bn));
+        free(v1);
+        free(vn);
+    }
+    tsr_backend_free(b1);
+    tsr_backend_free(bn);
+}
+
 static int mode_test(tsr_backend *b, int verbose) {
     check_coverage();
     if (!only_op || !strcmp(only_op, "mul_mat_id")) {
@@ -1089,6 +1130,8 @@ static int mode_test(tsr_backend *b, int verbose) {
         check_moe_range(b);
         check_moe_build_errors(b);
     }
+    if (!device_name)
+        check_threads_identical();
     for (int i = 0; i < n_cases; i++) {
         if (only_op && strcmp(only_op, tsr__op_name(cases[i].op)) != 0) continue;
         int supported;
@@ -1207,7 +1250,7 @@ static void perf_op(tsr_backend *b, const test_case *c, int n_threads) {
 
 static int mode_perf(const char *device, int max_threads) {
     /* threads 1..max_threads; -o restricts to one op */
-    const tsr_type types[] = {TSR_TYPE_F16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_1, TSR_TYPE_Q4_K};
+    const tsr_type types[] = {TSR_TYPE_F16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q4_K};
     for (int nt = 1; nt <= max_threads; nt++) {
         tsr_backend *b = make_backend(device, nt);
         if (!b) return 1;
@@ -1254,6 +1297,7 @@ int main(int argc, char **argv) {
     if (device && !tsr_device_by_name(device))
         SKIP("device %s not present", device);
     make_cases();
+    device_name = device;
     if (strcmp(mode, "perf") == 0) return mode_perf(device, threads);
     tsr_backend *b = make_backend(device, threads);
     if (!b) return 1;

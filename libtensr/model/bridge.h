@@ -15,6 +15,7 @@
 #include "libtensr.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Set the thread-local detail from fmt and return s. */
@@ -31,5 +32,12 @@ void *tsr__calloc(size_t n, size_t size);
 void *tsr__realloc(void *p, size_t size);
 void tsr__free(void *p);
 char *tsr__strdup(const char *s);
+
+/* The per-token profile (profile.c, TSR_PROFILE=1): graph build time and
+ * tokens; slot 0 is the graph build. */
+bool tsr__prof_on(void);
+int64_t tsr__prof_now(void);
+void tsr__prof_add(int slot, int64_t ns);
+void tsr__prof_tokens(int64_t n);
 
 #endif

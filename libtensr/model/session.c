@@ -263,11 +263,17 @@ static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const i
     if (!ctx)
         return tsr__error(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
     tsr_tensor *out = NULL;
+    const bool prof = tsr__prof_on();
+    const int64_t t0 = prof ? tsr__prof_now() : 0;
     tsr_status st = tsr_kv_cache_begin(s->cache, ctx, b.n, b.pos, b.seq);
     if (st != TSR_OK)
         st = tsr__error(st, "kv cache: %s", tsr_last_error());
     if (st == TSR_OK)
         st = llm_build(s->m, ctx, s->cache, &b, &out);
+    if (prof) {
+        tsr__prof_add(0, tsr__prof_now() - t0);
+        tsr__prof_tokens(b.n);
+    }
     if (st == TSR_OK && (st = tsr_compute(ctx, &out, 1)) != TSR_OK)
         st = tsr__error(st, "compute: %s", tsr_last_error());
     if (st == TSR_OK && b.n_out > 0) {

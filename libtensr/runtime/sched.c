@@ -680,7 +680,13 @@ tsr_status tsr_compute(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs)
     tsr_status s = tsr_check_compute_args(ctx, outs, n_outs, "tsr_compute");
     if (s != TSR_OK || n_outs == 0)
         return s;
-    return tsr__sched_run(ctx->backend->sched, outs, n_outs, 0, NULL);
+    if (!tsr__prof_on())
+        return tsr__sched_run(ctx->backend->sched, outs, n_outs, 0, NULL);
+    /* planning = the whole run less the devices' run_nodes (TSR_PROF_RUN) */
+    const int64_t t0 = tsr__prof_now();
+    s = tsr__sched_run(ctx->backend->sched, outs, n_outs, 0, NULL);
+    tsr__prof_add(TSR_PROF_PLAN, tsr__prof_now() - t0);
+    return s;
 }
 
 tsr_status tsr_reserve(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs) {

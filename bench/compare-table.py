@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""compare-table.py - the table of bench/compare.sh from its raw results.
+
+Usage: compare-table.py RAW MACHINE CPU FLAGS LOAD_BEFORE LOAD_AFTER KERNELS
+
+RAW: one line per run, "llama " + a llama-bench -o jsonl object or
+"tensr " + a tensr-bench -o json object; MACHINE: "bw|fma|int8 THREADS
+VALUE" lines (bench/bandwidth.c, bench/peak.c). Prints the markdown table:
+mean +- sd of each side over its runs, the ratio, and the ceilings.
+"""
+import json, statistics, sys
+raw, machine, cpu, flags, load0, load1, kernels = sys.argv[1:]
+mach = {}
+for line in open(machine):
+    k, t, v = line.split()
+    try:
+        mach[(k, int(t))] = float(v)
+    except ValueError:
+        pass
+runs, meta = {}, {}
+for line in open(raw):
+    side, js = line.split(" ", 1)
+    try:
+        o = json.loads(js)
+    except ValueError:
+        continue
+    if side == "llama":
+        key = (o["model_filename"].rsplit("/", 1)[-1], int(o["n_threads"]), int(o["n_prompt"]), int(o["n_gen"]),
+               int(o.get("n_depth", 0)))
+        meta[key[0]] = (int(o["model_size"]), int(o["model_n_params"]), o.get("model_type", ""))
+    else:
+        key = (o["model"], int(o["threads"]), int(o["n_prompt"]), int(o["n_gen"]), int(o["n_depth"]))
+    runs.setdefault(key, {}).setdefault(side, []).append(float(o["avg_ts"]))
+
+def ms(v):
+    if not v:
+        return None, "-"
+    m = statistics.mean(v)
+    return m, "%.2f ± %.2f" % (m, statistics.stdev(v) if len(v) > 1 else 0.0)
+
+print("CPU: %s; flags: %s" % (cpu, flags))
+print("libtensr kernels: %s. Load before: %s; after: %s" % (kernels, load0.strip(), load1.strip()))
+for (k, t), v in sorted(mach.items(), key=lambda x: (x[0][1], x[0][0])):
+    unit = {"bw": "GB/s read (best pass)", "fma": "GFLOP/s F32 FMA (AVX2; per CPU-second x threads)",
+            "int8": "GOP/s int8 dot (AVX2 maddubs; per CPU-second x threads)"}[k]
+    print("- %d threads: %.1f %s" % (t, v, unit))
+print()
+print("| model | test | threads | llama.cpp t/s | libtensr t/s | ratio | % of ceiling (llama.cpp / libtensr) |")
+print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+for key in sorted(runs, key=lambda k: (k[0], k[1], k[4], k[3], k[2])):
+    name, t, p, n, d = key
+    lm, ls = ms(runs[key].get("llama"))
+    tm, ts = ms(runs[key].get("tensr"))
+    test = ("pp%d" % p if p else "tg%d" % n) + (" @ d%d" % d if d else "")
+    ratio = "%.2f" % (tm / lm) if lm and tm else "-"
+    ceil = "-"
+    size, params, mtype = meta.get(name, (0, 0, ""))
+    if n and not p and size and mach.get(("bw", t)):
+        c = mach[("bw", t)] * 1e9 / size  # tokens/s if every weight byte is read once per token
+        ceil = "%s / %s of %.0f t/s (bw)" % ("%.0f%%" % (100 * lm / c) if lm else "-",
+                                             "%.0f%%" % (100 * tm / c) if tm else "-", c)
+    elif p and not n and params:
+        kind = "fma" if ("F16" in name or "f16" in mtype.lower() or "F32" in name) else "int8"
+        if mach.get((kind, t)):
+            c = mach[(kind, t)] * 1e9 / (2.0 * params)
+            ceil = "%s / %s of %.0f t/s (%s)" % ("%.0f%%" % (100 * lm / c) if lm else "-",
+                                                 "%.0f%%" % (100 * tm / c) if tm else "-", c, kind)
+    print("| %s | %s | %d | %s | %s | %s | %s |" % (name, test, t, ls, ts, ratio, ceil))
+print()
+print("Ceilings: tg = bandwidth / model bytes; pp = peak / (2 x parameters); the peak is F32 FMA for F16 models,")
+print("int8 dot (AVX2) for quantized ones. Runs alternate tensr-bench and llama-bench, one repetition each in turn.")
