@@ -405,6 +405,10 @@ static void c_backend_params(void) {
     tsr_backend_params_init(&bp, sizeof bp);
     bp.devices = bogus; /* not a device */
     ERR(tsr_backend_new(&bp, &b), TSR_E_INVALID);
+    bogus[0] = NULL; /* an empty list: the CPU alone */
+    CHECK_OK(tsr_backend_new(&bp, &b));
+    CHECK(tsr_backend_n_devices(b) == 1 && tsr_backend_device(b, 0) == cpu);
+    tsr_backend_free(b);
     tsr_backend_params_init(&bp, sizeof bp);
     bp.size = 3; /* not filled by _init */
     ERR(tsr_backend_new(&bp, &b), TSR_E_INVALID);
@@ -993,7 +997,7 @@ static void c_gguf_get(void) {
     VAL(tsr_gguf_tensor_offset(gg, 3), 0);
     VAL(tsr_gguf_tensor_size(gg, INT64_MIN), 0);
     ERR(tsr_gguf_read_tensor(gg, 1, buf, sizeof buf), TSR_E_RANGE);
-    ERR(tsr_gguf_read_tensor(NULL, 0, buf, sizeof buf), ANY);
+    ERR(tsr_gguf_read_tensor(NULL, 0, buf, sizeof buf), TSR_E_INVALID);
     ERR(tsr_gguf_read_tensor(gg, 0, NULL, 32), TSR_E_INVALID);
     ERR(tsr_gguf_read_tensor(gg, 0, buf, 4), TSR_E_RANGE); /* smaller than the tensor */
 }
