@@ -196,7 +196,7 @@ typedef enum tsr_device_kind_t { TSR_DEVICE_CPU = 0, TSR_DEVICE_GPU = 1, TSR_DEV
  * them (and logs system info once). Thread-safe. Device handles live until
  * the process ends. */
 TSR_API size_t tsr_device_count(void);
-TSR_API tsr_device *tsr_device_get(size_t i);             /* NULL when i >= count */
+TSR_API tsr_device *tsr_device_get(size_t i);             /* NULL (TSR_E_RANGE) when i >= count */
 TSR_API tsr_device *tsr_device_by_name(const char *name); /* case-insensitive: "CPU", "CUDA0" */
 TSR_API const char *tsr_device_name(const tsr_device *d);
 TSR_API const char *tsr_device_description(const tsr_device *d);
@@ -259,8 +259,10 @@ typedef struct tsr_backend_params {
 TSR_API void tsr_backend_params_init(tsr_backend_params *p, size_t size); /* size = sizeof *p */
 /* Creates a backend (devices, one stream each, one scheduler). p may be NULL. */
 TSR_API tsr_status tsr_backend_new(const tsr_backend_params *p, tsr_backend **out);
-/* Frees the backend, its weights, scheduler and buffers. Contexts and KV
- * caches made from it must be closed first. */
+/* Frees the backend, its weights, scheduler and buffers (NULL is a no-op).
+ * Close its contexts and KV caches first: while any is open, the backend
+ * stays alive (logged at warn level) and is freed when the last of them
+ * closes, so they never dangle. */
 TSR_API void tsr_backend_free(tsr_backend *b);
 TSR_API size_t tsr_backend_n_devices(const tsr_backend *b);
 TSR_API tsr_device *tsr_backend_device(const tsr_backend *b, size_t i);
@@ -654,7 +656,8 @@ TSR_API tsr_status tsr_gguf_writer_set_arr_str(tsr_gguf_writer *w, const char *k
                                                uint64_t n);
 /* Copies all keys of g (except general.alignment). */
 TSR_API tsr_status tsr_gguf_writer_copy_keys(tsr_gguf_writer *w, const tsr_gguf *g);
-/* Adds a tensor; data (tsr_row_size(type, ne0) * rows bytes) is copied. */
+/* Adds a tensor; data (tsr_row_size(type, ne0) * rows bytes) is copied
+ * (NULL: zeros). */
 TSR_API tsr_status tsr_gguf_writer_add_tensor(tsr_gguf_writer *w, const char *name, tsr_type type, int n_dims,
                                               const int64_t *ne, const void *data);
 TSR_API tsr_status tsr_gguf_writer_write_file(tsr_gguf_writer *w, const char *path);
@@ -774,17 +777,18 @@ TSR_API int64_t tsr_session_n_ctx(const tsr_session *s);
 
 typedef struct tsr_sampler_params {
     size_t size;           /* sizeof(tsr_sampler_params), set by _init */
-    float temp;            /* 0 = greedy; default 0.8 */
-    int32_t top_k;         /* default 40; <= 0 off */
-    float top_p, min_p;    /* defaults 0.95, 0.05; top_p >= 1 and min_p <= 0 are off */
-    float repeat_penalty;  /* 1 = off (default) */
-    int32_t repeat_last_n; /* default 64 */
+    float temp;            /* 0 = greedy; default 0.8; finite, >= 0 */
+    int32_t top_k;         /* default 40; <= 0 off; above n_vocab = n_vocab */
+    float top_p, min_p;    /* defaults 0.95, 0.05; within 0..1; top_p 1 and min_p 0 are off */
+    float repeat_penalty;  /* 1 = off (default); finite, > 0 */
+    int32_t repeat_last_n; /* default 64; 0..1048576 */
     uint64_t seed;         /* default 0x5EED */
 } tsr_sampler_params;
 TSR_API void tsr_sampler_params_init(tsr_sampler_params *p, size_t size);
 /* llama.cpp's order: repetition penalty, top-k, top-p, min-p, temperature,
  * then a draw (a seeded splitmix64: reproducible for a seed, not llama.cpp's
- * draws). p may be NULL (defaults). */
+ * draws). p may be NULL (defaults). TSR_E_INVALID for a NULL model or out,
+ * or a parameter outside its range (NaN included). */
 TSR_API tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out);
 TSR_API void tsr_sampler_free(tsr_sampler *s); /* NULL is a no-op */
 /* Picks a token from n_vocab logits and remembers it for the penalties; -1

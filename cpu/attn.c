@@ -137,6 +137,11 @@ static void task_at(const tsr_tensor *dst, const plan *pl, int64_t item, task *t
     t->j1 = t->j0 + pl->kv_split < kt->ne[1] ? t->j0 + pl->kv_split : kt->ne[1];
 }
 
+/* Address off bytes into x's data. A zero-sized tensor (heads of no
+ * elements, say) may have no data: NULL then, never arithmetic on NULL; the
+ * rows read there are empty. */
+static inline const char *at(const tsr_tensor *x, int64_t off) { return x->data ? (const char *)x->data + off : NULL; }
+
 /* Row r of a task: token and head. */
 static void row_at(const plan *pl, const task *t, int64_t r, int64_t *iq, int64_t *h) {
     const int64_t idx = t->r0 + r;
@@ -153,9 +158,10 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
     for (int64_t r = 0; r < t->nr; r++) {
         int64_t iq, h;
         row_at(pl, t, r, &iq, &h);
-        const char *row = (const char *)q->data + iq * (int64_t)q->nb[1] + h * (int64_t)q->nb[2] +
-                          t->s * (int64_t)q->nb[3];
+        const char *row = at(q, iq * (int64_t)q->nb[1] + h * (int64_t)q->nb[2] + t->s * (int64_t)q->nb[3]);
         float *qf = sc->qf + r * dk;
+        if (dk == 0)
+            continue;
         if (q->nb[0] == sizeof(float))
             memcpy(qf, row, (size_t)dk * sizeof(float));
         else
@@ -204,9 +210,8 @@ static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const 
     for (int64_t r = 0; r < t->nr; r++) {
         int64_t iq, h;
         row_at(pl, t, r, &iq, &h);
-        const char *src = (const char *)mask->data + iq * (int64_t)mask->nb[1] +
-                          (h % mask->ne[2]) * (int64_t)mask->nb[2] + (t->s % mask->ne[3]) * (int64_t)mask->nb[3] +
-                          j0 * (int64_t)mask->nb[0];
+        const char *src = at(mask, iq * (int64_t)mask->nb[1] + (h % mask->ne[2]) * (int64_t)mask->nb[2] +
+                                       (t->s % mask->ne[3]) * (int64_t)mask->nb[3] + j0 * (int64_t)mask->nb[0]);
         if (src == prev) {
             mrow[r] = mrow[r - 1];
             dead[r] = dead[r - 1];
@@ -237,7 +242,7 @@ static bool load_mask(const tsr_compute_params *p, const tsr_tensor *dst, const 
 }
 
 static const char *kv_row(const tsr_tensor *x, int64_t j, const task *t) {
-    return (const char *)x->data + j * (int64_t)x->nb[1] + t->hk * (int64_t)x->nb[2] + t->s * (int64_t)x->nb[3];
+    return at(x, j * (int64_t)x->nb[1] + t->hk * (int64_t)x->nb[2] + t->s * (int64_t)x->nb[3]);
 }
 
 /* S[r][0..n) = q_r . k_j for the block's keys. */

@@ -113,7 +113,14 @@ struct tsr_backend {
     size_t *live, *live_weights;
     size_t n_open_contexts;
     size_t n_open_caches;
+    /* tsr_backend_free was called while contexts or caches were open: the
+     * last of them to close frees the backend (tsr__backend_release). */
+    bool freed;
 };
+
+/* Called by a context or KV cache of b after it stopped counting itself:
+ * frees b when tsr_backend_free already asked for it and nothing is open. */
+void tsr__backend_release(tsr_backend *b);
 
 size_t tsr__backend_device_index(const tsr_backend *b, const tsr_device *d); /* n_devices when absent */
 size_t tsr__backend_host_index(const tsr_backend *b);

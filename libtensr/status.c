@@ -146,14 +146,20 @@ static bool tsr_alloc_tick(void) {
     return true;
 }
 
+/* No allocator can give more than PTRDIFF_MAX bytes: such a size (a huge
+ * count from a caller or a file) fails here as out of memory, before
+ * malloc sees it (valgrind calls such an argument an error). */
+#define TSR_ALLOC_MAX ((size_t)PTRDIFF_MAX)
+
 void *tsr__malloc(size_t size) {
-    if (!tsr_alloc_tick())
+    if (!tsr_alloc_tick() || size > TSR_ALLOC_MAX)
         return NULL;
     return tsr_alloc_made(malloc(size ? size : 1));
 }
 
 void *tsr__calloc(size_t n, size_t size) {
-    if (!tsr_alloc_tick())
+    size_t bytes;
+    if (!tsr_alloc_tick() || tsr__mul_overflow(n, size, &bytes) || bytes > TSR_ALLOC_MAX)
         return NULL;
     if (n == 0 || size == 0)
         n = size = 1;
@@ -161,7 +167,7 @@ void *tsr__calloc(size_t n, size_t size) {
 }
 
 void *tsr__realloc(void *p, size_t size) {
-    if (!tsr_alloc_tick())
+    if (!tsr_alloc_tick() || size > TSR_ALLOC_MAX)
         return NULL;
     void *q = realloc(p, size ? size : 1);
     return p ? q : tsr_alloc_made(q); /* a resize is the same allocation */
@@ -200,7 +206,7 @@ char *tsr__strdup(const char *s) {
 void *tsr__aligned_alloc(size_t alignment, size_t size) {
     if (alignment < TSR_ALIGN)
         alignment = TSR_ALIGN;
-    if (!tsr_alloc_tick())
+    if (!tsr_alloc_tick() || size > TSR_ALLOC_MAX)
         return NULL;
     void *p = NULL;
     if (posix_memalign(&p, alignment, size ? size : 1) != 0)

@@ -17,6 +17,8 @@
 #   section 7  NAME, DESCRIPTION (an overview has no call to return from;
 #              SYNOPSIS and the rest are optional)
 # A page pasted twice into one file fails here (two .TH, two NAME).
+# Every .TH names the version libtensr.h defines (tests/man-version.sh;
+# after a version bump, make update-man-version rewrites them).
 set -u
 srcdir=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
 man=$srcdir/man
@@ -105,6 +107,10 @@ for f in "$man"/*.[137]; do
     while IFS= read -r why; do err "$(basename "$f"): $why"; done < "$tmp/struct"
 done
 
+# every page's .TH version is libtensr.h's
+top_srcdir=$srcdir sh "$srcdir/tests/man-version.sh" > "$tmp/version" || rc=1
+cat "$tmp/version"
+
 # every file under man/ is distributed and installed
 if [ -f "$man/man.am" ]; then
     for f in "$man"/*.[137]; do
@@ -123,5 +129,5 @@ $out"
 fi
 
 echo "$(wc -l < "$tmp/header") functions, $n_pages section-3 pages, $n_links .so links"
-[ $rc -eq 0 ] && echo "ok: every exported function has a page whose synopsis matches libtensr.h; every page has one .TH and its sections"
+[ $rc -eq 0 ] && echo "ok: every exported function has a page whose synopsis matches libtensr.h; every page has one .TH (with libtensr.h's version) and its sections"
 exit $rc

@@ -30,7 +30,7 @@ static void expect(const char *tmpl_text, const char *name, const char *want)
     CHECK(!strcmp(chat_template_name(t), name), "detected %s, expected %s", chat_template_name(t), name);
     CHECK(chat_format(t, conv, 4, 1, &out) == TSR_OK, "format: %s", tsr_last_error());
     CHECK(out && !strcmp(out, want), "%s rendered\n%s\nexpected\n%s", name, out ? out : "(null)", want);
-    free(out);
+    tsr__free(out);
     chat_template_free(t);
 }
 
@@ -70,7 +70,7 @@ static void test_templates(void)
     CHECK(chat_template_by_name("nope", &t) == TSR_E_NOT_FOUND, "unknown name");
     CHECK(chat_template_by_name("chatml", &t) == TSR_OK, "by name");
     CHECK(chat_format(t, NULL, 0, 1, &out) == TSR_OK && !strcmp(out, "<|im_start|>assistant\n"), "empty chat");
-    free(out);
+    tsr__free(out);
     chat_template_free(t);
     chat_template_free(NULL);
 }
@@ -91,11 +91,11 @@ static void test_default_system(void)
     CHECK(!strcmp(out, "<|im_start|>system\nYou are SmolLM<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                        "<|im_start|>assistant\n"),
           "rendered %s", out);
-    free(out);
+    tsr__free(out);
     CHECK(chat_format(t, conv, 2, 0, &out) == TSR_OK, "format");
     CHECK(!strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"),
           "own system kept: %s", out);
-    free(out);
+    tsr__free(out);
     chat_template_free(t);
 }
 
@@ -190,7 +190,7 @@ static void test_model(const char *label, const char *model, const char *refs)
             CHECK(same && k == n_ids && p && *p == ']', "prompt ids differ from llama.cpp's");
         }
         n_chat++;
-        free(ids), free(out), free(want), free(sys), free(u);
+        tsr__free(ids), tsr__free(out), free(want), free(sys), free(u);
     }
     CHECK(n_chat == 2, "%d chat cases in %s", n_chat, refs);
     printf("%s chat template: %d recorded prompts rendered and tokenized identically\n", label, n_chat);

@@ -904,6 +904,22 @@ static void cases_flash_attn(void) {
             c->f[0] = 0.125f;
         }
     }
+    /* zero-sized: an empty cache (no keys), no queries, K and Q heads of no
+     * elements (scores all 0: the mean of V's rows), no V elements */
+    const int64_t zero[5][4] = {{64, 5, 0, 64}, {64, 0, 9, 64}, {0, 3, 6, 8}, {0, 3, 6, 0}, {32, 3, 6, 0}};
+    for (size_t t = 0; t < 2; t++)
+        for (int z = 0; z < 5; z++) {
+            const tsr_type w = kv[t];
+            const int64_t dk = zero[z][0], nq = zero[z][1], nkv = zero[z][2], dv = zero[z][3];
+            for (int masked = 0; masked < 2; masked++) {
+                test_case *c =
+                    masked ? add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 4, S(TSR_TYPE_F32, dk, nq, 4, 1), S(w, dk, nkv, 2, 1),
+                                      S(w, dv, nkv, 2, 1), KIND(S(TSR_TYPE_F16, nkv, nq, 1, 1), K_MASK, 0))
+                           : add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 3, S(TSR_TYPE_F32, dk, nq, 4, 1), S(w, dk, nkv, 2, 1),
+                                      S(w, dv, nkv, 2, 1));
+                c->f[0] = 0.125f;
+            }
+        }
 }
 
 /* The experts' matmul: as [k, m, n_expert], b [k, n_b, n_tokens], ids [n_used, n_tokens]. */

@@ -259,8 +259,8 @@ done:
     free(in);
     free(det);
     free(ref);
-    free(got);
-    free(text);
+    tsr__free(got); /* the library's allocations */
+    tsr__free(text);
 }
 
 static void check_piece(const tok_vocab *v, const char *line, stats *st)

@@ -288,6 +288,7 @@ void tsr_kv_cache_free(tsr_kv_cache *c) {
     tsr__free(c->cell_pos);
     tsr__free(c->cell_seq);
     tsr__free(c);
+    tsr__backend_release(b);
 }
 
 /* ---- cells ---------------------------------------------------------------------- */

@@ -1187,6 +1187,8 @@ size_t tsr_gguf_tensor_size(const tsr_gguf *g, int64_t i) {
 }
 
 tsr_status tsr_gguf_read_tensor(const tsr_gguf *g, int64_t i, void *dst, size_t size) {
+    if (!g)
+        return tsr__error(TSR_E_INVALID, "tsr_gguf_read_tensor: NULL handle");
     const gguf_tensor *t = tensor_at(g, i);
     if (!t)
         return tsr__error(TSR_E_RANGE, "%s: tensor index %" PRId64 " out of range (%zu tensors)", g ? g->path : "gguf",

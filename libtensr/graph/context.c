@@ -46,9 +46,11 @@ void tsr_context_close(tsr_context *ctx) {
         tsr__free(c);
         c = next;
     }
-    if (ctx->backend && ctx->backend->n_open_contexts > 0)
-        ctx->backend->n_open_contexts--;
+    tsr_backend *b = ctx->backend;
+    if (b && b->n_open_contexts > 0)
+        b->n_open_contexts--;
     tsr__free(ctx);
+    tsr__backend_release(b);
 }
 
 const char *tsr_context_error(const tsr_context *ctx) {

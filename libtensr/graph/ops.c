@@ -7,6 +7,7 @@
  */
 #include "core.h"
 
+#include <math.h>
 #include <stdio.h>
 
 static const tsr_op_info tsr_op_table[] = {
@@ -313,6 +314,12 @@ tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, tsr_t
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: freq_factors must be f32 with >= %d elements", n_dims / 2);
     if (!tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_rope: rows of a must be contiguous");
+    if (n_ctx_orig < 0 || !isfinite(ext_factor) || !isfinite(attn_factor) || !isfinite(beta_fast) ||
+        !isfinite(beta_slow))
+        return tsr__op_error(ctx, TSR_E_INVALID,
+                             "tsr_rope_ext: n_ctx_orig %d must be >= 0; ext_factor %g, attn_factor %g, beta_fast %g "
+                             "and beta_slow %g finite",
+                             n_ctx_orig, ext_factor, attn_factor, beta_fast, beta_slow);
     tsr_tensor *t = tsr_node_like(ctx, TSR_OP_ROPE, TSR_TYPE_F32, a);
     if (!t)
         return NULL;
@@ -340,6 +347,8 @@ tsr_tensor *tsr_softmax_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *mask, f
     TSR_CHECK_SRCS(ctx, "softmax", a);
     if (!tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax: rows of a must be contiguous");
+    if (!isfinite(scale))
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax_ext: scale %g is not finite", scale);
     if (mask) {
         char sa[96], sm[96];
         if (mask->ne[0] != a->ne[0] || mask->ne[1] < a->ne[1] ||
@@ -486,6 +495,28 @@ tsr_tensor *tsr_cont(tsr_context *ctx, tsr_tensor *a) {
 
 /* ---- views ----------------------------------------------------------------- */
 
+/* Bytes from a view's first element to the end of its last (tsr__nbytes),
+ * false when that overflows: the view's sizes and strides are the caller's. */
+static bool tsr_view_extent(const tsr_tensor *t, size_t *extent) {
+    const tsr_type_traits *tr = tsr__type_traits(t->type);
+    size_t bs = (size_t)tr->block_size, n, step;
+    *extent = 0;
+    for (int i = 0; i < TSR_MAX_DIMS; i++)
+        if (t->ne[i] == 0)
+            return true;
+    if (bs == 1) {
+        if (tsr__mul_overflow((size_t)(t->ne[0] - 1), t->nb[0], &n) || tsr__add_overflow(n, tr->block_bytes, &n))
+            return false;
+    } else if (tsr__mul_overflow((size_t)t->ne[0] / bs, t->nb[0], &n)) {
+        return false;
+    }
+    for (int i = 1; i < TSR_MAX_DIMS; i++)
+        if (tsr__mul_overflow((size_t)(t->ne[i] - 1), t->nb[i], &step) || tsr__add_overflow(n, step, &n))
+            return false;
+    *extent = n;
+    return true;
+}
+
 static tsr_tensor *tsr_view_nd(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64_t ne[4], const size_t nb[4],
                                size_t offset, const char *name) {
     TSR_CHECK_SRCS(ctx, name, a);
@@ -507,12 +538,12 @@ static tsr_tensor *tsr_view_nd(tsr_context *ctx, tsr_tensor *a, int n_dims, cons
     t->view_src = a;
     t->view_offs = offset;
     t->src[0] = a;
-    if (a->data && tsr__has_static_data(a))
-        t->data = (char *)a->data + offset; /* views of inputs and weights are readable at once */
-    size_t extent = tsr__nbytes(t), end, avail = tsr__nbytes(a);
-    if (tsr__add_overflow(offset, extent, &end) || (extent && end > avail))
+    size_t extent, end, avail = tsr__nbytes(a);
+    if (!tsr_view_extent(t, &extent) || tsr__add_overflow(offset, extent, &end) || (extent && end > avail))
         return tsr__op_error(ctx, TSR_E_RANGE, "tsr_%s: view of %zu bytes at offset %zu exceeds the %zu bytes of '%s'",
                              name, extent, offset, avail, a->name);
+    if (a->data && tsr__has_static_data(a))
+        t->data = (char *)a->data + offset; /* views of inputs and weights are readable at once */
     return t;
 }
 
@@ -622,6 +653,8 @@ tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_t
                            float scale) {
     TSR_CHECK_SRCS(ctx, "flash_attn", q, k, v);
     char sq[96], sk[96], sv[96];
+    if (!isfinite(scale))
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_flash_attn: scale %g is not finite", scale);
     if (q->ne[0] != k->ne[0] || k->ne[1] != v->ne[1] || k->ne[2] != v->ne[2] || k->ne[2] == 0 ||
         q->ne[2] % k->ne[2] != 0 || q->ne[3] != k->ne[3] || k->ne[3] != v->ne[3])
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_flash_attn: q %s, k %s, v %s do not match",

@@ -3,6 +3,7 @@
  * caller's buffers, and the sampler. Sessions are in session.c. */
 #include "model.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,6 +200,10 @@ tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msg
 
 /* ---- sampler --------------------------------------------------------------- */
 
+/* The longest penalty window: longer than any context, small enough that its
+ * history (4 bytes a token) is no surprise allocation. */
+#define TSR_SAMPLER_MAX_LAST_N (1 << 20)
+
 struct tsr_sampler {
     smp_sampler *s;
     int32_t n_vocab;
@@ -234,12 +239,14 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
         size_t n = p->size < sizeof q ? p->size : sizeof q;
         memcpy((char *)&q + sizeof(size_t), (const char *)p + sizeof(size_t), n - sizeof(size_t));
     }
-    if (!(q.temp >= 0.0f) || !(q.top_p >= 0.0f) || !(q.min_p >= 0.0f) || !(q.repeat_penalty > 0.0f) ||
-        q.repeat_last_n < 0)
+    /* NaN fails every comparison; top_p and min_p are probabilities */
+    if (!(q.temp >= 0.0f && q.temp <= FLT_MAX) || !(q.top_p >= 0.0f && q.top_p <= 1.0f) ||
+        !(q.min_p >= 0.0f && q.min_p <= 1.0f) || !(q.repeat_penalty > 0.0f && q.repeat_penalty <= FLT_MAX) ||
+        q.repeat_last_n < 0 || q.repeat_last_n > TSR_SAMPLER_MAX_LAST_N)
         return tsr__error(TSR_E_INVALID,
-                          "tsr_sampler_new: temp %g, top_p %g, min_p %g must be >= 0, repeat_penalty %g > 0, "
-                          "repeat_last_n %d >= 0",
-                          q.temp, q.top_p, q.min_p, q.repeat_penalty, q.repeat_last_n);
+                          "tsr_sampler_new: temp %g must be finite and >= 0, top_p %g and min_p %g within 0..1, "
+                          "repeat_penalty %g finite and > 0, repeat_last_n %d within 0..%d",
+                          q.temp, q.top_p, q.min_p, q.repeat_penalty, q.repeat_last_n, TSR_SAMPLER_MAX_LAST_N);
     smp_params sp;
     smp_params_default(&sp);
     sp.temp = q.temp;

@@ -138,11 +138,7 @@ tsr_status tsr_backend_new(const tsr_backend_params *p, tsr_backend **out) {
     return TSR_OK;
 }
 
-void tsr_backend_free(tsr_backend *b) {
-    if (!b)
-        return;
-    if (b->n_open_contexts || b->n_open_caches)
-        tsr__log(TSR_LOG_WARN, "tsr_backend_free with contexts or KV caches still open", 0);
+static void tsr_backend_destroy(tsr_backend *b) {
     tsr__sched_free(b->sched);
     tsr__weights_free(b);
     for (size_t i = 0; b->streams && i < b->n_devices; i++)
@@ -159,6 +155,27 @@ void tsr_backend_free(tsr_backend *b) {
     tsr__free(b);
 }
 
+/* As sqlite3_close_v2 and tsr_model_free: a backend whose contexts or KV
+ * caches are still open stays alive (and they stay usable) until the last
+ * of them closes, instead of leaving them dangling. */
+void tsr_backend_free(tsr_backend *b) {
+    if (!b)
+        return;
+    if (b->n_open_contexts || b->n_open_caches) {
+        char n[48];
+        tsr__log(TSR_LOG_WARN, "tsr_backend_free with contexts or KV caches still open: freed when they close", 1,
+                 "open", tsr__fmt(n, sizeof n, "%zu contexts, %zu caches", b->n_open_contexts, b->n_open_caches));
+        b->freed = true;
+        return;
+    }
+    tsr_backend_destroy(b);
+}
+
+void tsr__backend_release(tsr_backend *b) {
+    if (b && b->freed && !b->n_open_contexts && !b->n_open_caches)
+        tsr_backend_destroy(b);
+}
+
 size_t tsr_backend_n_devices(const tsr_backend *b) { return b ? b->n_devices : 0; }
 tsr_device *tsr_backend_device(const tsr_backend *b, size_t i) { return b && i < b->n_devices ? b->devices[i] : NULL; }
 int tsr_backend_n_threads(const tsr_backend *b) { return b ? b->n_threads : 0; }
@@ -168,7 +185,9 @@ size_t tsr_backend_n_splits(const tsr_backend *b) { return b ? b->n_splits : 0; 
 size_t tsr_backend_n_copies(const tsr_backend *b) { return b ? b->n_copies : 0; }
 
 tsr_status tsr_backend_memory_plan(const tsr_backend *b, size_t i, size_t *weights, size_t *kv_cache, size_t *compute) {
-    if (!b || i >= b->n_devices)
+    if (!b)
+        return tsr__error(TSR_E_INVALID, "tsr_backend_memory_plan: NULL backend");
+    if (i >= b->n_devices)
         return tsr__error(TSR_E_RANGE, "tsr_backend_memory_plan: no device %zu in the backend", i);
     if (weights)
         *weights = b->plan_weights[i];

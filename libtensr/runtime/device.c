@@ -79,7 +79,13 @@ size_t tsr_device_count(void) {
     return tsr_n_devices;
 }
 
-tsr_device *tsr_device_get(size_t i) { return i < tsr_device_count() ? tsr_devices[i] : NULL; }
+tsr_device *tsr_device_get(size_t i) {
+    size_t n = tsr_device_count();
+    if (i < n)
+        return tsr_devices[i];
+    tsr__error(TSR_E_RANGE, "tsr_device_get: no device %zu (%zu devices)", i, n);
+    return NULL;
+}
 
 tsr_device *tsr_device_by_name(const char *name) {
     size_t n = tsr_device_count();

@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (!tsr_last_error()[0]) {
         abort();
     }
-    free(out);
+    tsr__free(out);
     chat_template_free(t);
     free(buf);
     return 0;

@@ -118,7 +118,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *back = NULL;
     size_t blen = 0;
     if (tok_detokenize(v, ids, n, remove_special, special, &back, &blen) != TSR_OK || back[blen] != '\0') abort();
-    free(back);
+    tsr__free(back);
     check_stream(v, ids, n, special);
 
     int promised = which != 2 && !add_special && !parse_special && valid_utf8(data + 1, len) &&
@@ -130,9 +130,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     blen);
             abort();
         }
-        free(back);
+        tsr__free(back);
     }
-    free(ids);
+    tsr__free(ids);
     return 0;
 }
 
