@@ -628,6 +628,37 @@ static void c_unary(void) {
     ctx_close();
 }
 
+static void c_moe(void) {
+    fresh();
+    NUL(tsr_mul_mat_id(NULL, Q, K, I));
+    NUL(tsr_top_k(NULL, A, 1));
+    NUL(tsr_argsort(NULL, A, TSR_SORT_ASC));
+    NUL(tsr_sigmoid(NULL, A));
+    NUL(tsr_sum_rows(NULL, A));
+    OP(tsr_mul_mat_id(ctx, NULL, K, I));
+    OP(tsr_mul_mat_id(ctx, Q, NULL, I));
+    OP(tsr_mul_mat_id(ctx, Q, K, NULL));
+    OP(tsr_mul_mat_id(ctx, Q, K, I)); /* ids for 1 token, b of 3 */
+    OP(tsr_mul_mat_id(ctx, Q, K, A)); /* F32 ids */
+    OP(tsr_mul_mat_id(ctx, Q, H, I)); /* F16 b */
+    OP(tsr_mul_mat_id(ctx, I, K, I)); /* I32 experts */
+    OP(tsr_mul_mat_id(ctx, Q, V, I)); /* k 4 against 5 */
+    OP(tsr_top_k(ctx, NULL, 1));
+    OP(tsr_top_k(ctx, A, 0));
+    OP(tsr_top_k(ctx, A, -1));
+    OP(tsr_top_k(ctx, A, 5)); /* rows of 4 */
+    OP(tsr_top_k(ctx, I, 1));
+    OP(tsr_argsort(ctx, NULL, TSR_SORT_DESC));
+    OP(tsr_argsort(ctx, A, (tsr_sort_order)2));
+    OP(tsr_argsort(ctx, A, (tsr_sort_order)-1));
+    OP(tsr_argsort(ctx, I, TSR_SORT_ASC));
+    OP(tsr_sigmoid(ctx, NULL));
+    OP(tsr_sigmoid(ctx, I));
+    OP(tsr_sum_rows(ctx, NULL));
+    OP(tsr_sum_rows(ctx, I));
+    ctx_close();
+}
+
 static void c_matmul(void) {
     fresh();
     NUL(tsr_mul_mat(NULL, A, B));
@@ -1313,6 +1344,7 @@ static const struct bad_case {
     {"tsr_add tsr_sub tsr_mul tsr_div tsr_swiglu tsr_geglu", c_binary},
     {"tsr_scale tsr_silu tsr_gelu tsr_softmax tsr_rms_norm tsr_norm tsr_cont tsr_transpose tsr_argmax", c_unary},
     {"tsr_mul_mat", c_matmul},
+    {"tsr_mul_mat_id tsr_top_k tsr_argsort tsr_sigmoid tsr_sum_rows", c_moe},
     {"tsr_get_rows tsr_set_rows", c_rows},
     {"tsr_rope tsr_rope_ext", c_rope},
     {"tsr_softmax_ext", c_softmax_ext},
