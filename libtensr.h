@@ -29,7 +29,7 @@ extern "C" {
 
 /* The one source of the version: configure.ac reads these three lines. */
 #define TSR_VERSION_MAJOR 0
-#define TSR_VERSION_MINOR 2
+#define TSR_VERSION_MINOR 3
 #define TSR_VERSION_PATCH 0
 #define TSR_VERSION_NUMBER ((TSR_VERSION_MAJOR << 16) | (TSR_VERSION_MINOR << 8) | TSR_VERSION_PATCH)
 
