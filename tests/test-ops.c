@@ -10,6 +10,8 @@
  *
  *   test-ops [test]           run all cases on the CPU (default)
  *   test-ops -d CUDA0 [test]  run them on another device, compared likewise
+ *                             (and with the CPU's result); TSR_TEST_DEVICE=CUDA0
+ *                             in the environment does the same as -d CUDA0
  *   test-ops list             op x type support table
  *   test-ops perf [-t N]      GFLOP/s and GB/s per op
  *   test-ops -o OP            only cases of OP (e.g. mul_mat)
@@ -1010,8 +1012,10 @@ static int mode_perf(const char *device, int max_threads) {
 }
 
 int main(int argc, char **argv) {
-    const char *device = NULL, *mode = "test";
+    const char *device = getenv("TSR_TEST_DEVICE"), *mode = "test";
     int verbose = 0, threads = 2;
+    if (device && !*device)
+        device = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-d") == 0 && i + 1 < argc) device = argv[++i];
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) only_op = argv[++i];
