@@ -3,7 +3,9 @@
  * prints logits or greedy continuations as plain text, so the test can
  * compare them with llama.cpp's recorded answers.
  *
- *   model-eval [-t N] [-c N] [-ub N] [-fa 0|1] MODEL < commands
+ *   model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] MODEL < commands
+ *
+ * -ngl N puts the last N layers on the GPUs (tests/gpu/check.sh: -ngl 99).
  *
  * One command a line (the KV cache is emptied before each); the answer ends
  * with a line "end":
@@ -137,6 +139,8 @@ int main(int argc, char **argv)
     bp.n_threads = 2;
     bp.flash_attn = TSR_FLASH_ATTN_OFF; /* the references were recorded without it */
     sp.n_ctx = 512;
+    tsr_load_params lp;
+    tsr_load_params_init(&lp, sizeof lp);
     int a = 1;
     for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
         if (!strcmp(argv[a], "-t"))
@@ -147,11 +151,13 @@ int main(int argc, char **argv)
             bp.flash_attn = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-ub"))
             sp.n_ubatch = atoll(argv[a + 1]);
+        else if (!strcmp(argv[a], "-ngl"))
+            lp.n_gpu_layers = atoi(argv[a + 1]);
         else
             return die("usage", argv[a]);
     }
     if (argc - a != 1)
-        return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] MODEL < commands");
+        return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] MODEL < commands");
     sp.n_batch = sp.n_ctx;               /* a whole command in one decode */
     sp.n_outputs_max = sp.n_ubatch > 0 ? sp.n_ubatch : 512; /* every row of a micro-batch */
     tsr_backend *be = NULL;
@@ -159,7 +165,7 @@ int main(int argc, char **argv)
     int rc = 0;
     if (tsr_backend_new(&bp, &be) != TSR_OK)
         rc = die("backend", tsr_last_error());
-    else if (tsr_model_load(be, argv[a], NULL, &e.m) != TSR_OK)
+    else if (tsr_model_load(be, argv[a], &lp, &e.m) != TSR_OK)
         rc = die("open", tsr_last_error());
     else if (tsr_session_new(e.m, &sp, &e.s) != TSR_OK)
         rc = die("session", tsr_last_error());

@@ -1,0 +1,112 @@
+#!/bin/sh
+# tests/gpu/check.sh - the CUDA backend on a GPU machine, in one call that
+# fits in about nine minutes: run from the top of an unpacked `make dist`
+# tarball (no Autotools needed there), e.g. through the device tool:
+#   tar xzf libtensr-*.tar.gz && cd libtensr-*/ && tests/gpu/check.sh
+# Steps, each with its own timeout, each log under $OUT (default ./gpu-logs):
+#   build    ./configure --enable-cuda=yes --with-cuda-arch=90, make -j16
+#   module   tests/test-cuda-module: CUDA0 listed, x + w exact on it, the
+#            pinned CUDA0_Host type, more than the card is TSR_E_DEVICE_NOMEM,
+#            twenty create/free cycles give the memory back (64 MiB)
+#   ops      tests/test-ops with TSR_TEST_DEVICE=CUDA0: every case on the GPU
+#            against the reference and the CPU's result
+#   sched    tests/test-sched and tests/test-attention-devices with the
+#            module loaded (CUDA0 beside the CPU)
+#   kl       a SmolLM2-shaped random-weight F16 model written by
+#            tests/gpu/gpu-model.c (the project's GGUF writer): logits of a
+#            64-token prompt with -ngl 99 against the CPU, flash attention
+#            off and on; mean KL(cpu || gpu) must stay below 0.01
+#   bench    tensr-bench pp512/tg128 -ngl 99 on that model (llama.cpp's
+#            CUDA llama-bench beside it when one is on PATH; none is carried)
+# A short table of the results comes last. Exit status 0 when every step
+# passed. GPU_CHECK_STEPS="build module ops" runs some steps only.
+set -u
+OUT=${OUT:-$PWD/gpu-logs}
+mkdir -p "$OUT"
+steps=${GPU_CHECK_STEPS:-"build module ops sched kl bench"}
+table=$OUT/table.txt
+: > "$table"
+rc=0
+export TSR_BACKEND_PATH=$PWD/cuda/.libs/libtensr-cuda.so
+export top_builddir=$PWD top_srcdir=$PWD
+
+row() { printf '%-8s %-6s %s\n' "$1" "$2" "$3" >> "$table"; }
+
+# step NAME TIMEOUT CMD...: runs CMD with the timeout, log in $OUT/NAME.log.
+step() {
+    name=$1 limit=$2
+    shift 2
+    t0=$(date +%s)
+    timeout "$limit" sh -c "$*" > "$OUT/$name.log" 2>&1
+    r=$?
+    t=$(( $(date +%s) - t0 ))
+    case $r in
+    0) res=PASS ;;
+    77) res=SKIP ;;
+    124) res=TIMEOUT ;;
+    *) res=FAIL ;;
+    esac
+    [ "$res" = PASS ] || [ "$res" = SKIP ] || rc=1
+    echo "== $name: $res ($t s, exit $r)"
+    tail -n 15 "$OUT/$name.log"
+    last_res=$res last_time=$t
+}
+
+want() { case " $steps " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.txt" 2>&1
+cat "$OUT/nvidia-smi.txt"
+
+if want build; then
+    step configure 180 "./configure --enable-cuda=yes --with-cuda-arch=90 --disable-static"
+    row configure "$last_res" "${last_time}s"
+    step build 360 "make -j16 && make -j16 tests/test-ops tests/test-sched tests/test-attention-devices \
+        tests/test-cuda-module tests/model-eval"
+    row build "$last_res" "${last_time}s (nvcc sm_90)"
+    cc -std=gnu11 -O2 -I. tests/gpu/gpu-model.c .libs/libtensr.so -lm -Wl,-rpath,$PWD/.libs -o tests/gpu/gpu-model \
+        > "$OUT/gpu-model-build.log" 2>&1 || { echo "gpu-model did not build"; rc=1; }
+fi
+
+if want module; then
+    step module 60 "tests/test-cuda-module"
+    row module "$last_res" "$(grep -E '^(CUDA0|out of memory|free memory)' "$OUT/module.log" | tr '\n' ';' | cut -c1-160)"
+fi
+
+if want ops; then
+    step ops 240 "TSR_TEST_DEVICE=CUDA0 tests/test-ops"
+    row ops "$last_res" "$(grep -E 'passed|failed' "$OUT/ops.log" | tail -n 1 | cut -c1-120)"
+fi
+
+if want sched; then
+    step sched 90 "tests/test-sched && tests/test-attention-devices"
+    row sched "$last_res" "test-sched, test-attention-devices with CUDA0 loaded"
+fi
+
+model=$OUT/smollm2-shape-random-f16.gguf
+if want kl; then
+    kl_cmd="tests/gpu/gpu-model '$model' && prompt=\$(awk 'BEGIN{s=\"logits 1\"; x=7; for(i=0;i<63;i++){x=(x*1103515245+12345)%2147483648; s=s\" \"(300+x%40000)}; print s}') && \
+      for fa in 0 1; do \
+        echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa '$model' > '$OUT/logits-cpu-fa'\$fa.txt && \
+        echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa -ngl 99 '$model' > '$OUT/logits-gpu-fa'\$fa.txt && \
+        python3 tests/gpu/kl.py '$OUT/logits-cpu-fa'\$fa.txt '$OUT/logits-gpu-fa'\$fa.txt 0.01 || exit 1; \
+      done"
+    step kl 240 "$kl_cmd"
+    row kl "$last_res" "$(grep -E '^KL' "$OUT/kl.log" | tr '\n' ';' | cut -c1-160)"
+fi
+
+if want bench; then
+    step bench 200 "./examples/tensr-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3 -fa on --no-llama && \
+        ./examples/tensr-bench -m '$model' -ngl 0 -p 512 -n 128 -r 1 -t 16 -fa on --no-llama"
+    row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)"
+    if command -v llama-bench > /dev/null 2>&1; then
+        step llama 120 "llama-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3"
+        row llama "$last_res" "$(grep -E 'pp512|tg128' "$OUT/llama.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)"
+    else
+        row llama SKIP "no llama-bench on PATH (llama.cpp CUDA not built here)"
+    fi
+fi
+
+echo
+echo "== summary (logs in $OUT)"
+cat "$table"
+exit $rc
