@@ -10,6 +10,10 @@
 #            twenty create/free cycles give the memory back (64 MiB)
 #   ops      tests/test-ops with TSR_TEST_DEVICE=CUDA0: every case on the GPU
 #            against the reference and the CPU's result
+#   large    tests/test-ops -L on CUDA0: mat-vec and GEMM over more than
+#            65,535 weight rows, get_rows of more than 65,535 indices, a copy
+#            of more than 2^31 bytes (tens of GB of host memory for the
+#            double-precision references)
 #   sched    tests/test-sched and tests/test-attention-devices with the
 #            module loaded (CUDA0 beside the CPU)
 #   kl       a SmolLM2-shaped random-weight F16 model written by
@@ -23,7 +27,7 @@
 set -u
 OUT=${OUT:-$PWD/gpu-logs}
 mkdir -p "$OUT"
-steps=${GPU_CHECK_STEPS:-"build module ops sched kl bench"}
+steps=${GPU_CHECK_STEPS:-"build module ops large sched kl bench"}
 table=$OUT/table.txt
 : > "$table"
 rc=0
@@ -58,7 +62,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvi
 cat "$OUT/nvidia-smi.txt"
 
 if want build; then
-    step configure 180 "./configure --enable-cuda=yes --with-cuda-arch=90 --disable-static"
+    step configure 180 "./configure --enable-cuda=yes --with-cuda-arch=90"
     row configure "$last_res" "${last_time}s"
     step build 360 "make -j16 && make -j16 tests/test-ops tests/test-sched tests/test-attention-devices \
         tests/test-cuda-module tests/model-eval"
@@ -73,8 +77,13 @@ if want module; then
 fi
 
 if want ops; then
-    step ops 240 "TSR_TEST_DEVICE=CUDA0 tests/test-ops"
+    step ops 240 "TSR_TEST_DEVICE=CUDA0 tests/test-ops -t 16"
     row ops "$last_res" "$(grep -E 'passed|failed' "$OUT/ops.log" | tail -n 1 | cut -c1-120)"
+fi
+
+if want large; then
+    step large 200 "TSR_TEST_DEVICE=CUDA0 tests/test-ops -L -t 16"
+    row large "$last_res" "$(grep -E 'passed|failed' "$OUT/large.log" | tail -n 1 | cut -c1-120)"
 fi
 
 if want sched; then
@@ -82,6 +91,10 @@ if want sched; then
     row sched "$last_res" "test-sched, test-attention-devices with CUDA0 loaded"
 fi
 
+# Without CUDA0 (the module found no GPU) the model steps compare the CPU
+# with itself: say so in the table.
+gpu_note=
+grep -q '^CUDA0:' "$OUT/module.log" 2>/dev/null || gpu_note=" (NO CUDA0: CPU against CPU)"
 model=$OUT/smollm2-shape-random-f16.gguf
 if want kl; then
     kl_cmd="tests/gpu/gpu-model '$model' && prompt=\$(awk 'BEGIN{s=\"logits 1\"; x=7; for(i=0;i<63;i++){x=(x*1103515245+12345)%2147483648; s=s\" \"(300+x%40000)}; print s}') && \
@@ -91,13 +104,13 @@ if want kl; then
         python3 tests/gpu/kl.py '$OUT/logits-cpu-fa'\$fa.txt '$OUT/logits-gpu-fa'\$fa.txt 0.01 || exit 1; \
       done"
     step kl 240 "$kl_cmd"
-    row kl "$last_res" "$(grep -E '^KL' "$OUT/kl.log" | tr '\n' ';' | cut -c1-160)"
+    row kl "$last_res" "$(grep -E '^KL' "$OUT/kl.log" | tr '\n' ';' | cut -c1-160)$gpu_note"
 fi
 
 if want bench; then
     step bench 200 "./examples/tensr-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3 -fa on --no-llama && \
         ./examples/tensr-bench -m '$model' -ngl 0 -p 512 -n 128 -r 1 -t 16 -fa on --no-llama"
-    row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)"
+    row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)$gpu_note"
     if command -v llama-bench > /dev/null 2>&1; then
         step llama 120 "llama-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3"
         row llama "$last_res" "$(grep -E 'pp512|tg128' "$OUT/llama.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)"
