@@ -405,7 +405,8 @@ static bool cu_use_mmv(const tsr_tensor *node) { return node->src[1]->ne[1] <= T
 /* A weight matrix cuBLAS reads in place (F32/F16 with whole-element row strides). */
 static bool cu_gemm_direct(const tsr_tensor *a) {
     const size_t es = a->type == TSR_TYPE_F32 ? 4 : 2;
-    return (a->type == TSR_TYPE_F32 || a->type == TSR_TYPE_F16) && a->nb[0] == es && a->nb[1] % es == 0;
+    return (a->type == TSR_TYPE_F32 || a->type == TSR_TYPE_F16) && a->nb[0] == es && a->nb[1] % es == 0 &&
+           a->nb[1] / es >= (size_t)(a->ne[0] > 0 ? a->ne[0] : 1) && a->nb[1] / es <= INT_MAX;
 }
 
 static size_t cu_scratch_need(const tsr_tensor *node) {
@@ -533,6 +534,8 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
         CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(c->stream, cu_t(node), cu_t(a), cu_t(b), y));
         return TSR_OK;
     }
+    if (m == 0 || n == 0)
+        return TSR_OK;
     const bool direct = cu_gemm_direct(a), f32 = a->type == TSR_TYPE_F32;
     const size_t es = f32 ? 4 : 2;
     char *bconv = s->arena, *aconv = bconv + tsr__pad((size_t)(k * n) * es, CU_ALIGN);
@@ -550,7 +553,7 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
                              tcu_matrix_to_f16(c->stream, aconv, cu_t(a), a2, a3));
                 last_a = a2 + a->ne[2] * a3;
                 A = aconv;
-                lda = (int)k;
+                lda = k > 0 ? (int)k : 1;
             }
             if (f32)
                 CU_CHECK(c, "tcu_matrix_to_f32 (kernel launch)",

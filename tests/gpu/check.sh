@@ -14,8 +14,9 @@
 #            65,535 weight rows, get_rows of more than 65,535 indices, a copy
 #            of more than 2^31 bytes (tens of GB of host memory for the
 #            double-precision references)
-#   sched    tests/test-sched and tests/test-attention-devices with the
-#            module loaded (CUDA0 beside the CPU)
+#   sched    tests/test-sched (without the module: it counts the fake
+#            devices) and tests/test-attention-devices, whose KV-cache split
+#            runs again over CPU, CUDA0 and a fake device (TSR_TEST_DEVICE)
 #   kl       a SmolLM2-shaped random-weight F16 model written by
 #            tests/gpu/gpu-model.c (the project's GGUF writer): logits of a
 #            64-token prompt with -ngl 99 against the CPU, flash attention
@@ -87,8 +88,8 @@ if want large; then
 fi
 
 if want sched; then
-    step sched 90 "tests/test-sched && tests/test-attention-devices"
-    row sched "$last_res" "test-sched, test-attention-devices with CUDA0 loaded"
+    step sched 90 "TSR_BACKEND_PATH= tests/test-sched && TSR_TEST_DEVICE=CUDA0 tests/test-attention-devices"
+    row sched "$last_res" "test-sched (fake devices only: it counts them); KV cache split CPU/CUDA0/FAKE1: $(grep -c "split again" "$OUT/sched.log") run"
 fi
 
 # Without CUDA0 (the module found no GPU) the model steps compare the CPU
