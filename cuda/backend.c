@@ -5,9 +5,11 @@
  * CUDA runtime and cuBLAS C APIs; the core is reached only through the
  * services of module.h.
  *
- *  - Devices come from cudaGetDeviceCount in PCI order (domain, bus,
- *    device), named CUDA0, CUDA1, ...; without a driver or a device the
- *    module registers none and logs why ("cuda: no CUDA device").
+ *  - Devices come from cudaGetDeviceCount in the runtime's order (stable for
+ *    a machine; CUDA_VISIBLE_DEVICES picks and orders them,
+ *    CUDA_DEVICE_ORDER=PCI_BUS_ID makes it PCI order), named CUDA0, CUDA1,
+ *    ...; without a driver or a device the module registers none and logs
+ *    why ("cuda: no CUDA device").
  *  - Each device has a buffer type (cudaMalloc; failure is
  *    TSR_E_DEVICE_NOMEM with the size asked and the free memory) and a
  *    pinned-host staging type CUDAn_Host (cudaMallocHost, falling back to
@@ -658,17 +660,6 @@ typedef struct cu_found {
     struct cudaDeviceProp prop;
 } cu_found;
 
-static int cu_pci_cmp(const void *x, const void *y) {
-    const struct cudaDeviceProp *a = &((const cu_found *)x)->prop, *b = &((const cu_found *)y)->prop;
-    if (a->pciDomainID != b->pciDomainID)
-        return a->pciDomainID < b->pciDomainID ? -1 : 1;
-    if (a->pciBusID != b->pciBusID)
-        return a->pciBusID < b->pciBusID ? -1 : 1;
-    if (a->pciDeviceID != b->pciDeviceID)
-        return a->pciDeviceID < b->pciDeviceID ? -1 : 1;
-    return ((const cu_found *)x)->ordinal - ((const cu_found *)y)->ordinal;
-}
-
 static size_t cu_enumerate(tsr_device **devs, size_t max) {
     int count = 0;
     char why[256];
@@ -696,7 +687,6 @@ static size_t cu_enumerate(tsr_device **devs, size_t max) {
         }
         found[n++].ordinal = i;
     }
-    qsort(found, (size_t)n, sizeof *found, cu_pci_cmp);
     const tsr_device *host = tsr__host_device_early();
     for (int i = 0; i < n && cu_n < max && host; i++) {
         cu_dev *c = &cu_devs[cu_n];

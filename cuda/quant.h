@@ -4,7 +4,9 @@
  * Q8_0 block quantizer the cache writes use. Plain C that nvcc compiles for
  * the device too (TCU_HD), so tests/test-cuda-quant.c checks these very
  * functions against the library's reference dequantizers on a machine
- * without a GPU. Block layouts are ggml's (libtensr/quant/quants.h).
+ * without a GPU. Block layouts are ggml's (libtensr/quant/quants.h). On
+ * the device, F16 conversions and float loads use the hardware's (the
+ * same values; only the host paths are checked without a GPU).
  */
 #ifndef TCU_QUANT_H
 #define TCU_QUANT_H
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #ifdef __CUDACC__
+#include <cuda_fp16.h>
 #define TCU_HD __host__ __device__ __forceinline__
 #else
 #define TCU_HD static inline
@@ -37,6 +40,9 @@ enum {
 };
 
 TCU_HD float tcu_half_to_float(uint16_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h)); /* the same value, by the hardware */
+#endif
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
     if (exp == 0) {
@@ -62,6 +68,9 @@ TCU_HD float tcu_half_to_float(uint16_t h) {
 
 /* Round to nearest even, as the library's tsr__fp32_to_fp16. */
 TCU_HD uint16_t tcu_float_to_half(float f) {
+#ifdef __CUDA_ARCH__
+    return __half_as_ushort(__float2half_rn(f)); /* round to nearest even, as below */
+#endif
     uint32_t x;
     memcpy(&x, &f, 4);
     const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
@@ -207,6 +216,15 @@ TCU_HD float tcu_load_q(int type, const unsigned char *row, int64_t e) {
 /* Element e of a row of any readable type; nb0 is the element stride of
  * the non-quantized types (quantized rows are contiguous). */
 TCU_HD float tcu_load(int type, const unsigned char *row, int64_t e, int64_t nb0) {
+#ifdef __CUDA_ARCH__
+    /* on the device: plain loads (tensor data is aligned to its element size) */
+    switch (type) {
+    case TCU_F32: return *(const float *)(row + e * nb0);
+    case TCU_F16: return tcu_half_to_float(*(const uint16_t *)(row + e * nb0));
+    case TCU_BF16: return tcu_bf16_to_float(*(const uint16_t *)(row + e * nb0));
+    default: return tcu_load_q(type, row, e);
+    }
+#endif
     switch (type) {
     case TCU_F32: {
         float f;

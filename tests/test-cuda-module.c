@@ -9,6 +9,10 @@
  * its pinned staging type CUDA0_Host allocates, an allocation larger than
  * the card is TSR_E_DEVICE_NOMEM naming the free memory, and twenty
  * create/free cycles of a large buffer give the memory back (within 64 MiB).
+ * A copy of the module whose NEEDED entry names a CUDA runtime that does not
+ * exist (libcudart patched to libcudaRT in its string table) stands for a
+ * machine without the CUDA runtime: dlopen fails, the loader logs the
+ * module as skipped with dlopen's reason, and the library works on the CPU.
  * Skips (77) when the module is not built (./configure --enable-cuda).
  */
 #include "tsrtest.h"
@@ -112,12 +116,43 @@ static void case_gpu(void) {
     printf("free memory: %.1f MiB before, %.1f MiB after 20 cycles\n", free0 / 1048576.0, free1 / 1048576.0);
 }
 
-int main(void) {
-    const char *top = getenv("top_builddir");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/cuda/.libs/libtensr-cuda.so", top ? top : ".");
-    if (access(path, R_OK) != 0)
-        SKIP("the CUDA module is not built (%s; ./configure --enable-cuda)", path);
+static void case_no_runtime(void) {
+    CHECK(log_line_with("backend module skipped", "libcudaRT") != NULL);
+    CHECK(tsr_device_by_name("CUDA0") == NULL);
+    CHECK(strcmp(tsr_backends_available(), "cpu") == 0);
+    CHECK(add_on(tsr_device_by_name("CPU")));
+}
+
+/* Copies the module to dir/libtensr-cuda.so with "libcudart" renamed
+ * "libcudaRT" everywhere in it (the NEEDED entry's string); false when the
+ * file cannot be read or has no such string. */
+static int copy_without_runtime(const char *from, const char *dir, char *out, size_t out_size) {
+    FILE *f = fopen(from, "rb");
+    if (!f)
+        return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n > 0 ? malloc((size_t)n) : NULL;
+    int ok = buf && fread(buf, 1, (size_t)n, f) == (size_t)n;
+    fclose(f);
+    int found = 0;
+    for (long i = 0; ok && i + 9 <= n; i++)
+        if (memcmp(buf + i, "libcudart", 9) == 0) {
+            memcpy(buf + i, "libcudaRT", 9);
+            found++;
+        }
+    snprintf(out, out_size, "%s/libtensr-cuda.so", dir);
+    FILE *g = ok && found ? fopen(out, "wb") : NULL;
+    ok = g && fwrite(buf, 1, (size_t)n, g) == (size_t)n;
+    if (g)
+        ok = fclose(g) == 0 && ok;
+    free(buf);
+    return ok;
+}
+
+/* Runs fn in a child with TSR_BACKEND_PATH = path; its exit status. */
+static int run_case(const char *name, const char *path, void (*fn)(void)) {
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
@@ -126,18 +161,37 @@ int main(void) {
         tsr_log_set_level(TSR_LOG_DEBUG);
         tsr_log_set(capture, NULL);
         tsr_device_count();
-        if (tsr_device_by_name("CUDA0"))
-            case_gpu();
-        else
-            case_no_gpu();
+        if (!fn)
+            fn = tsr_device_by_name("CUDA0") ? case_gpu : case_no_gpu;
+        fn();
         if (tsrtest_failures)
-            fprintf(stderr, "log:\n%s", log_text);
+            fprintf(stderr, "case %s, log:\n%s", name, log_text);
         else
-            printf("log of the module:\n%s", log_text);
-        exit(tsrtest_done("test-cuda-module"));
+            printf("case %s, log:\n%s", name, log_text);
+        exit(tsrtest_done(name));
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid)
         return 1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+int main(void) {
+    const char *top = getenv("top_builddir");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cuda/.libs/libtensr-cuda.so", top ? top : ".");
+    if (access(path, R_OK) != 0)
+        SKIP("the CUDA module is not built (%s; ./configure --enable-cuda)", path);
+    int rc = run_case("the module", path, NULL);
+    char dir[] = "/tmp/tsr-cuda-XXXXXX", copy[4200];
+    if (!mkdtemp(dir))
+        return 99;
+    if (copy_without_runtime(path, dir, copy, sizeof copy))
+        rc |= run_case("no CUDA runtime", copy, case_no_runtime);
+    else
+        rc |= 1, fprintf(stderr, "could not copy %s with its CUDA runtime renamed\n", path);
+    unlink(copy);
+    rmdir(dir);
+    printf("test-cuda-module: %s\n", rc ? "FAILED" : "all cases passed");
+    return rc ? 1 : 0;
 }

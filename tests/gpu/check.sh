@@ -21,6 +21,7 @@
 #            tests/gpu/gpu-model.c (the project's GGUF writer): logits of a
 #            64-token prompt with -ngl 99 against the CPU, flash attention
 #            off and on; mean KL(cpu || gpu) must stay below 0.01
+#            (gpu-model kl)
 #   bench    tensr-bench pp512/tg128 -ngl 99 on that model (llama.cpp's
 #            CUDA llama-bench beside it when one is on PATH; none is carried)
 # A short table of the results comes last. Exit status 0 when every step
@@ -102,7 +103,7 @@ if want kl; then
       for fa in 0 1; do \
         echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa '$model' > '$OUT/logits-cpu-fa'\$fa.txt && \
         echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa -ngl 99 '$model' > '$OUT/logits-gpu-fa'\$fa.txt && \
-        python3 tests/gpu/kl.py '$OUT/logits-cpu-fa'\$fa.txt '$OUT/logits-gpu-fa'\$fa.txt 0.01 || exit 1; \
+        tests/gpu/gpu-model kl '$OUT/logits-cpu-fa'\$fa.txt '$OUT/logits-gpu-fa'\$fa.txt 0.01 || exit 1; \
       done"
     step kl 240 "$kl_cmd"
     row kl "$last_res" "$(grep -E '^KL' "$OUT/kl.log" | tr '\n' ';' | cut -c1-160)$gpu_note"

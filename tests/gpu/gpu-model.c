@@ -8,9 +8,16 @@
  *   cc -I. tests/gpu/gpu-model.c .libs/libtensr.so -lm
  *
  *   gpu-model OUT.gguf [small]   (small: 64 wide, 2 layers, 512 tokens)
+ *   gpu-model kl REF.txt OTHER.txt [LIMIT]
+ *
+ * kl compares two model-eval "logits" answers (tests/model-eval.c): per
+ * position the softmax of each, KL(reference || other) in double, and the
+ * top-1 agreement; prints "KL mean M max X top1 A/N" and exits 1 unless the
+ * mean is below LIMIT (default 0.01).
  */
 #include "libtensr.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +28,8 @@ static float frand(void) {
     return (float)((seed >> 8) & 0xffffff) / 16777216.0f - 0.5f;
 }
 
-static int add(tsr_gguf_writer *w, const char *name, int64_t ne0, int64_t ne1, float scale, float offset,
-               void **keep, int *n_keep) {
+static int add(tsr_gguf_writer *w, const char *name, int64_t ne0, int64_t ne1, float scale, float offset, void **keep,
+               int *n_keep) {
     const int64_t n = ne0 * (ne1 ? ne1 : 1), ne[2] = {ne0, ne1};
     const int f16 = ne1 > 0; /* matrices F16, vectors F32 */
     float *f = malloc((size_t)n * sizeof *f);
@@ -39,7 +46,78 @@ static int add(tsr_gguf_writer *w, const char *name, int64_t ne0, int64_t ne1, f
     return tsr_gguf_writer_add_tensor(w, name, f16 ? TSR_TYPE_F16 : TSR_TYPE_F32, ne1 ? 2 : 1, ne, data) != TSR_OK;
 }
 
+/* One "pos v0 v1 ..." line into row (n values); 0 at "end" or EOF. */
+static int read_row(FILE *f, double *row, int cap, int *n) {
+    static char line[1 << 22];
+    while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "end", 3))
+            return 0;
+        char *p = line, *e;
+        strtol(p, &e, 10);
+        if (e == p)
+            continue;
+        *n = 0;
+        for (p = e; *n < cap; p = e) {
+            const double v = strtod(p, &e);
+            if (e == p)
+                break;
+            row[(*n)++] = v;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static void softmax(const double *x, double *p, int n) {
+    double m = -INFINITY, s = 0;
+    for (int i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (int i = 0; i < n; i++) s += p[i] = exp(x[i] - m);
+    for (int i = 0; i < n; i++) p[i] /= s;
+}
+
+static int argmax(const double *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+static int kl_main(int argc, char **argv) {
+    FILE *fa = fopen(argv[2], "r"), *fb = fopen(argv[3], "r");
+    const double limit = argc > 4 ? atof(argv[4]) : 0.01;
+    enum { CAP = 1 << 18 };
+    double *a = malloc(CAP * sizeof *a), *b = malloc(CAP * sizeof *b), *pa = malloc(CAP * sizeof *pa),
+           *pb = malloc(CAP * sizeof *pb);
+    if (!fa || !fb || !a || !b || !pa || !pb) {
+        fprintf(stderr, "gpu-model kl: cannot read %s or %s\n", argv[2], argv[3]);
+        return 1;
+    }
+    int na, nb, rows = 0, top = 0;
+    double sum = 0, mx = 0;
+    while (read_row(fa, a, CAP, &na)) {
+        if (!read_row(fb, b, CAP, &nb) || nb != na) {
+            fprintf(stderr, "gpu-model kl: position %d differs in length\n", rows);
+            return 1;
+        }
+        softmax(a, pa, na);
+        softmax(b, pb, nb);
+        double kl = 0;
+        for (int i = 0; i < na; i++)
+            if (pa[i] > 0)
+                kl += pa[i] * (log(pa[i]) - log(pb[i] > 1e-300 ? pb[i] : 1e-300));
+        sum += kl;
+        mx = kl > mx ? kl : mx;
+        top += argmax(a, na) == argmax(b, nb);
+        rows++;
+    }
+    const double mean = rows ? sum / rows : INFINITY;
+    printf("KL mean %.3g max %.3g top1 %d/%d\n", mean, mx, top, rows);
+    fclose(fa), fclose(fb), free(a), free(b), free(pa), free(pb);
+    return rows > 0 && mean < limit ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 4 && !strcmp(argv[1], "kl"))
+        return kl_main(argc, argv);
     if (argc < 2) {
         fprintf(stderr, "usage: gpu-model OUT.gguf [small]\n");
         return 2;
@@ -92,10 +170,11 @@ int main(int argc, char **argv) {
         struct {
             const char *s;
             int64_t ne0, ne1;
-        } t[] = {{"attn_norm.weight", n_embd, 0},     {"attn_q.weight", n_embd, n_embd}, {"attn_k.weight", n_embd, nk},
-                 {"attn_v.weight", n_embd, nk},       {"attn_output.weight", n_embd, n_embd},
-                 {"ffn_norm.weight", n_embd, 0},      {"ffn_gate.weight", n_embd, n_ff},
-                 {"ffn_up.weight", n_embd, n_ff},     {"ffn_down.weight", n_ff, n_embd}};
+        } t[] = {{"attn_norm.weight", n_embd, 0},        {"attn_q.weight", n_embd, n_embd},
+                 {"attn_k.weight", n_embd, nk},          {"attn_v.weight", n_embd, nk},
+                 {"attn_output.weight", n_embd, n_embd}, {"ffn_norm.weight", n_embd, 0},
+                 {"ffn_gate.weight", n_embd, n_ff},      {"ffn_up.weight", n_embd, n_ff},
+                 {"ffn_down.weight", n_ff, n_embd}};
         for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
             snprintf(name, sizeof name, "blk.%u.%s", l, t[i].s);
             bad |= add(w, name, t[i].ne0, t[i].ne1, t[i].ne1 ? s : 0.2f, t[i].ne1 ? 0.0f : 1.0f, keep, &n_keep);
