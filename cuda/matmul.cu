@@ -40,8 +40,9 @@ extern "C" cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor 
 #define MMV_WARPS 4
 
 /* grid.x: rows of a in groups of MMV_WARPS (grid-stride); grid.y: the
- * matrices of b (i12 + ne12 * i13). */
-__global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y) {
+ * matrices of b (i12 + ne12 * i13). One instance per weight type, so the
+ * element loader's type switch and block arithmetic fold at compile time. */
+template <int TYPE> __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t k = a.ne[0], m = a.ne[1], ncols = b.ne[1];
     const int64_t mat = blockIdx.y, i12 = mat % b.ne[2], i13 = mat / b.ne[2];
@@ -53,7 +54,7 @@ __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const floa
 #pragma unroll
         for (int c = 0; c < TCU_MMV_MAX_COLS; c++) acc[c] = 0.0f;
         for (int64_t e = lane; e < k; e += 32) {
-            const float w = tcu_load(a.type, arow, e, a.nb[0]);
+            const float w = tcu_load(TYPE, arow, e, a.nb[0]);
 #pragma unroll
             for (int c = 0; c < TCU_MMV_MAX_COLS; c++)
                 if (c < ncols)
@@ -77,6 +78,20 @@ extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a,
     if (b.ne[1] > TCU_MMV_MAX_COLS || mats > TCU_MAX_GRID)
         return cudaErrorInvalidValue;
     dim3 grid(tcu_blocks(a.ne[1], MMV_WARPS), (unsigned)mats);
-    k_mat_vec<<<grid, 32 * MMV_WARPS, 0, s>>>(dst, a, b, y);
+    const unsigned nt = 32 * MMV_WARPS;
+    switch (a.type) {
+    case TCU_F32: k_mat_vec<TCU_F32><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_F16: k_mat_vec<TCU_F16><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_BF16: k_mat_vec<TCU_BF16><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q4_0: k_mat_vec<TCU_Q4_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q4_1: k_mat_vec<TCU_Q4_1><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q5_0: k_mat_vec<TCU_Q5_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q5_1: k_mat_vec<TCU_Q5_1><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q8_0: k_mat_vec<TCU_Q8_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q4_K: k_mat_vec<TCU_Q4_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q5_K: k_mat_vec<TCU_Q5_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_Q6_K: k_mat_vec<TCU_Q6_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    default: return cudaErrorInvalidValue;
+    }
     return TCU_LAUNCHED();
 }

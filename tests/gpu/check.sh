@@ -9,7 +9,8 @@
 #            pinned CUDA0_Host type, more than the card is TSR_E_DEVICE_NOMEM,
 #            twenty create/free cycles give the memory back (64 MiB)
 #   ops      tests/test-ops with TSR_TEST_DEVICE=CUDA0: every case on the GPU
-#            against the reference and the CPU's result
+#            against the reference and the CPU's result; then its op x type
+#            table (ops-table.md: what ran on CUDA0, what fell back)
 #   large    tests/test-ops -L on CUDA0: mat-vec and GEMM over more than
 #            65,535 weight rows, get_rows of more than 65,535 indices, a copy
 #            of more than 2^31 bytes (tens of GB of host memory for the
@@ -79,7 +80,8 @@ if want module; then
 fi
 
 if want ops; then
-    step ops 240 "TSR_TEST_DEVICE=CUDA0 tests/test-ops -t 16"
+    step ops 240 "TSR_TEST_DEVICE=CUDA0 tests/test-ops -t 16 && TSR_TEST_DEVICE=CUDA0 tests/test-ops list -t 16 \
+        > '$OUT/ops-table.md'"
     row ops "$last_res" "$(grep -E 'passed|failed' "$OUT/ops.log" | tail -n 1 | cut -c1-120)"
 fi
 
