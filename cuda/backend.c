@@ -418,8 +418,9 @@ static size_t cu_scratch_need(const tsr_tensor *node) {
     const size_t k = (size_t)a->ne[0], m = (size_t)a->ne[1], n = (size_t)b->ne[1];
     if (cu_use_mmv(node))
         return tsr__pad(k * n * (size_t)(b->ne[2] * b->ne[3]) * 4, CU_ALIGN);
-    size_t need = tsr__pad(k * n * (a->type == TSR_TYPE_F32 ? 4 : 2), CU_ALIGN);
-    if (!cu_gemm_direct(a))
+    const bool direct = cu_gemm_direct(a); /* else A is dequantized to F16 and B goes F16 too */
+    size_t need = tsr__pad(k * n * (direct && a->type == TSR_TYPE_F32 ? 4 : 2), CU_ALIGN);
+    if (!direct)
         need += tsr__pad(k * m * 2, CU_ALIGN);
     return need;
 }
@@ -538,7 +539,7 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
     }
     if (m == 0 || n == 0)
         return TSR_OK;
-    const bool direct = cu_gemm_direct(a), f32 = a->type == TSR_TYPE_F32;
+    const bool direct = cu_gemm_direct(a), f32 = direct && a->type == TSR_TYPE_F32;
     const size_t es = f32 ? 4 : 2;
     char *bconv = s->arena, *aconv = bconv + tsr__pad((size_t)(k * n) * es, CU_ALIGN);
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
