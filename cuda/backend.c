@@ -567,7 +567,7 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
             const cudaDataType_t ab = f32 ? CUDA_R_32F : CUDA_R_16F;
             CU_BLAS(c, "cublasGemmEx",
                     cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, A, ab, lda, bconv, ab,
-                                 (int)k, &zero, C, CUDA_R_32F, (int)(node->nb[1] / 4), CUBLAS_COMPUTE_32F,
+                                 k > 0 ? (int)k : 1, &zero, C, CUDA_R_32F, (int)(node->nb[1] / 4), CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
         }
     return TSR_OK;
