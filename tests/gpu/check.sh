@@ -3,7 +3,8 @@
 # fits in about nine minutes: run from the top of an unpacked `make dist`
 # tarball (no Autotools needed there), e.g. through the device tool:
 #   tar xzf libtensr-*.tar.gz && cd libtensr-*/ && tests/gpu/check.sh
-# Steps, each with its own timeout, each log under $OUT (default ./gpu-logs):
+# Steps, each with its own timeout, each log under $OUT (default ./gpu-logs;
+# the model and the logits go to ./gpu-work, too large to bring back):
 #   build    ./configure --enable-cuda=yes --with-cuda-arch=90, make -j16
 #   module   tests/test-cuda-module: CUDA0 listed, x + w exact on it, the
 #            pinned CUDA0_Host type, more than the card is TSR_E_DEVICE_NOMEM,
@@ -29,7 +30,8 @@
 # passed. GPU_CHECK_STEPS="build module ops" runs some steps only.
 set -u
 OUT=${OUT:-$PWD/gpu-logs}
-mkdir -p "$OUT"
+WORK=$PWD/gpu-work # the model and the logits (hundreds of MB): not under $OUT
+mkdir -p "$OUT" "$WORK"
 steps=${GPU_CHECK_STEPS:-"build module ops large sched kl bench"}
 table=$OUT/table.txt
 : > "$table"
@@ -99,13 +101,13 @@ fi
 # with itself: say so in the table.
 gpu_note=
 grep -q '^CUDA0:' "$OUT/module.log" 2>/dev/null || gpu_note=" (NO CUDA0: CPU against CPU)"
-model=$OUT/smollm2-shape-random-f16.gguf
+model=$WORK/smollm2-shape-random-f16.gguf
 if want kl; then
     kl_cmd="tests/gpu/gpu-model '$model' && prompt=\$(awk 'BEGIN{s=\"logits 1\"; x=7; for(i=0;i<63;i++){x=(x*1103515245+12345)%2147483648; s=s\" \"(300+x%40000)}; print s}') && \
       for fa in 0 1; do \
-        echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa '$model' > '$OUT/logits-cpu-fa'\$fa.txt && \
-        echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa -ngl 99 '$model' > '$OUT/logits-gpu-fa'\$fa.txt && \
-        tests/gpu/gpu-model kl '$OUT/logits-cpu-fa'\$fa.txt '$OUT/logits-gpu-fa'\$fa.txt 0.01 || exit 1; \
+        echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa '$model' > '$WORK/logits-cpu-fa'\$fa.txt && \
+        echo \"\$prompt\" | tests/model-eval -t 16 -c 512 -fa \$fa -ngl 99 '$model' > '$WORK/logits-gpu-fa'\$fa.txt && \
+        tests/gpu/gpu-model kl '$WORK/logits-cpu-fa'\$fa.txt '$WORK/logits-gpu-fa'\$fa.txt 0.01 || exit 1; \
       done"
     step kl 240 "$kl_cmd"
     row kl "$last_res" "$(grep -E '^KL' "$OUT/kl.log" | tr '\n' ';' | cut -c1-160)$gpu_note"
