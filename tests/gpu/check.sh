@@ -78,7 +78,7 @@ fi
 
 if want module; then
     step module 60 "tests/test-cuda-module"
-    row module "$last_res" "$(grep -E '^(CUDA0|out of memory|free memory)' "$OUT/module.log" | tr '\n' ';' | cut -c1-160)"
+    row module "$last_res" "$(grep -E '^(CUDA0|out of memory|free memory)|no CUDA device' "$OUT/module.log" | tr '\n' ';' | cut -c1-160)"
 fi
 
 if want ops; then
