@@ -27,7 +27,7 @@
 #   bench    tensr-bench pp512/tg128 -ngl 99 on that model (llama.cpp's
 #            CUDA llama-bench beside it when one is on PATH; none is carried)
 # A short table of the results comes last. Exit status 0 when every step
-# passed. GPU_CHECK_STEPS="build module ops" runs some steps only.
+# passed and CUDA0 was there. GPU_CHECK_STEPS="build module ops" runs some steps only.
 set -u
 OUT=${OUT:-$PWD/gpu-logs}
 WORK=$PWD/gpu-work # the model and the logits (hundreds of MB): not under $OUT
@@ -99,8 +99,13 @@ fi
 
 # Without CUDA0 (the module found no GPU) the model steps compare the CPU
 # with itself: say so in the table.
+# That fails the run: this script is for a GPU machine.
 gpu_note=
-grep -q '^CUDA0:' "$OUT/module.log" 2>/dev/null || gpu_note=" (NO CUDA0: CPU against CPU)"
+if ! grep -q '^CUDA0:' "$OUT/module.log" 2>/dev/null; then
+    gpu_note=" (NO CUDA0: CPU against CPU)"
+    rc=1
+    row gpu FAIL "no CUDA0: the module found no GPU (module.log says why)"
+fi
 model=$WORK/smollm2-shape-random-f16.gguf
 if want kl; then
     kl_cmd="tests/gpu/gpu-model '$model' && prompt=\$(awk 'BEGIN{s=\"logits 1\"; x=7; for(i=0;i<63;i++){x=(x*1103515245+12345)%2147483648; s=s\" \"(300+x%40000)}; print s}') && \
@@ -114,7 +119,8 @@ if want kl; then
 fi
 
 if want bench; then
-    step bench 200 "./examples/tensr-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3 -fa on --no-llama && \
+    step bench 200 "{ test -f '$model' || tests/gpu/gpu-model '$model'; } && \
+        ./examples/tensr-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3 -fa on --no-llama && \
         ./examples/tensr-bench -m '$model' -ngl 0 -p 512 -n 128 -r 1 -t 16 -fa on --no-llama"
     row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)$gpu_note"
     if command -v llama-bench > /dev/null 2>&1; then
