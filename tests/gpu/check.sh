@@ -101,7 +101,7 @@ fi
 # with itself: say so in the table.
 # That fails the run: this script is for a GPU machine.
 gpu_note=
-if ! grep -q '^CUDA0:' "$OUT/module.log" 2>/dev/null; then
+if want module && ! grep -q '^CUDA0:' "$OUT/module.log" 2>/dev/null; then
     gpu_note=" (NO CUDA0: CPU against CPU)"
     rc=1
     row gpu FAIL "no CUDA0: the module found no GPU (module.log says why)"
