@@ -11,7 +11,7 @@
 #            twenty create/free cycles give the memory back (64 MiB)
 #   ops      tests/test-ops with TSR_TEST_DEVICE=CUDA0: every case on the GPU
 #            against the reference and the CPU's result; then its op x type
-#            table (ops-table.md: what ran on CUDA0, what fell back)
+#            table (ops-table in $OUT: what ran on CUDA0, what fell back)
 #   large    tests/test-ops -L on CUDA0: mat-vec and GEMM over more than
 #            65,535 weight rows, get_rows of more than 65,535 indices, a copy
 #            of more than 2^31 bytes (tens of GB of host memory for the
