@@ -380,6 +380,18 @@ TSR_API tsr_tensor *tsr_scale(tsr_context *ctx, tsr_tensor *a, float s);
  * result [m, n, b->ne[2], b->ne[3]] F32, result[j][i] = sum_k a[i][k]*b[j][k];
  * a broadcasts over dims 2 and 3 (b->ne[2] % a->ne[2] == 0, same for 3). */
 TSR_API tsr_tensor *tsr_mul_mat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
+/* Mixture-of-experts matmul: each (token, slot) pair multiplies its own
+ * expert's matrix. as: the experts' weights [k, m, n_expert], any weight type
+ * tsr_mul_mat takes (rows contiguous; expert e is the [k, m] matrix at byte
+ * offset e * nb[2]); b: F32 [k, n_b, n_tokens] with n_b 1 (every slot reads
+ * the token's one row) or n_used; ids: I32 [n_used, n_tokens], the expert of
+ * each slot. Result F32 [m, n_used, n_tokens]:
+ *   result[t][e][i] = sum_k as[ids[t][e]][i][k] * b[t][e % n_b][k].
+ * An id outside 0..n_expert-1 is found when the graph runs: tsr_compute
+ * returns TSR_E_RANGE naming the node, the id and n_expert (nothing is read
+ * outside as). Shapes and types are checked here (NULL and the context's
+ * error otherwise). */
+TSR_API tsr_tensor *tsr_mul_mat_id(tsr_context *ctx, tsr_tensor *as, tsr_tensor *b, tsr_tensor *ids);
 /* Rows of a ([k, rows, d2, d3], any type) picked by I32 indices
  * idx [n, d2, d3]; result F32 [k, n, d2, d3]. */
 TSR_API tsr_tensor *tsr_get_rows(tsr_context *ctx, tsr_tensor *a, tsr_tensor *idx);
@@ -418,6 +430,20 @@ TSR_API tsr_tensor *tsr_geglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
 TSR_API tsr_tensor *tsr_concat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b, int dim);
 /* Index of the largest element of each row: I32 [ne1, ne2, ne3]. */
 TSR_API tsr_tensor *tsr_argmax(tsr_context *ctx, tsr_tensor *a);
+/* Element-wise 1 / (1 + exp(-x)) of F32 a; result F32 of a's shape. */
+TSR_API tsr_tensor *tsr_sigmoid(tsr_context *ctx, tsr_tensor *a);
+/* The sum of each row of F32 a: F32 [1, ne1, ne2, ne3]. */
+TSR_API tsr_tensor *tsr_sum_rows(tsr_context *ctx, tsr_tensor *a);
+
+typedef enum tsr_sort_order { TSR_SORT_ASC = 0, TSR_SORT_DESC = 1 } tsr_sort_order;
+/* Per row (ne0) of F32 a, the indices that sort it: I32 of a's shape. The
+ * sort is stable: equal values keep their index order (NaN sorts as the
+ * largest value in either order's sense: last ascending, first descending). */
+TSR_API tsr_tensor *tsr_argsort(tsr_context *ctx, tsr_tensor *a, tsr_sort_order order);
+/* Per row of F32 a, the indices of its k largest values, largest first, ties
+ * to the lower index (argsort DESC's first k): I32 [k, ne1, ne2, ne3];
+ * 1 <= k <= ne0. The indices of a MoE router's chosen experts. */
+TSR_API tsr_tensor *tsr_top_k(tsr_context *ctx, tsr_tensor *a, int k);
 /* Copies a into b (same number of elements), converting the type; returns a
  * view of b that depends on the copy. */
 TSR_API tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b);
@@ -626,7 +652,8 @@ TSR_API tsr_status tsr_gguf_writer_write_memory(tsr_gguf_writer *w, void **data,
 /* ------------------------------------------------------------------------ */
 /* Model layer: load a GGUF model, tokenize, decode, sample, format chats     */
 /* ------------------------------------------------------------------------ */
-/* Architectures: llama and mistral (dense). A model, its sessions and its
+/* Architectures: llama (dense, or with experts as Mixtral), mistral, qwen2,
+ * qwen3 and qwen3moe, as llama.cpp defines them. A model, its sessions and its
  * samplers follow the thread model of the backend the model lives in: one
  * thread at a time. Errors: every fallible call returns a status with the
  * detail in tsr_last_error(). */
@@ -647,7 +674,8 @@ TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_lo
  * weights belong to the backend and are freed with it (tsr_backend_free);
  * load another model into a new backend. */
 TSR_API void tsr_model_free(tsr_model *m);
-/* general.architecture ("llama", "mistral"); owned by the model. */
+/* general.architecture ("llama", "mistral", "qwen2", "qwen3", "qwen3moe");
+ * owned by the model. */
 TSR_API const char *tsr_model_arch(const tsr_model *m);
 TSR_API int32_t tsr_model_n_vocab(const tsr_model *m);
 /* The context length the model was trained with (its context_length key). */

@@ -11,6 +11,7 @@
 #include "cpu.h"
 
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -135,6 +136,9 @@ static bool sup_mul_mat(const tsr_tensor *op) {
     return tsr__cpu_kernels()->vec_dot[a->type] && is_f32(op->src[1]) && a->nb[0] == tsr_type_block_bytes(a->type);
 }
 
+/* The experts' weights: what mul_mat takes; ids I32. */
+static bool sup_mul_mat_id(const tsr_tensor *op) { return sup_mul_mat(op) && op->src[2]->type == TSR_TYPE_I32; }
+
 static bool sup_get_rows(const tsr_tensor *op) {
     const tsr_type_traits *tr = tsr__type_traits(op->src[0]->type);
     return tr && tr->to_float && tsr__cpu_kernels()->to_float[op->src[0]->type] && op->src[1]->type == TSR_TYPE_I32;
@@ -178,6 +182,8 @@ static size_t work_cpy(const tsr_tensor *node, int nth) {
     return (size_t)nth * tsr__pad((size_t)(node->ne[0] + node->src[0]->ne[0]) * sizeof(float), TSR_ALIGN);
 }
 
+static size_t work_sort(const tsr_tensor *node, int nth) { return tsr__cpu_argsort_work(node, nth); }
+
 static const cpu_op cpu_ops[] = {
     [TSR_OP_NONE] = {sup_leaf, NULL, NULL},
     [TSR_OP_VIEW] = {sup_leaf, NULL, NULL},
@@ -202,9 +208,14 @@ static const cpu_op cpu_ops[] = {
     [TSR_OP_CPY] = {sup_cpy, tsr__cpu_op_cpy, work_cpy},
     [TSR_OP_CONT] = {sup_cpy, tsr__cpu_op_cpy, work_cpy},
     [TSR_OP_FLASH_ATTN] = {sup_flash_attn, tsr__cpu_op_flash_attn, tsr__cpu_flash_attn_work},
+    [TSR_OP_MUL_MAT_ID] = {sup_mul_mat_id, tsr__cpu_op_mul_mat_id, tsr__cpu_mul_mat_id_work},
+    [TSR_OP_ARGSORT] = {sup_unary, tsr__cpu_op_argsort, work_sort},
+    [TSR_OP_TOP_K] = {sup_unary, tsr__cpu_op_argsort, work_sort},
+    [TSR_OP_SIGMOID] = {sup_unary, tsr__cpu_op_unary, NULL},
+    [TSR_OP_SUM_ROWS] = {sup_unary, tsr__cpu_op_sum_rows, NULL},
 };
 /* A new op in TSR_OPS stops the build here until it has an entry above. */
-_Static_assert(TSR_OP_COUNT == 23, "cpu/cpu.c: give the new op an entry in cpu_ops");
+_Static_assert(TSR_OP_COUNT == 28, "cpu/cpu.c: give the new op an entry in cpu_ops");
 _Static_assert(sizeof cpu_ops / sizeof *cpu_ops == TSR_OP_COUNT, "cpu/cpu.c: one cpu_ops entry per op");
 
 size_t tsr__cpu_ops_missing(tsr_op *missing, size_t max) {
@@ -319,6 +330,17 @@ tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
     return ensure_work(s, nodes_work(s, nodes, n));
 }
 
+void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) {
+    int expected = TSR_OK;
+    if (!atomic_compare_exchange_strong(&s->error, &expected, (int)TSR_E_DEVICE))
+        return; /* an earlier failure wins */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->error_msg, sizeof s->error_msg, fmt, ap);
+    va_end(ap);
+    atomic_store(&s->error, (int)st);
+}
+
 static kernel_fn kernel_of(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? cpu_ops[op].kernel : NULL; }
 
 /* The job every thread runs: all nodes, a barrier after each. */
@@ -351,10 +373,12 @@ tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
         return st;
     s->nodes = nodes;
     s->n_nodes = n;
+    atomic_store(&s->error, (int)TSR_OK);
     tsr__tp_run(s->tp, run_job, s);
     s->nodes = NULL;
     s->n_nodes = 0;
-    return TSR_OK;
+    const int err = atomic_load(&s->error);
+    return err == TSR_OK ? TSR_OK : tsr__error((tsr_status)err, "cpu: %s", s->error_msg);
 }
 
 /* ---- the device ----------------------------------------------------------------- */

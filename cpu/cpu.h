@@ -87,7 +87,15 @@ struct tsr_stream {
     atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
     tsr_tensor *const *nodes;  /* the job being run */
     size_t n_nodes;
+    /* A node's failure found while the job runs (an expert id out of range):
+     * set once by one thread (tsr__cpu_fail), reported by tsr__cpu_run_nodes
+     * after the job, on the calling thread. TSR_OK while none. */
+    atomic_int error;
+    char error_msg[256];
 };
+
+/* Records the job's first failure (thread-safe; later ones are dropped). */
+void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) TSR_PRINTF(3, 4);
 
 tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out);
 void tsr__cpu_stream_free(tsr_stream *s);
@@ -128,6 +136,11 @@ void tsr__cpu_op_set_rows(const tsr_compute_params *p, tsr_tensor *dst);
 void tsr__cpu_op_cpy(const tsr_compute_params *p, tsr_tensor *dst);
 void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst);
 void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_mul_mat_id(const tsr_compute_params *p, tsr_tensor *dst);
+void tsr__cpu_op_argsort(const tsr_compute_params *p, tsr_tensor *dst); /* ARGSORT and TOP_K */
+void tsr__cpu_op_sum_rows(const tsr_compute_params *p, tsr_tensor *dst);
+size_t tsr__cpu_mul_mat_id_work(const tsr_tensor *dst, int nth);
+size_t tsr__cpu_argsort_work(const tsr_tensor *dst, int nth);
 size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth);
 size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth);
 

@@ -92,3 +92,210 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
         }
     }
 }
+
+/* ---- mul_mat_id: the experts' matmul ------------------------------------------
+ * The batch's (token, slot) pairs are grouped by expert first (thread 0: a
+ * counting sort over the ids, token order kept within an expert), and the
+ * activation rows are converted to the dot type once and laid out
+ * expert-contiguous. Each expert used is then an ordinary matmul of its own
+ * [k, m] matrix against its gathered columns, cut into tiles of ID_ROWS
+ * weight rows x up to ID_COLS columns that the threads take dynamically:
+ * each weight row of an expert is read from memory once per ID_COLS of its
+ * columns (once per batch when no expert has more), instead of once per
+ * (token, slot) pair, and experts no token uses are never read. Every output
+ * element is one dot product whose place in its tile does not depend on the
+ * thread count, so the result does not either. Work buffer (planned by
+ * tsr__cpu_mul_mat_id_work): the grouping, the converted rows of b when
+ * several slots share one (n_b == 1), the gathered rows, per-thread
+ * scratch. */
+
+#define ID_ROWS 16
+#define ID_COLS 64
+
+typedef struct mmid_layout {
+    size_t row_bytes; /* one converted activation row */
+    size_t off_group, off_pairs, off_a, off_b, off_tmp;
+    int64_t n_expert, n_pairs; /* n_pairs = n_used * n_tokens */
+    bool stage;                /* n_b == 1 < n_used: b's rows converted once, then copied per pair */
+} mmid_layout;
+
+static mmid_layout mmid_plan(const tsr_tensor *dst) {
+    const tsr_tensor *as = dst->src[0], *b = dst->src[1], *ids = dst->src[2];
+    const tsr_type dt = tsr__cpu_kernels()->dot_type[as->type];
+    mmid_layout l;
+    l.row_bytes = tsr__pad(tsr_row_size(dt, b->ne[0]), 4);
+    l.n_expert = as->ne[2];
+    l.n_pairs = ids->ne[0] * ids->ne[1];
+    l.stage = b->ne[1] == 1 && ids->ne[0] > 1;
+    /* a header (the grouping's verdict), then per expert (n_expert + 1 each):
+     * first pair, first tile, fill cursor */
+    l.off_group = TSR_ALIGN;
+    l.off_pairs = l.off_group + tsr__pad(3 * (size_t)(l.n_expert + 1) * sizeof(int64_t), TSR_ALIGN);
+    l.off_a = l.off_pairs + tsr__pad((size_t)l.n_pairs * sizeof(int64_t), TSR_ALIGN);
+    l.off_b = l.off_a + (l.stage ? tsr__pad(l.row_bytes * (size_t)b->ne[2], TSR_ALIGN) : 0);
+    l.off_tmp = l.off_b + tsr__pad(l.row_bytes * (size_t)l.n_pairs, TSR_ALIGN);
+    return l;
+}
+
+size_t tsr__cpu_mul_mat_id_work(const tsr_tensor *dst, int nth) {
+    const mmid_layout l = mmid_plan(dst);
+    return l.off_tmp + (size_t)nth * tsr__pad((size_t)dst->src[1]->ne[0] * sizeof(float), TSR_ALIGN);
+}
+
+static int32_t mmid_id(const tsr_tensor *ids, int64_t slot, int64_t t) {
+    int32_t v;
+    memcpy(&v, (const char *)ids->data + slot * (int64_t)ids->nb[0] + t * (int64_t)ids->nb[1], sizeof v);
+    return v;
+}
+
+/* Weight rows per tile: more when an expert has one column (decode). */
+static int64_t mmid_blk0(int64_t cols) { return cols == 1 ? 4 * ID_ROWS : ID_ROWS; }
+
+/* Thread 0: expert e's pairs (t * n_used + slot, in token order) are
+ * pairs[first[e] .. first[e + 1]), its tiles tile[e] .. tile[e + 1]; false,
+ * with the failure recorded, on an id outside 0..n_expert-1. */
+static bool mmid_group(const tsr_compute_params *p, const tsr_tensor *dst, const mmid_layout *l) {
+    const tsr_tensor *ids = dst->src[2];
+    const int64_t ne = l->n_expert, n_used = ids->ne[0], n_tokens = ids->ne[1], m = dst->src[0]->ne[1];
+    int64_t *first = (int64_t *)((char *)p->work + l->off_group), *tile = first + ne + 1, *cur = tile + ne + 1;
+    int64_t *pairs = (int64_t *)((char *)p->work + l->off_pairs);
+    memset(first, 0, (size_t)(ne + 1) * sizeof *first);
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t e = 0; e < n_used; e++) {
+            const int32_t id = mmid_id(ids, e, t);
+            if (id < 0 || id >= ne) {
+                tsr__cpu_fail(p->stream, TSR_E_RANGE,
+                              "mul_mat_id node '%s': expert id %d (token %lld, slot %lld) is outside 0..%lld "
+                              "(n_expert %lld)",
+                              dst->name[0] ? dst->name : "(unnamed)", (int)id, (long long)t, (long long)e,
+                              (long long)ne - 1, (long long)ne);
+                return false;
+            }
+            first[id + 1]++;
+        }
+    tile[0] = 0;
+    for (int64_t x = 0; x < ne; x++) {
+        const int64_t cnt = first[x + 1], blk0 = mmid_blk0(cnt);
+        tile[x + 1] = tile[x] + (cnt ? (m + blk0 - 1) / blk0 * ((cnt + ID_COLS - 1) / ID_COLS) : 0);
+        first[x + 1] += first[x];
+        cur[x] = first[x];
+    }
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t e = 0; e < n_used; e++) pairs[cur[mmid_id(ids, e, t)]++] = t * n_used + e;
+    return true;
+}
+
+/* The gathered, converted activation rows: row g of the work area is pair
+ * pairs[g]'s row of b (its slot's, or the token's one row when n_b == 1). */
+static void mmid_gather(const tsr_compute_params *p, const tsr_tensor *dst, const mmid_layout *l, tsr_type dt) {
+    const tsr_tensor *b = dst->src[1];
+    const int64_t n_used = dst->src[2]->ne[0], n_b = b->ne[1];
+    const int64_t *pairs = (const int64_t *)((const char *)p->work + l->off_pairs);
+    char *rows = (char *)p->work + l->off_b;
+    const char *staged = (const char *)p->work + l->off_a;
+    float *tmp = (float *)((char *)p->work + l->off_tmp +
+                           (size_t)p->ith * tsr__pad((size_t)b->ne[0] * sizeof(float), TSR_ALIGN));
+    int64_t g0, g1;
+    tsr__cpu_split(l->n_pairs, p->ith, p->nth, &g0, &g1);
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t t = pairs[g] / n_used, slot = pairs[g] % n_used;
+        char *y = rows + (size_t)g * l->row_bytes;
+        if (l->stage) {
+            memcpy(y, staged + (size_t)t * l->row_bytes, l->row_bytes);
+            continue;
+        }
+        const char *src = (const char *)b->data + (slot % n_b) * (int64_t)b->nb[1] + t * (int64_t)b->nb[2];
+        const float *x = (const float *)src;
+        if (b->nb[0] != sizeof(float)) {
+            for (int64_t i = 0; i < b->ne[0]; i++) memcpy(&tmp[i], src + i * (int64_t)b->nb[0], sizeof(float));
+            x = tmp;
+        }
+        p->k->from_float[dt](x, y, b->ne[0]);
+    }
+}
+
+/* One tile: weight rows [i0s, i0e) of expert x against its gathered columns [j0s, j0e). */
+static void mmid_tile(const tsr_compute_params *p, const tsr_tensor *dst, const mmid_layout *l, int64_t x, int64_t i0s,
+                      int64_t i0e, int64_t j0s, int64_t j0e) {
+    const tsr_tensor *as = dst->src[0];
+    const tsr_cpu_kernels *k = p->k;
+    const tsr_vec_dot_fn dot = k->vec_dot[as->type];
+    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) = k->vec_dot4[as->type];
+    const int64_t n_used = dst->src[2]->ne[0];
+    const int64_t *first = (const int64_t *)((const char *)p->work + l->off_group);
+    const int64_t *pairs = (const int64_t *)((const char *)p->work + l->off_pairs) + first[x];
+    const char *rows = (const char *)p->work + l->off_b + (size_t)first[x] * l->row_bytes;
+    const char *w = (const char *)as->data + x * (int64_t)as->nb[2];
+    for (int64_t j = j0s; j < j0e;) {
+        const int nc = dot4 && j + 4 <= j0e ? 4 : 1;
+        char *d[4];
+        for (int c = 0; c < nc; c++)
+            d[c] = (char *)dst->data + (pairs[j + c] % n_used) * (int64_t)dst->nb[1] +
+                   (pairs[j + c] / n_used) * (int64_t)dst->nb[2];
+        const char *y = rows + (size_t)j * l->row_bytes;
+        for (int64_t i = i0s; i < i0e; i++) {
+            const char *arow = w + i * (int64_t)as->nb[1];
+            if (nc == 4) {
+                float s4[4];
+                dot4(as->ne[0], s4, arow, y, l->row_bytes);
+                for (int c = 0; c < 4; c++) *(float *)(d[c] + i * (int64_t)dst->nb[0]) = s4[c];
+            } else {
+                dot(as->ne[0], (float *)(d[0] + i * (int64_t)dst->nb[0]), arow, y);
+            }
+        }
+        j += nc;
+    }
+}
+
+void tsr__cpu_op_mul_mat_id(const tsr_compute_params *p, tsr_tensor *dst) {
+    const tsr_tensor *as = dst->src[0], *b = dst->src[1];
+    const tsr_type dt = p->k->dot_type[as->type];
+    const mmid_layout l = mmid_plan(dst);
+    int64_t *first = (int64_t *)((char *)p->work + l.off_group), *tile = first + l.n_expert + 1;
+    int32_t *ok = (int32_t *)p->work; /* the header: written by thread 0 before the barrier */
+    if (l.stage) {                    /* each token's row converted once */
+        int64_t r0, r1;
+        tsr__cpu_split(b->ne[2], p->ith, p->nth, &r0, &r1);
+        float *tmp = (float *)((char *)p->work + l.off_tmp +
+                               (size_t)p->ith * tsr__pad((size_t)b->ne[0] * sizeof(float), TSR_ALIGN));
+        for (int64_t t = r0; t < r1; t++) {
+            const char *src = (const char *)b->data + t * (int64_t)b->nb[2];
+            const float *x = (const float *)src;
+            if (b->nb[0] != sizeof(float)) {
+                for (int64_t i = 0; i < b->ne[0]; i++) memcpy(&tmp[i], src + i * (int64_t)b->nb[0], sizeof(float));
+                x = tmp;
+            }
+            p->k->from_float[dt](x, (char *)p->work + l.off_a + (size_t)t * l.row_bytes, b->ne[0]);
+        }
+    }
+    if (p->ith == 0) {
+        *ok = mmid_group(p, dst, &l);
+        atomic_store(&p->stream->chunk, p->nth);
+    }
+    tsr__tp_barrier(p->stream->tp);
+    if (!*ok)
+        return;           /* every thread sees the same verdict; the runner's barrier follows */
+    if (as->ne[0] == 0) { /* empty sums (the ids were still checked) */
+        if (p->ith == 0)
+            memset(dst->data, 0, tsr__nbytes(dst));
+        return;
+    }
+    mmid_gather(p, dst, &l, dt);
+    tsr__tp_barrier(p->stream->tp);
+
+    const int64_t m = as->ne[1], n_tiles = tile[l.n_expert];
+    for (int64_t c = p->ith; c < n_tiles; c = atomic_fetch_add(&p->stream->chunk, 1)) {
+        int64_t lo = 0, hi = l.n_expert; /* the expert x with tile[x] <= c < tile[x + 1] */
+        while (hi - lo > 1) {
+            const int64_t mid = (lo + hi) / 2;
+            if (tile[mid] <= c)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        const int64_t x = lo, cnt = first[x + 1] - first[x], blk0 = mmid_blk0(cnt);
+        const int64_t nc0 = (m + blk0 - 1) / blk0, local = c - tile[x];
+        const int64_t i0s = (local % nc0) * blk0, j0s = (local / nc0) * ID_COLS;
+        mmid_tile(p, dst, &l, x, i0s, i0s + blk0 < m ? i0s + blk0 : m, j0s, j0s + ID_COLS < cnt ? j0s + ID_COLS : cnt);
+    }
+}

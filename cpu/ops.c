@@ -107,6 +107,7 @@ void tsr__cpu_op_scale(const tsr_compute_params *p, tsr_tensor *dst) {
 /* ---- unary and gated ------------------------------------------------------ */
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float gelu(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
     return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
@@ -127,7 +128,7 @@ void tsr__cpu_op_unary(const tsr_compute_params *p, tsr_tensor *dst) {
         }
         for (int64_t i = 0; i < dst->ne[0]; i++) {
             const float x = tsr__cpu_load_f(a->type, pa + i * (int64_t)a->nb[0]);
-            d[i] = dst->op == TSR_OP_SILU ? silu(x) : gelu(x);
+            d[i] = dst->op == TSR_OP_SILU ? silu(x) : dst->op == TSR_OP_SIGMOID ? sigmoid(x) : gelu(x);
         }
     }
 }
@@ -288,6 +289,26 @@ void tsr__cpu_op_softmax(const tsr_compute_params *p, tsr_tensor *dst) {
         const double sum = p->k->exp_sum(ne0, d, max);
         const float inv = (float)(1.0 / sum);
         for (int64_t i = 0; i < ne0; i++) d[i] *= inv;
+    }
+}
+
+/* ---- sum_rows ------------------------------------------------------------------ */
+
+void tsr__cpu_op_sum_rows(const tsr_compute_params *p, tsr_tensor *dst) {
+    const tsr_tensor *a = dst->src[0];
+    int64_t r0, r1;
+    tsr__cpu_split(tsr__nrows(a), p->ith, p->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i1, i2, i3;
+        row_coords(a, r, &i1, &i2, &i3);
+        const char *x = at(a, 0, i1, i2, i3);
+        double sum = 0; /* in order, in double: the same for any thread count */
+        for (int64_t k = 0; k < a->ne[0]; k++) {
+            float v;
+            memcpy(&v, x + k * (int64_t)a->nb[0], 4);
+            sum += v;
+        }
+        *(float *)at(dst, 0, i1, i2, i3) = (float)sum;
     }
 }
 

@@ -137,7 +137,12 @@ const tsr_type_traits *tsr__type_traits(tsr_type type);
     X(ARGMAX, "argmax", 1, 0x0, -1, "")                                                    \
     X(CPY, "cpy", 2, 0x0, 1, "")                 /* from, to (written) */                  \
     X(CONT, "cont", 1, 0x0, -1, "")              /* contiguous copy, converting types */   \
-    X(FLASH_ATTN, "flash_attn", 4, 0x0, -1, "f") /* q, k, v, mask|NULL; scale */
+    X(FLASH_ATTN, "flash_attn", 4, 0x0, -1, "f") /* q, k, v, mask|NULL; scale */           \
+    X(MUL_MAT_ID, "mul_mat_id", 3, 0x0, -1, "")  /* as (experts), b, ids */                \
+    X(ARGSORT, "argsort", 1, 0x0, -1, "i")       /* order (tsr_sort_order) */              \
+    X(TOP_K, "top_k", 1, 0x0, -1, "i")           /* k */                                   \
+    X(SIGMOID, "sigmoid", 1, 0x1, -1, "")                                                  \
+    X(SUM_ROWS, "sum_rows", 1, 0x0, -1, "")
 
 typedef enum tsr_op {
 #define TSR_OP_ENUM_(NAME, name, n_src, donors, writes, params) TSR_OP_##NAME,

@@ -11,7 +11,7 @@
 # compares libtensr with. Commit the result.
 #
 # Usage: tests/make-llama-refs.sh [--skip-ppl] [PART...]
-#   PART: tokenizer, tiny, greedy, ppl, kl (default: all). Only the parts
+#   PART: tokenizer, tiny, arch, greedy, ppl, kl (default: all). Only the parts
 #   named are recorded again, e.g. `tests/make-llama-refs.sh kl` rewrites
 #   kl-smollm2.json alone (from the committed greedy-smollm2.json).
 #

@@ -5,7 +5,7 @@ the output in tests/data/refs/ is committed.
 
 Usage: make_llama_refs.py MODEL.gguf TINY_DIR OUT_DIR [--skip-ppl] [PART...]
 
-PART is one of tokenizer, tiny, greedy, ppl, kl (default: all of them), so
+PART is one of tokenizer, tiny, arch, greedy, ppl, kl (default: all of them), so
 that one reference can be recorded again without touching the others. kl
 reads the greedy continuations from greedy-smollm2.json in OUT_DIR.
 
@@ -305,6 +305,46 @@ def tiny_refs(tiny_dir, out):
         write_records(os.path.join(out, f"model-{name}.json"), head, "positions", recs)
 
 
+def arch_refs(tiny_dir, out):
+    """The other architectures' tiny models (make_tiny_models.ARCH_MODELS):
+    logits of every position with flash attention off and on, 16 greedy
+    tokens (flash off), and the float64 reference's router margins."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_tiny_models as mtm
+    for name in mtm.ARCH_MODELS:
+        path = os.path.join(tiny_dir, f"{name}.gguf")
+        cfg = mtm.write_model(name, path)
+        ids = TINY_IDS[cfg["vocab"]]
+        rows = {}
+        for fa in (False, True):
+            m = load(path, 64, flash_attn=fa)
+            m.reset()
+            m.eval(ids)
+            rows[fa] = [np.array(m.scores[pos], dtype=np.float32) for pos in range(len(ids))]
+            if not fa:
+                gen, top2 = greedy(m, ids, 16)
+            del m
+        recs = [{"pos": pos, "logits": [float(f"{x:.7g}") for x in rows[False][pos]],
+                 "logits_fa": [float(f"{x:.7g}") for x in rows[True][pos]]} for pos in range(len(ids))]
+        own = max(float(np.abs(a - b).max()) for a, b in zip(rows[False], rows[True]))
+        ref, margins = mtm.reference(name, ids)
+        ref_diff = float(np.abs(ref - np.array(rows[False])).max())
+        head = header(path, what="a tiny random-weight model written by tests/make_tiny_models.py "
+                      "(regenerate it, it is deterministic); logits (flash attention off) and logits_fa (on) of "
+                      "every position after evaluating ids in one batch; greedy: 16 argmax tokens continuing ids "
+                      "(flash off); fa_max_diff: llama.cpp's own largest |logit| difference between the two; "
+                      "numpy_max_diff: the same against make_tiny_models.reference() (float64); router_margin_min: "
+                      "the smallest margin of that reference between the last expert chosen and the first left "
+                      "out (router logits), over every token and layer",
+                      gguf_py=getattr(__import__("gguf"), "__version__", "?"), config=cfg, ids=ids,
+                      greedy_ids=gen, greedy_top2=top2, fa_max_diff=float(f"{own:.3e}"),
+                      numpy_max_diff=float(f"{ref_diff:.3e}"),
+                      router_margin_min=None if margins is None else float(f"{margins.min():.3e}"))
+        print(f"{name}: llama.cpp flash off/on max |diff| {own:.2e}, vs numpy {ref_diff:.2e}, router margin "
+              f"{'-' if margins is None else f'{margins.min():.2e}'}", file=sys.stderr)
+        write_records(os.path.join(out, f"model-{name}.json"), head, "positions", recs)
+
+
 def test_model_module():
     """tests/test-model.py, for its grouped_kl (one definition for the
     recording and the test)."""
@@ -398,7 +438,7 @@ def kl_refs(model_path, out):
           f"{max(rounding):.2e}", file=sys.stderr)
 
 
-PARTS = ("tokenizer", "tiny", "greedy", "ppl", "kl")
+PARTS = ("tokenizer", "tiny", "arch", "greedy", "ppl", "kl")
 
 
 def main(argv):
@@ -416,6 +456,8 @@ def main(argv):
         tokenizer_refs(model, out, "smollm2")
     if "tiny" in parts:
         tiny_refs(tiny_dir, out)
+    if "arch" in parts:
+        arch_refs(tiny_dir, out)
     if "greedy" in parts:
         greedy_refs(model, out)
     if "ppl" in parts:

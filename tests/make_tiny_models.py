@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tiny random-weight llama/Mistral-style GGUF models, deterministically.
+"""Writes tiny random-weight GGUF models of the llama family, deterministically.
 
 Usage: make_tiny_models.py OUTDIR [NAME...]   (default: all models)
 
@@ -7,7 +7,16 @@ The models exercise what real Mistral-style files have and SmolLM2 lacks:
 a head dimension different from n_embd / n_head (attention.key_length and
 value_length), grouped-query attention, an untied output.weight, F32 or F16
 weights, and a small SentencePiece or byte-level BPE vocabulary written into
-the metadata (so llama.cpp can load them and tokenizers can be compared).
+the metadata (so llama.cpp can load them and tokenizers can be compared);
+and the other architectures of the model layer (ARCH_MODELS): qwen2 (Q/K/V
+biases, NEOX rope, tied head), qwen3 (per-head q/k norms), llama with
+experts (Mixtral-style; F32 and Q8_0 experts) and qwen3moe.
+
+reference() is a plain float64 numpy forward pass of these models (as
+llama.cpp's graphs define them) that also gives, per token and MoE layer,
+the margin between the last expert chosen and the first one left out, so
+that a test can find the near-ties at which two implementations may choose
+different experts.
 
 Weights do not come from numpy's RNG (whose streams may change between
 versions) but from a fixed formula that any language can reproduce:
@@ -18,8 +27,10 @@ the numpy shape, i.e. GGUF order) gets
     u = (z >> 11) * 2**-53                      # in [0, 1)
     w = (2u - 1) * scale                        # scale = sqrt(3 / fan_in)
 
-norm weights are 1 + 0.25 * (2u - 1); F16 tensors are rounded to nearest
-even. splitmix64(x): x += 0x9E3779B97F4A7C15; x = (x ^ x>>30) *
+norm weights are 1 + 0.25 * (2u - 1), biases 0.25 * (2u - 1), expert
+routers (ffn_gate_inp) get gate_scale x the usual scale (so that near-ties
+between experts are rare); F16 tensors are rounded to nearest even, Q8_0
+experts quantized by gguf-py. splitmix64(x): x += 0x9E3779B97F4A7C15; x = (x ^ x>>30) *
 0xBF58476D1CE4E5B9; x = (x ^ x>>27) * 0x94D049BB133111EB; x ^= x>>31 (all
 mod 2**64).
 """
@@ -41,6 +52,31 @@ MODELS = {
                                  head_dim=16, n_layer=3, n_ff=80, n_ctx=256, rope_base=500000.0,
                                  eps=1e-6),
 }
+
+# Other architectures; test-model.py and make_llama_refs.py's "arch" part.
+ARCH_MODELS = {
+    # qwen2: Q/K/V biases, NEOX rope, tied output (token_embd), n_embd == n_head * head_dim.
+    "tiny-qwen2-bpe-f32": dict(arch="qwen2", seed=21, vocab="bpe", ftype="f32", n_embd=64, n_head=4, n_head_kv=2,
+                               head_dim=16, n_layer=2, n_ff=96, n_ctx=256, rope_base=1000000.0, eps=1e-6,
+                               qkv_bias=True, tied=True, key_length=False),
+    # qwen3: per-head q/k RMS norms, head_dim 32 != 64 / 4 (key_length), GQA 6:2, F16.
+    "tiny-qwen3-spm-f16": dict(arch="qwen3", seed=23, vocab="spm", ftype="f16", n_embd=64, n_head=6, n_head_kv=2,
+                               head_dim=32, n_layer=3, n_ff=80, n_ctx=256, rope_base=1000000.0, eps=1e-6,
+                               qk_norm=True),
+    # llama with experts (Mixtral): 4 experts, 2 per token, n_ff wide, F32 and Q8_0 experts.
+    "tiny-mixtral-spm-f32": dict(arch="llama", seed=25, vocab="spm", ftype="f32", n_embd=64, n_head=4, n_head_kv=2,
+                                 head_dim=16, n_layer=2, n_ff=64, n_ctx=256, rope_base=10000.0, eps=1e-5,
+                                 n_expert=4, n_expert_used=2, gate_scale=2.0),
+    "tiny-mixtral-bpe-q8": dict(arch="llama", seed=27, vocab="bpe", ftype="f32", n_embd=64, n_head=4, n_head_kv=1,
+                                head_dim=16, n_layer=2, n_ff=64, n_ctx=256, rope_base=10000.0, eps=1e-5,
+                                n_expert=4, n_expert_used=2, gate_scale=2.0, exps_type="q8_0"),
+    # qwen3moe: 8 experts, 2 per token, expert_feed_forward_length 32, q/k norms, GQA 4:1.
+    "tiny-qwen3moe-bpe-f32": dict(arch="qwen3moe", seed=29, vocab="bpe", ftype="f32", n_embd=48, n_head=4,
+                                  n_head_kv=1, head_dim=32, n_layer=2, n_ff=96, n_ctx=256, rope_base=1000000.0,
+                                  eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=32,
+                                  gate_scale=2.0),
+}
+ALL_MODELS = {**MODELS, **ARCH_MODELS}
 
 SPM_PIECES = [
     "▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "d", "l", "u", "c", "m", "w", "f", "g",
@@ -110,27 +146,74 @@ def bpe_vocab():
 
 
 def tensors(cfg):
-    """(name, numpy shape, is_norm) in writing order."""
+    """(name, numpy shape, kind) in writing order; kind: "w" (matrix),
+    "norm", "bias", "gate" (expert router), "exps" (experts)."""
     e, hd, nh, nkv, ff = cfg["n_embd"], cfg["head_dim"], cfg["n_head"], cfg["n_head_kv"], cfg["n_ff"]
     v = cfg["n_vocab"]
-    out = [("token_embd.weight", (v, e), False)]
+    nx = cfg.get("n_expert", 0)
+    fx = cfg.get("n_ff_exp", ff)
+    out = [("token_embd.weight", (v, e), "w")]
     for il in range(cfg["n_layer"]):
         p = f"blk.{il}."
-        out += [(p + "attn_norm.weight", (e,), True),
-                (p + "attn_q.weight", (nh * hd, e), False),
-                (p + "attn_k.weight", (nkv * hd, e), False),
-                (p + "attn_v.weight", (nkv * hd, e), False),
-                (p + "attn_output.weight", (e, nh * hd), False),
-                (p + "ffn_norm.weight", (e,), True),
-                (p + "ffn_gate.weight", (ff, e), False),
-                (p + "ffn_up.weight", (ff, e), False),
-                (p + "ffn_down.weight", (e, ff), False)]
-    out += [("output_norm.weight", (e,), True), ("output.weight", (v, e), False)]
+        out += [(p + "attn_norm.weight", (e,), "norm"),
+                (p + "attn_q.weight", (nh * hd, e), "w"),
+                (p + "attn_k.weight", (nkv * hd, e), "w"),
+                (p + "attn_v.weight", (nkv * hd, e), "w")]
+        if cfg.get("qkv_bias"):
+            out += [(p + "attn_q.bias", (nh * hd,), "bias"),
+                    (p + "attn_k.bias", (nkv * hd,), "bias"),
+                    (p + "attn_v.bias", (nkv * hd,), "bias")]
+        if cfg.get("qk_norm"):
+            out += [(p + "attn_q_norm.weight", (hd,), "norm"),
+                    (p + "attn_k_norm.weight", (hd,), "norm")]
+        out += [(p + "attn_output.weight", (e, nh * hd), "w"),
+                (p + "ffn_norm.weight", (e,), "norm")]
+        if nx:
+            out += [(p + "ffn_gate_inp.weight", (nx, e), "gate"),
+                    (p + "ffn_gate_exps.weight", (nx, fx, e), "exps"),
+                    (p + "ffn_up_exps.weight", (nx, fx, e), "exps"),
+                    (p + "ffn_down_exps.weight", (nx, e, fx), "exps")]
+        else:
+            out += [(p + "ffn_gate.weight", (ff, e), "w"),
+                    (p + "ffn_up.weight", (ff, e), "w"),
+                    (p + "ffn_down.weight", (e, ff), "w")]
+    out += [("output_norm.weight", (e,), "norm")]
+    if not cfg.get("tied"):
+        out += [("output.weight", (v, e), "w")]
     return out
 
 
+def tensor_values(cfg):
+    """(name, array to write, raw_dtype or None, float64 values as a reader
+    sees them) in writing order."""
+    from gguf.quants import quantize, dequantize
+    from gguf import GGMLQuantizationType as QT
+    for t, (tname, shape, kind) in enumerate(tensors(cfg)):
+        n = int(np.prod(shape))
+        u = uniform(cfg["seed"], t, n)
+        if kind == "norm":
+            a = 1.0 + 0.25 * (2.0 * u - 1.0)
+        elif kind == "bias":
+            a = 0.25 * (2.0 * u - 1.0)
+        else:
+            a = (2.0 * u - 1.0) * np.sqrt(3.0 / shape[-1])
+            if kind == "gate":
+                a = a * cfg.get("gate_scale", 1.0)
+        a = a.reshape(shape)
+        if kind == "exps" and cfg.get("exps_type") == "q8_0":
+            q = quantize(a.astype(np.float32), QT.Q8_0)
+            yield tname, q, QT.Q8_0, dequantize(q, QT.Q8_0).astype(np.float64).reshape(shape)
+            continue
+        if cfg["ftype"] == "f16" and kind in ("w", "exps"):
+            a = a.astype(np.float16)
+        else:
+            a = a.astype(np.float32)
+        yield tname, a, None, a.astype(np.float64)
+
+
 def write_model(name, path):
-    cfg = dict(MODELS[name])
+    cfg = dict(ALL_MODELS[name])
+    arch = cfg.get("arch", "llama")
     if cfg["vocab"] == "spm":
         toks, types, scores = spm_vocab()
         merges = None
@@ -138,7 +221,7 @@ def write_model(name, path):
         toks, types, merges = bpe_vocab()
         scores = None
     cfg["n_vocab"] = len(toks)
-    w = gguf.GGUFWriter(path, "llama")
+    w = gguf.GGUFWriter(path, arch)
     w.add_name(name)
     w.add_context_length(cfg["n_ctx"])
     w.add_embedding_length(cfg["n_embd"])
@@ -146,11 +229,17 @@ def write_model(name, path):
     w.add_feed_forward_length(cfg["n_ff"])
     w.add_head_count(cfg["n_head"])
     w.add_head_count_kv(cfg["n_head_kv"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_dimension_count(cfg["head_dim"])
+    if cfg.get("key_length", True):
+        w.add_key_length(cfg["head_dim"])
+        w.add_value_length(cfg["head_dim"])
+        w.add_rope_dimension_count(cfg["head_dim"])
     w.add_rope_freq_base(cfg["rope_base"])
     w.add_layer_norm_rms_eps(cfg["eps"])
+    if cfg.get("n_expert"):
+        w.add_expert_count(cfg["n_expert"])
+        w.add_expert_used_count(cfg["n_expert_used"])
+        if "n_ff_exp" in cfg:
+            w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     w.add_vocab_size(cfg["n_vocab"])
     w.add_file_type(0 if cfg["ftype"] == "f32" else 1)
     if cfg["vocab"] == "spm":
@@ -171,19 +260,11 @@ def write_model(name, path):
         w.add_bos_token_id(len(toks) - 3)
         w.add_eos_token_id(len(toks) - 2)
         w.add_add_bos_token(True)
-    for t, (tname, shape, is_norm) in enumerate(tensors(cfg)):
-        n = int(np.prod(shape))
-        u = uniform(cfg["seed"], t, n)
-        if is_norm:
-            a = 1.0 + 0.25 * (2.0 * u - 1.0)
+    for tname, a, raw_dtype, _ in tensor_values(cfg):
+        if raw_dtype is None:
+            w.add_tensor(tname, a)
         else:
-            a = (2.0 * u - 1.0) * np.sqrt(3.0 / shape[-1])
-        a = a.reshape(shape)
-        if cfg["ftype"] == "f16" and not is_norm:
-            a = a.astype(np.float16)
-        else:
-            a = a.astype(np.float32)
-        w.add_tensor(tname, a)
+            w.add_tensor(tname, a, raw_dtype=raw_dtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -191,11 +272,99 @@ def write_model(name, path):
     return cfg
 
 
+def _rms(x, wt, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * wt
+
+
+def _rope(x, pos, base, neox):
+    """x [n, heads, hd], rotated in full (n_rot = head_dim)."""
+    n, _, hd = x.shape
+    half = hd // 2
+    theta = pos[:, None].astype(np.float64) * base ** (-2.0 * np.arange(half) / hd)  # [n, half]
+    c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    if neox:
+        a, b = x[..., :half], x[..., half:]
+        return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * c - b * s, a * s + b * c
+    return out
+
+
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _moe(cfg, W, p, h):
+    """llama.cpp's build_moe_ffn with softmax gating and renormalized top-k
+    weights; returns the output and, per token, the margin between the
+    last chosen expert's router logit and the first one left out."""
+    k = cfg["n_expert_used"]
+    logits = h @ W[p + "ffn_gate_inp.weight"].T  # [n, n_expert]
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    order = np.argsort(-logits, axis=-1, kind="stable")
+    srt = np.take_along_axis(logits, order, -1)
+    margins = srt[:, k - 1] - srt[:, k]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        sel = order[t, :k]
+        wts = probs[t, sel] / probs[t, sel].sum()
+        for j, x in zip(sel, wts):
+            g = W[p + "ffn_gate_exps.weight"][j] @ h[t]
+            u = W[p + "ffn_up_exps.weight"][j] @ h[t]
+            out[t] += x * (W[p + "ffn_down_exps.weight"][j] @ (_silu(g) * u))
+    return out, margins
+
+
+def reference(name, ids):
+    """float64 forward pass of model name over ids (one sequence, positions
+    0..n-1): (logits [n, n_vocab], router margins [n_layer, n] or None)."""
+    cfg = dict(ALL_MODELS[name])
+    cfg["n_vocab"] = len(spm_vocab()[0] if cfg["vocab"] == "spm" else bpe_vocab()[0])
+    W = {tn: f for tn, _, _, f in tensor_values(cfg)}
+    arch = cfg.get("arch", "llama")
+    neox = arch.startswith("qwen")
+    nh, nkv, hd, eps = cfg["n_head"], cfg["n_head_kv"], cfg["head_dim"], cfg["eps"]
+    ids = np.asarray(ids)
+    n = len(ids)
+    pos = np.arange(n)
+    x = W["token_embd.weight"][ids]
+    margins = []
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        h = _rms(x, W[p + "attn_norm.weight"], eps)
+        q, k, v = (h @ W[p + f"attn_{c}.weight"].T + W.get(p + f"attn_{c}.bias", 0.0) for c in "qkv")
+        q, k, v = q.reshape(n, nh, hd), k.reshape(n, nkv, hd), v.reshape(n, nkv, hd)
+        if cfg.get("qk_norm"):
+            q, k = _rms(q, W[p + "attn_q_norm.weight"], eps), _rms(k, W[p + "attn_k_norm.weight"], eps)
+        q, k = _rope(q, pos, cfg["rope_base"], neox), _rope(k, pos, cfg["rope_base"], neox)
+        att = np.empty((n, nh, hd))
+        mask = np.triu(np.full((n, n), -np.inf), 1)
+        for hh in range(nh):
+            kv = hh // (nh // nkv)
+            sc = q[:, hh] @ k[:, kv].T / np.sqrt(hd) + mask
+            sc = np.exp(sc - sc.max(-1, keepdims=True))
+            att[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, kv]
+        x = x + att.reshape(n, nh * hd) @ W[p + "attn_output.weight"].T
+        h = _rms(x, W[p + "ffn_norm.weight"], eps)
+        if cfg.get("n_expert"):
+            f, m = _moe(cfg, W, p, h)
+            margins.append(m)
+        else:
+            f = W[p + "ffn_down.weight"] @ (_silu(W[p + "ffn_gate.weight"] @ h.T) * (W[p + "ffn_up.weight"] @ h.T))
+            f = f.T
+        x = x + f
+    h = _rms(x, W["output_norm.weight"], eps)
+    out = W["output.weight"] if "output.weight" in W else W["token_embd.weight"]
+    return h @ out.T, (np.array(margins) if margins else None)
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    names = argv[2:] or list(MODELS)
+    names = argv[2:] or list(ALL_MODELS)
     for n in names:
         cfg = write_model(n, f"{argv[1]}/{n}.gguf")
         print(json.dumps({"name": n, **cfg}))

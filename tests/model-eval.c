@@ -3,16 +3,19 @@
  * prints logits or greedy continuations as plain text, so the test can
  * compare them with llama.cpp's recorded answers.
  *
- *   model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] MODEL < commands
+ *   model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] [-ot SPEC] MODEL < commands
  *
- * -ngl N puts the last N layers on the GPUs (tests/gpu/check.sh: -ngl 99).
- *
+ * -ngl and -ot place the weights as tensr-run's flags do (the last N layers
+ * on GPU devices, e.g. fake ones from TSR_FAKE_DEVICES; pattern=BUFT
+ * overrides).
  * One command a line (the KV cache is emptied before each); the answer ends
  * with a line "end":
  *   logits ID...        every position: "pos v0 v1 ..."
  *   top K ID...         every position: "pos id:v id:v ..." (K best)
  *   greedy N EOS ID...  per step: "id1 logit1 id2 logit2", stopping after EOS
  *                       (-1: none; -2: the model's tokenizer.ggml.eos_token_id)
+ *   placement           per weight "weight NAME BUFT BYTES", then per device
+ *                       "plan DEVICE WEIGHTS KV_CACHE COMPUTE" (bytes)
  *
  * Exit status: 0 on success, 1 with one line on stderr on failure. */
 #include <stdio.h>
@@ -44,6 +47,7 @@ static void top_k(const float *row, int64_t n, int k, int64_t *idx)
 }
 
 typedef struct eval {
+    tsr_backend *be;
     tsr_model *m;
     tsr_session *s;
     int64_t n_vocab;
@@ -94,6 +98,21 @@ static int greedy(eval *e, const int32_t *ids, int64_t n, int n_gen, int32_t eos
     return st == TSR_OK ? 0 : die("decode", tsr_last_error());
 }
 
+static void print_placement(eval *e)
+{
+    tsr_backend *be = e->be;
+    for (size_t i = 0; i < tsr_backend_n_weights(be); i++) {
+        tsr_tensor *t = tsr_backend_weight_at(be, i);
+        tsr_buffer_type *bt = tsr_tensor_buffer_type(t);
+        printf("weight %s %s %zu\n", tsr_tensor_name(t), bt ? tsr_buffer_type_name(bt) : "-", tsr_tensor_nbytes(t));
+    }
+    for (size_t i = 0; i < tsr_backend_n_devices(be); i++) {
+        size_t w = 0, kv = 0, c = 0;
+        tsr_backend_memory_plan(be, i, &w, &kv, &c);
+        printf("plan %s %zu %zu %zu\n", tsr_device_name(tsr_backend_device(be, i)), w, kv, c);
+    }
+}
+
 /* Runs one command line; the cache is emptied first. */
 static int run_line(eval *e, char *line)
 {
@@ -104,6 +123,12 @@ static int run_line(eval *e, char *line)
     if (nw == 0)
         return 0;
     const char *mode = words[0];
+    if (!strcmp(mode, "placement")) {
+        print_placement(e);
+        printf("end\n");
+        fflush(stdout);
+        return 0;
+    }
     int n_fixed = !strcmp(mode, "logits") ? 1 : !strcmp(mode, "top") ? 2 : 3;
     if (nw <= n_fixed)
         return die("usage", "logits ID... | top K ID... | greedy N EOS ID...");
@@ -141,6 +166,7 @@ int main(int argc, char **argv)
     sp.n_ctx = 512;
     tsr_load_params lp;
     tsr_load_params_init(&lp, sizeof lp);
+    tsr_buft_override *ot = NULL;
     int a = 1;
     for (; a + 1 < argc && argv[a][0] == '-'; a += 2) {
         if (!strcmp(argv[a], "-t"))
@@ -153,19 +179,25 @@ int main(int argc, char **argv)
             sp.n_ubatch = atoll(argv[a + 1]);
         else if (!strcmp(argv[a], "-ngl"))
             lp.n_gpu_layers = atoi(argv[a + 1]);
+        else if (!strcmp(argv[a], "-ot")) {
+            tsr_buft_overrides_free(ot);
+            if (tsr_buft_overrides_parse(argv[a + 1], &ot) != TSR_OK)
+                return die("-ot", tsr_last_error());
+        }
         else
             return die("usage", argv[a]);
     }
     if (argc - a != 1)
-        return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] MODEL < commands");
+        return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] [-ot SPEC] MODEL < commands");
+    lp.overrides = ot;
     sp.n_batch = sp.n_ctx;               /* a whole command in one decode */
     sp.n_outputs_max = sp.n_ubatch > 0 ? sp.n_ubatch : 512; /* every row of a micro-batch */
     tsr_backend *be = NULL;
-    eval e = {NULL, NULL, 0};
+    eval e = {NULL, NULL, NULL, 0};
     int rc = 0;
     if (tsr_backend_new(&bp, &be) != TSR_OK)
         rc = die("backend", tsr_last_error());
-    else if (tsr_model_load(be, argv[a], &lp, &e.m) != TSR_OK)
+    else if (tsr_model_load(e.be = be, argv[a], &lp, &e.m) != TSR_OK)
         rc = die("open", tsr_last_error());
     else if (tsr_session_new(e.m, &sp, &e.s) != TSR_OK)
         rc = die("session", tsr_last_error());
@@ -176,5 +208,6 @@ int main(int argc, char **argv)
     tsr_session_free(e.s);
     tsr_model_free(e.m);
     tsr_backend_free(be);
+    tsr_buft_overrides_free(ot);
     return rc;
 }

@@ -37,7 +37,7 @@ typedef tsr_op op_t;
  * strides larger than the data), or a permutation of a contiguous tensor. */
 enum layout { L_CONT, L_PAD, L_PERM };
 /* What a source holds. */
-enum kind { K_NORMAL, K_INDEX, K_MASK, K_POS, K_POSITIVE };
+enum kind { K_NORMAL, K_INDEX, K_MASK, K_POS, K_POSITIVE, K_CONST, K_TIES };
 
 typedef struct src_spec {
     tsr_type type;
@@ -45,7 +45,7 @@ typedef struct src_spec {
     enum layout layout;
     int perm[4];     /* L_PERM: tsr_permute axes (dim i of the base becomes dim perm[i]) */
     enum kind kind;
-    int64_t range;   /* K_INDEX: indices in [0, range) */
+    int64_t range;   /* K_INDEX: indices in [0, range); K_CONST: the value; K_TIES: distinct values */
 } src_spec;
 
 typedef struct test_case {
@@ -116,6 +116,8 @@ static float gen_value(const src_spec *s, int64_t pos_i) {
     case K_MASK: return urand() < 0.2 ? -INFINITY : (float)nrand();
     case K_POS: return (float)(pos_i * 7 + 3);
     case K_POSITIVE: return (float)(0.5 + urand());
+    case K_CONST: return (float)s->range;
+    case K_TIES: return (float)(int64_t)(urand() * (double)s->range) - 1.5f; /* few values: many ties */
     default: return (float)nrand();
     }
 }
@@ -127,7 +129,8 @@ static int make_source(tsr_context *ctx, const src_spec *s, source *out) {
     for (int64_t i = 0; i < n; i++) x[i] = gen_value(s, i);
     if (s->type == TSR_TYPE_I32 && s->kind == K_NORMAL)
         for (int64_t i = 0; i < n; i++) x[i] = (float)lrintf(x[i] * 1000);
-    if (s->kind != K_INDEX && s->kind != K_POS && s->type != TSR_TYPE_I32) through_type(s->type, x, n);
+    if (s->kind != K_INDEX && s->kind != K_POS && s->kind != K_CONST && s->type != TSR_TYPE_I32)
+        through_type(s->type, x, n);
     memcpy(out->ne, s->ne, sizeof out->ne);
     out->v = malloc((size_t)(n ? n : 1) * sizeof *out->v);
     for (int64_t i = 0; i < n; i++) out->v[i] = x[i];
@@ -207,6 +210,7 @@ static void ref_unary(const test_case *c, const source *s, ref_out *r) {
         case TSR_OP_SCALE: r->v[i] = x * c->f[0]; break;
         case TSR_OP_SILU: r->v[i] = silu_d(x); break;
         case TSR_OP_GELU: r->v[i] = gelu_d(x); break;
+        case TSR_OP_SIGMOID: r->v[i] = 1 / (1 + exp(-x)); break;
         case TSR_OP_SWIGLU: r->v[i] = silu_d(x) * y; break;
         default: r->v[i] = gelu_d(x) * y; break;
         }
@@ -227,6 +231,58 @@ static void ref_mul_mat(const source *s, ref_out *r) {
                     for (int64_t l = 0; l < k; l++) sum += x[l] * y[l];
                     r->v[idx4(r->ne, i, j, i2, i3)] = sum;
                 }
+}
+
+/* result[t][e][i] = sum_k as[ids[t][e]][i][k] * b[t][e % n_b][k] */
+static void ref_mul_mat_id(const source *s, ref_out *r) {
+    const source *as = &s[0], *b = &s[1], *ids = &s[2];
+    const int64_t k = as->ne[0], m = as->ne[1], n_used = ids->ne[0], n_tokens = ids->ne[1];
+    ref_alloc(r, m, n_used, n_tokens, 1);
+    for (int64_t t = 0; t < n_tokens; t++)
+        for (int64_t e = 0; e < n_used; e++) {
+            const int64_t id = (int64_t)ids->v[idx4(ids->ne, e, t, 0, 0)];
+            for (int64_t i = 0; i < m; i++) {
+                const double *x = as->v + idx4(as->ne, 0, i, id, 0), *y = b->v + idx4(b->ne, 0, e % b->ne[1], t, 0);
+                double sum = 0;
+                for (int64_t l = 0; l < k; l++) sum += x[l] * y[l];
+                r->v[idx4(r->ne, i, e, t, 0)] = sum;
+            }
+        }
+}
+
+/* Stable: equal values keep index order; top_k is argsort descending's first k. */
+static const double *sort_keys;
+static int sort_desc;
+static int cmp_idx(const void *pa, const void *pb) {
+    const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    const double x = sort_keys[a], y = sort_keys[b];
+    if (x != y) return (x < y) == !sort_desc ? -1 : 1;
+    return a < b ? -1 : 1;
+}
+
+static void ref_argsort(const test_case *c, const source *s, ref_out *r) {
+    const source *a = &s[0];
+    const int64_t n = a->ne[0], k = c->op == TSR_OP_TOP_K ? c->i[0] : n;
+    ref_alloc(r, k, a->ne[1], a->ne[2], a->ne[3]);
+    int64_t *ix = malloc((size_t)(n ? n : 1) * sizeof *ix);
+    sort_desc = c->op == TSR_OP_TOP_K || c->i[0] == TSR_SORT_DESC;
+    for (int64_t row = 0; row < nel(r->ne) / (k ? k : 1) && n; row++) {
+        for (int64_t i = 0; i < n; i++) ix[i] = i;
+        sort_keys = a->v + row * n;
+        qsort(ix, (size_t)n, sizeof *ix, cmp_idx);
+        for (int64_t i = 0; i < k; i++) r->v[row * k + i] = (double)ix[i];
+    }
+    free(ix);
+}
+
+static void ref_sum_rows(const source *s, ref_out *r) {
+    const source *a = &s[0];
+    ref_alloc(r, 1, a->ne[1], a->ne[2], a->ne[3]);
+    for (int64_t row = 0; row < nel(r->ne); row++) {
+        double sum = 0;
+        for (int64_t i = 0; i < a->ne[0]; i++) sum += a->v[row * a->ne[0] + i];
+        r->v[row] = sum;
+    }
 }
 
 static void ref_get_rows(const source *s, ref_out *r) {
@@ -389,7 +445,12 @@ static void reference(const test_case *c, const source *s, ref_out *r) {
     r->type = TSR_TYPE_F32;
     switch (c->op) {
     case TSR_OP_ADD: case TSR_OP_SUB: case TSR_OP_MUL: case TSR_OP_DIV: ref_binary(c, s, r); break;
-    case TSR_OP_SCALE: case TSR_OP_SILU: case TSR_OP_GELU: case TSR_OP_SWIGLU: case TSR_OP_GEGLU: ref_unary(c, s, r); break;
+    case TSR_OP_SCALE: case TSR_OP_SILU: case TSR_OP_GELU: case TSR_OP_SWIGLU: case TSR_OP_GEGLU: case TSR_OP_SIGMOID:
+        ref_unary(c, s, r);
+        break;
+    case TSR_OP_MUL_MAT_ID: ref_mul_mat_id(s, r); break;
+    case TSR_OP_ARGSORT: case TSR_OP_TOP_K: ref_argsort(c, s, r); break;
+    case TSR_OP_SUM_ROWS: ref_sum_rows(s, r); break;
     case TSR_OP_MUL_MAT: ref_mul_mat(s, r); break;
     case TSR_OP_GET_ROWS: ref_get_rows(s, r); break;
     case TSR_OP_SET_ROWS: ref_set_rows(s, r); r->type = c->src[0].type; break;
@@ -450,6 +511,11 @@ static tsr_tensor *build(tsr_context *ctx, const test_case *c, source *s) {
     case TSR_OP_CPY: return tsr_cpy(ctx, a, b);
     case TSR_OP_CONT: return (tsr_type)c->i[0] == c->src[0].type ? tsr_cont(ctx, a) : tsr_cast(ctx, a, (tsr_type)c->i[0]);
     case TSR_OP_FLASH_ATTN: return tsr_flash_attn(ctx, a, b, s[2].t, c->n_src > 3 ? s[3].t : NULL, c->f[0]);
+    case TSR_OP_MUL_MAT_ID: return tsr_mul_mat_id(ctx, a, b, s[2].t);
+    case TSR_OP_ARGSORT: return tsr_argsort(ctx, a, (tsr_sort_order)c->i[0]);
+    case TSR_OP_TOP_K: return tsr_top_k(ctx, a, c->i[0]);
+    case TSR_OP_SIGMOID: return tsr_sigmoid(ctx, a);
+    case TSR_OP_SUM_ROWS: return tsr_sum_rows(ctx, a);
     default: return NULL;
     }
 }
@@ -872,6 +938,69 @@ static void cases_large(void) {
     add_case(TSR_OP_SOFTMAX, TSR_TYPE_F32, 1e-6, 1, S(TSR_TYPE_F32, 64, 70000, 1, 1))->f[0] = 1.0f;
 }
 
+/* The experts' matmul: as [k, m, n_expert], b [k, n_b, n_tokens], ids [n_used, n_tokens]. */
+static src_spec IDS(int64_t n_used, int64_t n_tokens, enum kind kind, int64_t range) {
+    return KIND(S(TSR_TYPE_I32, n_used, n_tokens, 1, 1), kind, range);
+}
+
+/* ids K_INDEX: experts in [0, range); K_CONST: all expert `range`. */
+static void add_mmid(tsr_type w, int64_t k, int64_t m, int64_t n_expert, int64_t n_used, int64_t n_b, int64_t n_tokens,
+                     enum kind kind, int64_t range) {
+    add_case(TSR_OP_MUL_MAT_ID, w, 5e-4, 3, S(w, k, m, n_expert, 1), S(TSR_TYPE_F32, k, n_b, n_tokens, 1),
+             IDS(n_used, n_tokens, kind, range));
+}
+
+static void cases_moe(void) {
+    for (size_t t = 0; t < N_OF(mm_types); t++) {
+        const tsr_type w = mm_types[t];
+        const int64_t bs = tsr_type_block_size(w);
+        const int64_t ks_f[] = {1, 31, 32, 33, 300}, ks_q[] = {32, 64, 320}, ks_k[] = {256, 512};
+        const int64_t *ks = bs == 1 ? ks_f : bs == 32 ? ks_q : ks_k;
+        const size_t nk = bs == 1 ? N_OF(ks_f) : bs == 32 ? N_OF(ks_q) : N_OF(ks_k);
+        for (size_t i = 0; i < nk; i++) { /* every k: 3 experts, n_b = n_used, and 8 experts, one b row per token */
+            add_mmid(w, ks[i], 19, 3, 2, 2, 7, K_INDEX, 3);
+            add_mmid(w, ks[i], 33, 8, 4, 1, 33, K_INDEX, 8);
+        }
+        const int64_t k = ks[nk - 1];
+        add_mmid(w, k, 16, 1, 1, 1, 1, K_INDEX, 1);         /* one expert, one token */
+        add_mmid(w, k, 5, 60, 4, 4, 130, K_INDEX, 60);    /* many experts, many tokens */
+        add_mmid(w, k, 70, 8, 2, 1, 130, K_CONST, 5);     /* every token on expert 5: 260 columns */
+        add_mmid(w, k, 9, 60, 1, 1, 7, K_INDEX, 3);         /* experts 3..59 unused */
+        add_mmid(w, k, 40, 3, 4, 4, 1, K_INDEX, 3);         /* decode, repeated experts in a row */
+    }
+    const tsr_type f = TSR_TYPE_F32;
+    add_mmid(f, 32, 17, 3, 2, 2, 0, K_INDEX, 3); /* no tokens */
+    add_mmid(f, 0, 17, 3, 2, 2, 5, K_INDEX, 3);  /* k = 0: empty sums */
+    add_case(TSR_OP_MUL_MAT_ID, f, 5e-4, 3, S(f, 33, 12, 4, 1), P(S(f, 33, 2, 7, 1), 1, 0, 2, 3), /* strided b */
+             P(IDS(2, 7, K_INDEX, 4), 1, 0, 2, 3));                                                 /* strided ids */
+    add_case(TSR_OP_MUL_MAT_ID, TSR_TYPE_Q8_0, 5e-4, 3, S(TSR_TYPE_Q8_0, 64, 12, 4, 1), PAD(S(f, 64, 1, 9, 1)),
+             IDS(3, 9, K_INDEX, 4));
+
+    /* router ops */
+    add_case(TSR_OP_SIGMOID, f, 1e-7, 1, S(f, 31, 4, 3, 1));
+    add_case(TSR_OP_SIGMOID, f, 1e-7, 1, P(S(f, 16, 5, 2, 1), 2, 0, 1, 3));
+    add_case(TSR_OP_SIGMOID, f, 1e-7, 1, S(f, 0, 4, 1, 1));
+    add_case(TSR_OP_SUM_ROWS, f, 1e-10, 1, S(f, 60, 7, 3, 1));
+    add_case(TSR_OP_SUM_ROWS, f, 1e-10, 1, S(f, 1, 5, 1, 1));
+    add_case(TSR_OP_SUM_ROWS, f, 1e-10, 1, PAD(S(f, 33, 4, 2, 1)));
+    add_case(TSR_OP_SUM_ROWS, f, 1e-10, 1, P(S(f, 4, 9, 2, 1), 1, 0, 2, 3));
+    add_case(TSR_OP_SUM_ROWS, f, 1e-10, 1, S(f, 0, 3, 1, 1));
+    for (int o = 0; o < 2; o++) {
+        add_case(TSR_OP_ARGSORT, f, 0, 1, S(f, 37, 5, 3, 1))->i[0] = o;
+        add_case(TSR_OP_ARGSORT, f, 0, 1, S(f, 1, 3, 1, 1))->i[0] = o;
+        add_case(TSR_OP_ARGSORT, f, 0, 1, KIND(S(f, 300, 4, 1, 1), K_TIES, 4))->i[0] = o; /* stability */
+        add_case(TSR_OP_ARGSORT, f, 0, 1, P(S(f, 6, 60, 1, 1), 1, 0, 2, 3))->i[0] = o;
+        add_case(TSR_OP_ARGSORT, f, 0, 1, PAD(S(f, 33, 3, 2, 1)))->i[0] = o;
+    }
+    const struct { int64_t n, rows; int k; enum kind kind; } tk[] = {
+        {60, 7, 1, K_NORMAL},  {60, 7, 4, K_NORMAL}, {8, 33, 2, K_NORMAL}, {8, 5, 8, K_NORMAL}, {1, 3, 1, K_NORMAL},
+        {100, 3, 32, K_NORMAL}, {100, 3, 33, K_NORMAL}, {300, 2, 300, K_NORMAL}, {64, 9, 6, K_TIES},
+        {128, 3, 64, K_TIES}};
+    for (size_t i = 0; i < N_OF(tk); i++)
+        add_case(TSR_OP_TOP_K, f, 0, 1, KIND(S(f, tk[i].n, tk[i].rows, 1, 1), tk[i].kind, 5))->i[0] = tk[i].k;
+    add_case(TSR_OP_TOP_K, f, 0, 1, P(S(f, 3, 40, 2, 1), 1, 0, 2, 3))->i[0] = 2;
+}
+
 static void make_cases(void) {
     n_cases = 0;
     cases_flash_attn_dims();
@@ -886,6 +1015,7 @@ static void make_cases(void) {
     cases_norm_rope_softmax();
     cases_copy();
     cases_flash_attn();
+    cases_moe();
     for (int i = 0; i < n_cases; i++) cases[i].max_nmse = tol_for(cases[i].src[0].type, cases[i].max_nmse);
 }
 
@@ -904,8 +1034,106 @@ static void check_coverage(void) {
           n_no_cpu ? tsr__op_name(no_cpu[0]) : "");
 }
 
+/* mul_mat_id with ids out of range: the build succeeds (the values are not
+ * known then, in general), tsr_compute returns TSR_E_RANGE naming the node,
+ * the id and n_expert, and the backend computes the next graph normally. */
+static void check_moe_range(tsr_backend *b) {
+    enum { K = 32, M = 8, NE = 3, NU = 2, NT = 4 };
+    static float w[K * M * NE], x[K * NT], probs[(NE + 2) * NT];
+    for (int i = 0; i < K * M * NE; i++) w[i] = (float)nrand();
+    for (int i = 0; i < K * NT; i++) x[i] = (float)nrand();
+    for (int i = 0; i < (NE + 2) * NT; i++) probs[i] = (float)(i % (NE + 2)); /* the best is always NE + 1 */
+    const int64_t ne_as[3] = {K, M, NE}, ne_b[3] = {K, 1, NT}, ne_ids[2] = {NU, NT}, ne_p[2] = {NE + 2, NT};
+    const int32_t ids[3][NU * NT] = {{0, 1, 2, 0, 1, -1, 2, 2}, {0, 1, 2, 3, 1, 1, 2, 2}, {2, 2, 2, 2, 0, 1, 0, 1}};
+    const char *want[3] = {"id -1 ", "id 3 ", "id 4 "};
+    for (int i = 0; i < 4; i++) {
+        tsr_context *ctx = tsr_context_new(b);
+        tsr_tensor *as = tsr_input(ctx, TSR_TYPE_F32, 3, ne_as, w), *bx = tsr_input(ctx, TSR_TYPE_F32, 3, ne_b, x);
+        tsr_tensor *sel = i < 2 || i == 3 ? tsr_input(ctx, TSR_TYPE_I32, 2, ne_ids, ids[i < 2 ? i : 2])
+                                          : tsr_top_k(ctx, tsr_input(ctx, TSR_TYPE_F32, 2, ne_p, probs), NU);
+        tsr_tensor *y = tsr_set_name(tsr_mul_mat_id(ctx, as, bx, sel), "moe_up");
+        CHECK(y != NULL, "mul_mat_id build: %s", tsr_context_error(ctx) ? tsr_context_error(ctx) : "");
+        const tsr_status st = y ? tsr_compute(ctx, &y, 1) : TSR_E_INVALID;
+        if (i < 3) {
+            CHECK(st == TSR_E_RANGE, "ids case %d: status %d (%s)", i, (int)st, tsr_last_error());
+            CHECK(strstr(tsr_last_error(), "moe_up") && strstr(tsr_last_error(), want[i]) &&
+                      strstr(tsr_last_error(), "n_expert 3"),
+                  "the detail names the node, the id and n_expert: %s", tsr_last_error());
+        } else { /* after the failures the same backend computes a good graph */
+            CHECK(st == TSR_OK, "compute after range errors: %s", tsr_last_error());
+            float got[M * NU * NT];
+            CHECK_OK(tsr_tensor_read(y, got, 0, sizeof got));
+            double err = 0, mag = 0;
+            for (int t = 0; t < NT; t++)
+                for (int e = 0; e < NU; e++)
+                    for (int r = 0; r < M; r++) {
+                        double sum = 0;
+                        for (int k = 0; k < K; k++)
+                            sum += (double)w[(ids[2][t * NU + e] * M + r) * K + k] * x[t * K + k];
+                        err += (got[(t * NU + e) * M + r] - sum) * (got[(t * NU + e) * M + r] - sum);
+                        mag += sum * sum;
+                    }
+            CHECK(err / mag < 1e-10, "mul_mat_id after the errors: NMSE %g", err / mag);
+        }
+        tsr_context_close(ctx);
+    }
+}
+
+/* Bad shapes and types are refused when the op is built: NULL and the context's error. */
+static void check_moe_build_errors(tsr_backend *b) {
+    static const struct {
+        int op; /* 0 mul_mat_id, 1 top_k, 2 argsort, 3 sum_rows, 4 sigmoid */
+        tsr_type ta, tb, ti;
+        int64_t as[4], bx[4], ids[4];
+        int k;
+    } bad[] = {
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {33, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* k differs */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 3, 4, 1}, {2, 4, 1, 1}, 0}, /* n_b 3 */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 5, 1, 1}, 0}, /* n_tokens */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 2}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* 4-D as */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 2, 1}, 0}, /* 3-D ids */
+        {0, TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* b f16 */
+        {0, TSR_TYPE_F32, TSR_TYPE_F32, TSR_TYPE_F32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* ids f32 */
+        {0, TSR_TYPE_I32, TSR_TYPE_F32, TSR_TYPE_I32, {32, 8, 3, 1}, {32, 1, 4, 1}, {2, 4, 1, 1}, 0}, /* as i32 */
+        {1, TSR_TYPE_F32, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+        {1, TSR_TYPE_F32, 0, 0, {8, 4, 1, 1}, {0}, {0}, 9},
+        {1, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 2},
+        {2, TSR_TYPE_F32, 0, 0, {8, 4, 1, 1}, {0}, {0}, 2}, /* order 2 */
+        {2, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+        {3, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+        {4, TSR_TYPE_F16, 0, 0, {8, 4, 1, 1}, {0}, {0}, 0},
+    };
+    static const char *names[] = {"tsr_mul_mat_id", "tsr_top_k", "tsr_argsort", "tsr_sum_rows", "tsr_sigmoid"};
+    for (size_t i = 0; i < N_OF(bad); i++) {
+        tsr_context *ctx = tsr_context_new(b);
+        tsr_tensor *a = tsr_input(ctx, bad[i].ta, 4, bad[i].as, NULL), *t = NULL;
+        switch (bad[i].op) {
+        case 0:
+            t = tsr_mul_mat_id(ctx, a, tsr_input(ctx, bad[i].tb, 4, bad[i].bx, NULL),
+                               tsr_input(ctx, bad[i].ti, 4, bad[i].ids, NULL));
+            break;
+        case 1: t = tsr_top_k(ctx, a, bad[i].k); break;
+        case 2: t = tsr_argsort(ctx, a, (tsr_sort_order)bad[i].k); break;
+        case 3: t = tsr_sum_rows(ctx, a); break;
+        default: t = tsr_sigmoid(ctx, a); break;
+        }
+        const char *err = tsr_context_error(ctx);
+        CHECK(t == NULL && err && strstr(err, names[bad[i].op] + 4), "bad build %zu: %s", i, err ? err : "no error");
+        tsr_context_close(ctx);
+    }
+    tsr_context *ctx = tsr_context_new(b); /* a NULL source: NULL, and the error names it */
+    CHECK(tsr_mul_mat_id(ctx, NULL, NULL, NULL) == NULL && tsr_context_error(ctx));
+    CHECK(tsr_top_k(ctx, NULL, 1) == NULL && tsr_argsort(ctx, NULL, TSR_SORT_ASC) == NULL);
+    tsr_context_close(ctx);
+}
+
 static int mode_test(tsr_backend *b, int verbose) {
     if (!large) check_coverage();
+    if (!large && (!only_op || !strcmp(only_op, "mul_mat_id"))) {
+        rs = 77;
+        check_moe_range(b);
+        check_moe_build_errors(b);
+    }
     for (int i = 0; i < n_cases; i++) {
         if (only_op && strcmp(only_op, tsr__op_name(cases[i].op)) != 0) continue;
         int supported;

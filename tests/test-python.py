@@ -221,6 +221,23 @@ def test_get_rows_argmax_views():
                  "concat")
 
 
+def test_moe_ops():
+    logits = rand(5, 8)  # 5 tokens, 8 experts
+    got = run1(lambda ctx, t: ctx.top_k(ctx.softmax(t), 2), logits)
+    assert np.array_equal(got, np.argsort(-logits, -1, kind="stable")[:, :2]), "top_k"
+    assert np.array_equal(run1(lambda ctx, t: ctx.argsort(t), logits), np.argsort(logits, -1, kind="stable"))
+    assert np.array_equal(run1(lambda ctx, t: ctx.argsort(t, True), logits),
+                          np.argsort(-logits, -1, kind="stable")), "argsort"
+    assert_close(run1(lambda ctx, t: ctx.sigmoid(t), logits), 1 / (1 + np.exp(-logits.astype(np.float64))),
+                 1e-6, "sigmoid")
+    assert_close(run1(lambda ctx, t: ctx.sum_rows(t), logits), logits.astype(np.float64).sum(-1, keepdims=True),
+                 1e-6, "sum_rows")
+    experts, x = rand(3, 6, 4), rand(5, 1, 4)  # numpy order: [n_expert, m, k], [n_tokens, 1, k]
+    ids = np.array([[2, 0], [1, 1], [0, 2], [2, 2], [1, 0]], np.int32)
+    want = np.einsum("temk,tk->tem", experts.astype(np.float64)[ids], x[:, 0].astype(np.float64))
+    assert_close(run1(lambda ctx, e, b, i: ctx.mul_mat_id(e, b, i), experts, x, ids), want, 1e-5, "mul_mat_id")
+
+
 def test_several_outputs():
     a, b = rand(3, 5), rand(2, 5)
     with tsr.Backend(n_threads=2) as be, be.context() as ctx:

@@ -533,6 +533,117 @@ static void test_split_reference(void) {
     tsr_backend_free(b);
 }
 
+/* ---- mixture of experts: the experts' weights on one device, the rest on another ------------- */
+
+enum { MOE_E = 64, MOE_F = 32, MOE_X = 8, MOE_U = 2, MOE_T = 5 };
+
+/* One MoE FFN layer's weights (Q8_0 experts), placed on FAKE0 with `overrides`. */
+static tsr_backend *moe_backend(bool fake, const char *overrides) {
+    tsr_backend *b = backend_on(fake ? "FAKE0" : NULL, NULL);
+    const int64_t ne_g[2] = {MOE_E, MOE_X}, ne_ug[3] = {MOE_E, MOE_F, MOE_X}, ne_d[3] = {MOE_F, MOE_E, MOE_X};
+    CHECK_OK(tsr_backend_declare_weight(b, "blk.0.ffn_gate_inp.weight", TSR_TYPE_F32, 2, ne_g));
+    CHECK_OK(tsr_backend_declare_weight(b, "blk.0.ffn_up_exps.weight", TSR_TYPE_Q8_0, 3, ne_ug));
+    CHECK_OK(tsr_backend_declare_weight(b, "blk.0.ffn_gate_exps.weight", TSR_TYPE_Q8_0, 3, ne_ug));
+    CHECK_OK(tsr_backend_declare_weight(b, "blk.0.ffn_down_exps.weight", TSR_TYPE_Q8_0, 3, ne_d));
+    tsr_buft_override *list = NULL;
+    if (overrides)
+        CHECK_OK(tsr_buft_overrides_parse(overrides, &list));
+    tsr_load_params lp;
+    tsr_load_params_init(&lp, sizeof lp);
+    lp.n_gpu_layers = fake ? -1 : 0;
+    lp.overrides = list;
+    CHECK_OK(tsr_backend_place_weights(b, &lp));
+    tsr_buft_overrides_free(list);
+    for (size_t i = 0; i < tsr_backend_n_weights(b); i++) {
+        tsr_tensor *w = tsr_backend_weight_at(b, i);
+        const size_t n = (size_t)tsr_tensor_nelements(w);
+        float *x = malloc(n * sizeof *x);
+        tsrtest_fill(x, n, 300 + i);
+        for (size_t j = 0; j < n; j++) x[j] *= 0.3f;
+        void *q = malloc(tsr_tensor_nbytes(w));
+        CHECK_OK(tsr_quantize(tsr_tensor_type(w), x, q, (int64_t)n));
+        CHECK_OK(tsr_tensor_write(w, q, 0, tsr_tensor_nbytes(w)));
+        free(q), free(x);
+    }
+    return b;
+}
+
+typedef struct moe_nodes {
+    tsr_tensor *logits, *sel, *up, *down, *out;
+} moe_nodes;
+
+/* The MoE FFN block of test-moe on the backend's weights (x: [MOE_E, MOE_T]). */
+static moe_nodes moe_build(tsr_context *ctx, const float *xs) {
+    tsr_backend *b = tsr_context_backend(ctx);
+    const int64_t ne_x[2] = {MOE_E, MOE_T};
+    tsr_tensor *x = tsr_input(ctx, TSR_TYPE_F32, 2, ne_x, xs);
+    moe_nodes n;
+    n.logits = tsr_mul_mat(ctx, W(b, 0, "ffn_gate_inp"), x);
+    tsr_tensor *probs = tsr_softmax(ctx, n.logits);
+    n.sel = tsr_top_k(ctx, probs, MOE_U);
+    tsr_tensor *w = tsr_get_rows(ctx, tsr_reshape_3d(ctx, probs, 1, MOE_X, MOE_T), n.sel);
+    w = tsr_div(ctx, w, tsr_reshape_3d(ctx, tsr_sum_rows(ctx, tsr_reshape_2d(ctx, w, MOE_U, MOE_T)), 1, 1, MOE_T));
+    tsr_tensor *x3 = tsr_reshape_3d(ctx, x, MOE_E, 1, MOE_T);
+    n.up = tsr_mul_mat_id(ctx, W(b, 0, "ffn_up_exps"), x3, n.sel);
+    tsr_tensor *g = tsr_mul_mat_id(ctx, W(b, 0, "ffn_gate_exps"), x3, n.sel);
+    n.down = tsr_mul_mat_id(ctx, W(b, 0, "ffn_down_exps"), tsr_swiglu(ctx, g, n.up), n.sel);
+    tsr_tensor *d = tsr_mul(ctx, n.down, w);
+    n.out = tsr_view_2d(ctx, d, MOE_E, MOE_T, tsr_tensor_nb(d, 2), 0);
+    for (int e = 1; e < MOE_U; e++)
+        n.out = tsr_add(ctx, n.out, tsr_view_2d(ctx, d, MOE_E, MOE_T, tsr_tensor_nb(d, 2), (size_t)e * tsr_tensor_nb(d, 1)));
+    return n;
+}
+
+/* Experts on the CPU (-ot exps=CPU), the rest on FAKE0: mul_mat_id runs where its
+ * experts are, only activations cross (the input, the chosen ids and their
+ * weights), and the result is the CPU-only one; then the reverse placement. */
+static void test_moe_placement(void) {
+    static float xs[MOE_E * MOE_T], want[MOE_E * MOE_T], got[MOE_E * MOE_T];
+    tsrtest_fill(xs, MOE_E * MOE_T, 77);
+    tsr_backend *cpu = moe_backend(false, NULL);
+    tsr_context *ctx = tsr_context_new(cpu);
+    moe_nodes n = moe_build(ctx, xs);
+    CHECK(n.out != NULL, "building the MoE block: %s", tsr_context_error(ctx) ? tsr_context_error(ctx) : "");
+    CHECK_OK(tsr_compute(ctx, &n.out, 1));
+    read_all(n.out, want);
+    tsr_context_close(ctx);
+    tsr_backend_free(cpu);
+
+    tsr_backend *b = moe_backend(true, "exps=CPU");
+    CHECK(strcmp(buft_of(b, 0, "ffn_up_exps"), "CPU") == 0 && strcmp(buft_of(b, 0, "ffn_down_exps"), "CPU") == 0 &&
+          strcmp(buft_of(b, 0, "ffn_gate_inp"), "FAKE0") == 0);
+    const size_t fake_weights = used("FAKE0");
+    CHECK(fake_weights < 4 * MOE_E * MOE_X + 4096, "only the router's weights on FAKE0: %zu bytes", fake_weights);
+    ctx = tsr_context_new(b);
+    n = moe_build(ctx, xs);
+    CHECK_OK(tsr_compute(ctx, &n.out, 1));
+    CHECK(tsr_tensor_device(n.logits) == dev("FAKE0") && tsr_tensor_device(n.sel) == dev("FAKE0"));
+    CHECK(tsr_tensor_device(n.up) == dev("CPU") && tsr_tensor_device(n.down) == dev("CPU"),
+          "mul_mat_id runs where its experts are: up on %s, down on %s", tsr_device_name(tsr_tensor_device(n.up)),
+          tsr_device_name(tsr_tensor_device(n.down)));
+    /* x to FAKE0 for the router; sel and the chosen weights back to the CPU: no weight moves */
+    CHECK(tsr_backend_n_copies(b) == 3, "%zu copies", tsr_backend_n_copies(b));
+    read_all(n.out, got);
+    CHECK(memcmp(got, want, sizeof got) == 0, "the MoE block on FAKE0 + CPU differs from the CPU-only run: max rel %g",
+          max_rel_diff(got, want, MOE_E * MOE_T));
+    tsr_context_close(ctx);
+    tsr_backend_free(b);
+    CHECK(used("FAKE0") == 0);
+
+    b = moe_backend(true, "gate_inp=CPU"); /* the reverse: experts on FAKE0, the router on the CPU */
+    CHECK(strcmp(buft_of(b, 0, "ffn_up_exps"), "FAKE0") == 0 && strcmp(buft_of(b, 0, "ffn_gate_inp"), "CPU") == 0);
+    ctx = tsr_context_new(b);
+    n = moe_build(ctx, xs);
+    CHECK_OK(tsr_compute(ctx, &n.out, 1));
+    CHECK(tsr_tensor_device(n.logits) == dev("CPU") && tsr_tensor_device(n.up) == dev("FAKE0") &&
+          tsr_tensor_device(n.down) == dev("FAKE0"));
+    read_all(n.out, got);
+    CHECK(memcmp(got, want, sizeof got) == 0, "experts on FAKE0: max rel %g", max_rel_diff(got, want, MOE_E * MOE_T));
+    tsr_context_close(ctx);
+    tsr_backend_free(b);
+    CHECK(used("FAKE0") == 0);
+}
+
 /* Reserve the worst case, then forward passes allocate nothing (host or device). */
 static void test_reserve_then_compute(void) {
     float split[2] = {1, 1};
@@ -719,6 +830,7 @@ int main(void) {
     test_override_place();
     test_split_reference();
     test_split_model();
+    test_moe_placement();
     test_reserve_then_compute();
     test_out_of_memory();
     test_load_failures();

@@ -303,10 +303,13 @@ _SIGS = {
     "tsr_sampler_accept": (_STATUS, [_P, _I32]),
 }
 # graph ops of one and of two tensors
-for _name in ("softmax", "silu", "gelu", "argmax", "cont", "transpose"):
+for _name in ("softmax", "silu", "gelu", "argmax", "cont", "transpose", "sigmoid", "sum_rows"):
     _SIGS["tsr_" + _name] = (_T, [_P, _T])
 for _name in ("add", "sub", "mul", "div", "mul_mat", "get_rows", "swiglu", "geglu", "cpy"):
     _SIGS["tsr_" + _name] = (_T, [_P, _T, _T])
+_SIGS["tsr_mul_mat_id"] = (_T, [_P, _T, _T, _T])
+_SIGS["tsr_top_k"] = (_T, [_P, _T, _I])
+_SIGS["tsr_argsort"] = (_T, [_P, _T, _I])
 # (restype, argtypes): functions of one handle
 for _res, _arg, _names in (
         (_STR, _P, ("device_name", "device_description", "buffer_type_name")),
@@ -998,6 +1001,22 @@ class Context(_Handle):
     def concat(self, a, b, dim):
         """dim in libtensr's numbering (0 = innermost = numpy's last axis)."""
         return self._op("concat", (a, b), None, int(dim))
+
+    sigmoid = _op_method("sigmoid", 1)
+    sum_rows = _op_method("sum_rows", 1, """Sum of each row (numpy: keepdims sum over the last axis).""")
+
+    def mul_mat_id(self, as_, b, ids):
+        """Experts as_ [k, m, n_expert], b [k, 1 or n_used, n_tokens], ids I32 [n_used, n_tokens]
+        (libtensr order) -> [m, n_used, n_tokens]: slot e of token t through expert ids[t][e]."""
+        return self._op("mul_mat_id", (as_, b, ids), 3)
+
+    def top_k(self, a, k):
+        """Indices of the k largest values of each row, largest first (I32)."""
+        return self._op("top_k", (a,), None, int(k))
+
+    def argsort(self, a, descending=False):
+        """Indices that sort each row (stable), I32."""
+        return self._op("argsort", (a,), None, 1 if descending else 0)
 
     def argmax(self, a):
         t = _as_tensor(a, self, "argmax")

@@ -190,6 +190,34 @@ tsr_tensor *tsr_mul_mat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
     return tsr_supported(ctx, t);
 }
 
+/* The experts' weights as [k, m, n_expert], b [k, n_b, n_tokens] with n_b 1 or
+ * n_used, ids [n_used, n_tokens]. The id values are checked by the kernel
+ * when they are known (they are usually computed by top_k in the same graph). */
+tsr_tensor *tsr_mul_mat_id(tsr_context *ctx, tsr_tensor *as, tsr_tensor *b, tsr_tensor *ids) {
+    TSR_CHECK_SRCS(ctx, "mul_mat_id", as, b, ids);
+    char sa[96], sb[96], si[96];
+    if (b->type != TSR_TYPE_F32 || ids->type != TSR_TYPE_I32)
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_mul_mat_id: b must be f32 and ids i32, got %s and %s",
+                             tsr_tname(b->type), tsr_tname(ids->type));
+    const int64_t n_used = ids->ne[0], n_tokens = ids->ne[1];
+    if (as->ne[3] != 1 || b->ne[3] != 1 || ids->ne[2] != 1 || ids->ne[3] != 1 || as->ne[0] != b->ne[0] ||
+        b->ne[2] != n_tokens || (b->ne[1] != 1 && b->ne[1] != n_used))
+        return tsr__op_error(ctx, TSR_E_INVALID,
+                             "tsr_mul_mat_id: as %s, b %s and ids %s do not match (need as [k, m, n_expert], "
+                             "b [k, 1 or n_used, n_tokens], ids [n_used, n_tokens])",
+                             tsr_shape(sa, sizeof sa, as), tsr_shape(sb, sizeof sb, b), tsr_shape(si, sizeof si, ids));
+    if (!tsr__is_contiguous_rows(as))
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_mul_mat_id: rows of as must be contiguous");
+    int64_t ne[4] = {as->ne[1], n_used, n_tokens, 1};
+    tsr_tensor *t = tsr_node(ctx, TSR_OP_MUL_MAT_ID, TSR_TYPE_F32, 3, ne);
+    if (t) {
+        t->src[0] = as;
+        t->src[1] = b;
+        t->src[2] = ids;
+    }
+    return tsr_supported(ctx, t);
+}
+
 /* ---- rows ---------------------------------------------------------------- */
 
 /* Checks known index values (inputs already filled) against [0, limit). */
@@ -366,6 +394,55 @@ tsr_tensor *tsr_argmax(tsr_context *ctx, tsr_tensor *a) {
     if (t)
         t->src[0] = a;
     return tsr_supported(ctx, t);
+}
+
+tsr_tensor *tsr_sigmoid(tsr_context *ctx, tsr_tensor *a) { return tsr_unary(ctx, TSR_OP_SIGMOID, a, 0.0f, false); }
+
+tsr_tensor *tsr_sum_rows(tsr_context *ctx, tsr_tensor *a) {
+    TSR_CHECK_SRCS(ctx, "sum_rows", a);
+    if (a->type != TSR_TYPE_F32)
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_sum_rows: a must be f32, got %s", tsr_tname(a->type));
+    int64_t ne[4] = {1, a->ne[1], a->ne[2], a->ne[3]};
+    tsr_tensor *t = tsr_node(ctx, TSR_OP_SUM_ROWS, TSR_TYPE_F32, a->n_dims, ne);
+    if (t)
+        t->src[0] = a;
+    return tsr_supported(ctx, t);
+}
+
+/* Row-wise index ops (argsort, top_k): F32 rows in, I32 [k, ne1, ne2, ne3] out. */
+static tsr_tensor *tsr_row_index_op(tsr_context *ctx, tsr_op op, tsr_tensor *a, int64_t k, int param) {
+    int64_t ne[4] = {k, a->ne[1], a->ne[2], a->ne[3]};
+    tsr_tensor *t = tsr_node(ctx, op, TSR_TYPE_I32, a->n_dims, ne);
+    if (t) {
+        t->src[0] = a;
+        t->op_params[0] = param;
+    }
+    return tsr_supported(ctx, t);
+}
+
+tsr_tensor *tsr_argsort(tsr_context *ctx, tsr_tensor *a, tsr_sort_order order) {
+    TSR_CHECK_SRCS(ctx, "argsort", a);
+    if (a->type != TSR_TYPE_F32)
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argsort: a must be f32, got %s", tsr_tname(a->type));
+    if (order != TSR_SORT_ASC && order != TSR_SORT_DESC)
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argsort: order %d is neither TSR_SORT_ASC (0) nor DESC (1)",
+                             (int)order);
+    if (a->ne[0] > INT32_MAX)
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argsort: rows of %lld elements do not fit i32 indices",
+                             (long long)a->ne[0]);
+    return tsr_row_index_op(ctx, TSR_OP_ARGSORT, a, a->ne[0], (int)order);
+}
+
+tsr_tensor *tsr_top_k(tsr_context *ctx, tsr_tensor *a, int k) {
+    TSR_CHECK_SRCS(ctx, "top_k", a);
+    if (a->type != TSR_TYPE_F32)
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_top_k: a must be f32, got %s", tsr_tname(a->type));
+    if (k < 1 || k > a->ne[0])
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_top_k: k %d is outside 1..ne[0] = %lld", k, (long long)a->ne[0]);
+    if (a->ne[0] > INT32_MAX)
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_top_k: rows of %lld elements do not fit i32 indices",
+                             (long long)a->ne[0]);
+    return tsr_row_index_op(ctx, TSR_OP_TOP_K, a, k, k);
 }
 
 tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {

@@ -1,7 +1,8 @@
 /*
  * model.h - private declarations of the model layer (libtensr/model/): the
- * model and session structs, the llama/mistral hyper-parameters and the
- * graph of one micro-batch (llama.c), shared by the public functions of
+ * model and session structs, the hyper-parameters and the graph of one
+ * micro-batch of the llama family (llama, mistral, qwen2, qwen3, qwen3moe;
+ * llama.c), shared by the public functions of
  * api.c and session.c. Like every model source it sees libtensr.h only
  * (bridge.h adds the error channel).
  */
@@ -16,9 +17,27 @@
 #include "sampler.h"
 #include "tokenizer.h"
 
+/* What an architecture's graph adds to the llama one (llm_arch.flags). */
+enum {
+    LLM_QK_NORM = 1 << 0,   /* per-head RMS norm of q and k before rope (attn_q_norm, attn_k_norm) */
+    LLM_MOE = 1 << 1,       /* every layer is a mixture of experts (expert_count > 0 required) */
+    LLM_MOE_OPT = 1 << 2,   /* experts when expert_count > 0 (Mixtral in the llama architecture) */
+    LLM_OUT_BIAS = 1 << 3,  /* optional output.bias */
+    LLM_FF_EXP_KEY = 1 << 4 /* expert size from expert_feed_forward_length (else feed_forward_length) */
+};
+
+/* One architecture the layer knows (the table in llama.c). */
+typedef struct llm_arch {
+    const char *name; /* general.architecture */
+    int rope_mode;    /* TSR_ROPE_NORMAL or TSR_ROPE_NEOX, as llama.cpp's llama_model_rope_type */
+    unsigned flags;   /* LLM_* above */
+} llm_arch;
+
 /* What the GGUF metadata says about the network. */
 typedef struct llm_hparams {
-    char arch[32]; /* general.architecture ("llama", "mistral") */
+    char arch[32]; /* general.architecture ("llama", "mistral", "qwen2", "qwen3", "qwen3moe") */
+    int rope_mode; /* from the architecture table */
+    unsigned flags;
     int64_t n_vocab;
     int64_t n_ctx_train;
     int64_t n_embd;
@@ -36,11 +55,16 @@ typedef struct llm_hparams {
     int64_t sliding_window; /* attention.sliding_window; 0 when absent */
     int tied_output;        /* 1 when output.weight is absent (the head is token_embd) */
     int has_rope_freqs;     /* 1 when rope_freqs.weight is present */
+    int n_expert;           /* expert_count; 0: a dense feed-forward network */
+    int n_expert_used;      /* expert_used_count: experts per token */
+    int64_t n_ff_exp;       /* rows of one expert's gate/up (expert_feed_forward_length) */
 } llm_hparams;
 
 typedef struct llm_layer {
     tsr_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *bo;
     tsr_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    tsr_tensor *attn_q_norm, *attn_k_norm;                                  /* [head_dim_k], LLM_QK_NORM */
+    tsr_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps; /* experts */
     tsr_tensor *rope_freqs; /* the copy on this layer's device, or NULL */
 } llm_layer;
 
@@ -48,7 +72,7 @@ struct tsr_model {
     tsr_backend *be;
     tsr_gguf *gguf;
     llm_hparams hp;
-    tsr_tensor *tok_embd, *out_norm, *output;
+    tsr_tensor *tok_embd, *out_norm, *output, *output_b;
     llm_layer *layers;
     tok_vocab *vocab;
     chat_template *tmpl;    /* NULL when the model has none we know */

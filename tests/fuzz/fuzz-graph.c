@@ -11,7 +11,7 @@
  *   out of range), raw bytes for quantized blocks;
  *   then ops until the input ends (64 tensors at most): an op byte, operand
  *   bytes picking earlier tensors, parameter bytes (dims, strides, offsets,
- *   axes, eps, scales, rope modes) - see build_op().
+ *   axes, eps, scales, rope modes, top_k's k, sort orders) - see build_op().
  * The last tensor built is computed on a one-thread CPU backend (made once)
  * and read back; the context is closed every time (FUZZ_VERBOSE=1 prints
  * what each compute said). Shapes stay under 9 per
@@ -107,7 +107,7 @@ static tsr_tensor *build_reshape(tsr_context *ctx, prog *g, tsr_tensor *a, unsig
 }
 
 static tsr_tensor *build_op(tsr_context *ctx, prog *g, tsr_tensor **t, int n) {
-    unsigned op = u8(g) % 30;
+    unsigned op = u8(g) % 34;
     tsr_tensor *a = t[u8(g) % (unsigned)n], *b = t[u8(g) % (unsigned)n], *c = t[u8(g) % (unsigned)n];
     tsr_tensor *d = u8(g) & 1 ? t[u8(g) % (unsigned)n] : NULL;
     switch (op) {
@@ -168,6 +168,10 @@ static tsr_tensor *build_op(tsr_context *ctx, prog *g, tsr_tensor **t, int n) {
         return tsr_empty(ctx, in_types[u8(g) % 6], 1 + (int)(u8(g) % 4), ne);
     }
     case 28: return make_input(ctx, g);
+    case 30: return tsr_mul_mat_id(ctx, a, b, c); /* I32 inputs are b % 9: ids out of range too */
+    case 31: return tsr_top_k(ctx, a, (int)(u8(g) % 10));
+    case 32: return tsr_argsort(ctx, a, (tsr_sort_order)(u8(g) % 3));
+    case 33: return u8(g) & 1 ? tsr_sigmoid(ctx, a) : tsr_sum_rows(ctx, a);
     default: return tsr_mul_mat(ctx, a, tsr_cont(ctx, tsr_transpose(ctx, b)));
     }
 }

@@ -140,6 +140,16 @@ def graph(d):
         "concat-cpy": f32([4, 4]) + bytes([16, 0, 0, 0, 0, 2]) + bytes([27, 0, 0, 0, 0, 4, 8, 1, 1, 1, 1]) +
                       bytes([18, 1, 2, 0, 0]),
         "reshape-norm": f32([4, 4]) + bytes([22, 0, 0, 0, 0, 2, 8, 2, 1, 1]) + bytes([8, 1, 0, 0, 0, 5]),
+        # experts F32 [4, 3, 2], b F32 [4, 1, 2], ids I32 [1, 2] = {1, 0} (then {5, 0}: out of range), mul_mat_id
+        "moe": bytes([2, 0, 2, 4, 3, 2]) + bytes(range(24)) + bytes([0, 2, 4, 1, 2]) + bytes(range(8)) +
+               bytes([3, 1, 1, 2, 0, 1, 0, 0]) + bytes([30, 0, 1, 2, 0]),
+        "moe-range": bytes([2, 0, 2, 4, 3, 2]) + bytes(range(24)) + bytes([0, 2, 4, 1, 2]) + bytes(range(8)) +
+                     bytes([3, 1, 1, 2, 0, 5, 0, 0]) + bytes([30, 0, 1, 2, 0]),
+        # one F32 [8, 3] input: top_k 3, argsort descending, sigmoid then sum_rows
+        "top-k": bytes([0, 0, 1, 8, 3]) + bytes(range(100, 124)) + bytes([31, 0, 0, 0, 0, 3]),
+        "argsort": bytes([0, 0, 1, 8, 3]) + bytes([7, 9, 7, 1] * 6) + bytes([32, 0, 0, 0, 0, 1]),
+        "sigmoid-sum-rows": bytes([0, 0, 1, 8, 3]) + bytes(range(100, 124)) + bytes([33, 0, 0, 0, 0, 1]) +
+                            bytes([33, 1, 0, 0, 0, 0]),
     }
     rng = random.Random(1234)
     for i in range(8):
