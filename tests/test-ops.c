@@ -10,9 +10,13 @@
  *
  *   test-ops [test]           run all cases on the CPU (default)
  *   test-ops -d CUDA0 [test]  run them on another device, compared likewise
+ *                             (and with the CPU's result); TSR_TEST_DEVICE=CUDA0
+ *                             in the environment does the same as -d CUDA0
  *   test-ops list             op x type support table
  *   test-ops perf [-t N]      GFLOP/s and GB/s per op
  *   test-ops -o OP            only cases of OP (e.g. mul_mat)
+ *   test-ops -L [-d DEV]      the large cases instead (cases_large: grid
+ *                             limits, offsets past 2^31 bytes; TSR_TEST_LARGE=1)
  */
 #include "internal.h" /* the op table; the test links the static library */
 #include "tsrtest.h"
@@ -922,6 +926,41 @@ static void cases_flash_attn(void) {
         }
 }
 
+/* Head dimensions of the models (16 to 256), F16 K/V: decode and a prompt. */
+static void cases_flash_attn_dims(void) {
+    static const int64_t dims[] = {16, 40, 64, 80, 96, 112, 128, 192, 256};
+    for (size_t d = 0; d < N_OF(dims); d++)
+        for (int64_t nq = 1; nq <= 5; nq += 4) {
+            const int64_t dk = dims[d], nkv = 67;
+            test_case *c = add_case(TSR_OP_FLASH_ATTN, TSR_TYPE_F16, 5e-4, 4, S(TSR_TYPE_F32, dk, nq, 4, 1),
+                                    S(TSR_TYPE_F16, dk, nkv, 2, 1), S(TSR_TYPE_F16, dk, nkv, 2, 1),
+                                    KIND(S(TSR_TYPE_F16, nkv, nq, 1, 1), K_MASK, 0));
+            c->f[0] = 1.0f / sqrtf((float)dk);
+        }
+}
+
+/* -L (or TSR_TEST_LARGE=1): the sizes past the grid limits and 32-bit byte
+ * offsets, for a GPU (tests/gpu/check.sh): mat-vec and GEMM over more than
+ * 65,535 weight rows, get_rows of more than 65,535 indices, a copy of more
+ * than 2^31 bytes. Minutes on a CPU and gigabytes of host memory. */
+static int large;
+static void cases_large(void) {
+    const tsr_type mv[] = {TSR_TYPE_F16, TSR_TYPE_Q4_0, TSR_TYPE_Q8_0, TSR_TYPE_Q4_K, TSR_TYPE_Q6_K};
+    for (size_t t = 0; t < N_OF(mv); t++) {
+        const int64_t k = tsr_type_block_size(mv[t]) == 256 ? 256 : 64;
+        add_case(TSR_OP_MUL_MAT, mv[t], 5e-4, 2, S(mv[t], k, 70001, 1, 1), S(TSR_TYPE_F32, k, 1, 1, 1));
+        add_case(TSR_OP_MUL_MAT, mv[t], 5e-4, 2, S(mv[t], k, 66000, 1, 1), S(TSR_TYPE_F32, k, 20, 1, 1));
+    }
+    add_case(TSR_OP_GET_ROWS, TSR_TYPE_F16, 1e-7, 2, S(TSR_TYPE_F16, 64, 1000, 1, 1),
+             KIND(S(TSR_TYPE_I32, 70000, 1, 1, 1), K_INDEX, 1000));
+    add_case(TSR_OP_GET_ROWS, TSR_TYPE_Q4_K, 1e-7, 2, S(TSR_TYPE_Q4_K, 256, 100, 1, 1),
+             KIND(S(TSR_TYPE_I32, 66000, 1, 1, 1), K_INDEX, 100));
+    add_case(TSR_OP_CPY, TSR_TYPE_F16, 1e-6, 2, S(TSR_TYPE_F32, 32768, 16400, 1, 1),
+             S(TSR_TYPE_F16, 32768, 16400, 1, 1)); /* 2.15e9 bytes read */
+    add_case(TSR_OP_RMS_NORM, TSR_TYPE_F32, 1e-6, 1, S(TSR_TYPE_F32, 64, 70000, 1, 1))->f[0] = 1e-5f;
+    add_case(TSR_OP_SOFTMAX, TSR_TYPE_F32, 1e-6, 1, S(TSR_TYPE_F32, 64, 70000, 1, 1))->f[0] = 1.0f;
+}
+
 /* The experts' matmul: as [k, m, n_expert], b [k, n_b, n_tokens], ids [n_used, n_tokens]. */
 static src_spec IDS(int64_t n_used, int64_t n_tokens, enum kind kind, int64_t range) {
     return KIND(S(TSR_TYPE_I32, n_used, n_tokens, 1, 1), kind, range);
@@ -987,6 +1026,12 @@ static void cases_moe(void) {
 
 static void make_cases(void) {
     n_cases = 0;
+    cases_flash_attn_dims();
+    if (large) {
+        cases_large();
+        for (int i = 0; i < n_cases; i++) cases[i].max_nmse = tol_for(cases[i].src[0].type, cases[i].max_nmse);
+        return;
+    }
     cases_elementwise();
     cases_mul_mat();
     cases_rows();
@@ -1140,8 +1185,8 @@ static void check_threads_identical(void) {
 }
 
 static int mode_test(tsr_backend *b, int verbose) {
-    check_coverage();
-    if (!only_op || !strcmp(only_op, "mul_mat_id")) {
+    if (!large) check_coverage();
+    if (!large && (!only_op || !strcmp(only_op, "mul_mat_id"))) {
         rs = 77;
         check_moe_range(b);
         check_moe_build_errors(b);
@@ -1297,16 +1342,21 @@ static int mode_perf(const char *device, int max_threads) {
 }
 
 int main(int argc, char **argv) {
-    const char *device = NULL, *mode = "test";
+    const char *device = getenv("TSR_TEST_DEVICE"), *mode = "test";
     int verbose = 0, threads = 2;
+    if (device && !*device)
+        device = NULL;
+    const char *large_env = getenv("TSR_TEST_LARGE");
+    large = large_env && strcmp(large_env, "1") == 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-d") == 0 && i + 1 < argc) device = argv[++i];
         else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) only_op = argv[++i];
         else if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
         else if (strcmp(argv[i], "-v") == 0) verbose = 1;
+        else if (strcmp(argv[i], "-L") == 0) large = 1;
         else if (!strcmp(argv[i], "test") || !strcmp(argv[i], "perf") || !strcmp(argv[i], "list")) mode = argv[i];
         else {
-            fprintf(stderr, "usage: %s [test|perf|list] [-d DEVICE] [-o OP] [-t THREADS] [-v]\n", argv[0]);
+            fprintf(stderr, "usage: %s [test|perf|list] [-d DEVICE] [-o OP] [-t THREADS] [-L] [-v]\n", argv[0]);
             return 2;
         }
     }

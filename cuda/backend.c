@@ -1,0 +1,727 @@
+/*
+ * backend.c - the CUDA backend module (cuda/libtensr-cuda.so): devices,
+ * buffer types, streams, cuBLAS, op support and the node dispatch; the
+ * kernels are the .cu files beside it (cuda/kernels.h). Plain C against the
+ * CUDA runtime and cuBLAS C APIs; the core is reached only through the
+ * services of module.h.
+ *
+ *  - Devices come from cudaGetDeviceCount in the runtime's order (stable for
+ *    a machine; CUDA_VISIBLE_DEVICES picks and orders them,
+ *    CUDA_DEVICE_ORDER=PCI_BUS_ID makes it PCI order), named CUDA0, CUDA1,
+ *    ...; without a driver or a device the module registers none and logs
+ *    why ("cuda: no CUDA device").
+ *  - Each device has a buffer type (cudaMalloc; failure is
+ *    TSR_E_DEVICE_NOMEM with the size asked and the free memory) and a
+ *    pinned-host staging type CUDAn_Host (cudaMallocHost, falling back to
+ *    plain host memory when pinning fails).
+ *  - Every CUDA and cuBLAS call is checked; a failure is a status naming the
+ *    call, the device and the error. An error that poisons the context
+ *    (illegal address, launch failure, ...) marks the device lost, and every
+ *    later call on it fails at once.
+ *  - One CUDA stream per device, shared by the device's buffers and tsr
+ *    streams, so copies and kernels stay in order; device-to-device copies
+ *    and memsets are asynchronous, host copies end with a stream sync.
+ *  - A tsr stream holds a cuBLAS handle, its workspace, and one scratch
+ *    arena sized by reserve (converted activations, dequantized weights).
+ */
+#include "backend.h"
+#include "module.h"
+
+#include "kernels.h"
+#include "quant.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+_Static_assert((int)TCU_F32 == (int)TSR_TYPE_F32 && (int)TCU_F16 == (int)TSR_TYPE_F16 &&
+                   (int)TCU_BF16 == (int)TSR_TYPE_BF16 && (int)TCU_Q4_0 == (int)TSR_TYPE_Q4_0 &&
+                   (int)TCU_Q4_1 == (int)TSR_TYPE_Q4_1 && (int)TCU_Q5_0 == (int)TSR_TYPE_Q5_0 &&
+                   (int)TCU_Q5_1 == (int)TSR_TYPE_Q5_1 && (int)TCU_Q8_0 == (int)TSR_TYPE_Q8_0 &&
+                   (int)TCU_Q4_K == (int)TSR_TYPE_Q4_K && (int)TCU_Q5_K == (int)TSR_TYPE_Q5_K &&
+                   (int)TCU_Q6_K == (int)TSR_TYPE_Q6_K && (int)TCU_I32 == (int)TSR_TYPE_I32 &&
+                   (int)TCU_I64 == (int)TSR_TYPE_I64,
+               "cuda/quant.h type numbers differ from libtensr.h");
+
+#define CU_MAX 16
+#define CU_WORKSPACE (32u << 20) /* cuBLAS workspace per stream */
+#define CU_ALIGN 256
+
+typedef struct cu_dev {
+    tsr_device dev;
+    tsr_buffer_type buft, host_buft;
+    int ordinal; /* the CUDA runtime's device number */
+    cudaStream_t stream;
+    bool lost;
+    char lost_why[192];
+    pthread_mutex_t lock;
+} cu_dev;
+
+typedef struct cu_stream {
+    cu_dev *c;
+    cublasHandle_t blas;
+    void *ws;
+    void *arena;
+    size_t arena_size;
+} cu_stream;
+
+static cu_dev cu_devs[CU_MAX];
+static size_t cu_n;
+static char cu_pinned_tag; /* handle of a pinned allocation (a plain one's handle is its base) */
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static bool cu_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed: return true;
+    default: return false;
+    }
+}
+
+static tsr_status cu_fail(cu_dev *c, cudaError_t e, const char *call) {
+    if (cu_sticky(e)) {
+        pthread_mutex_lock(&c->lock);
+        if (!c->lost)
+            snprintf(c->lost_why, sizeof c->lost_why, "%s: %s", call, cudaGetErrorName(e));
+        c->lost = true;
+        pthread_mutex_unlock(&c->lock);
+        char buf[200];
+        tsr__log(TSR_LOG_ERROR, "cuda: device lost", 2, "device", c->dev.name, "reason",
+                 tsr__fmt(buf, sizeof buf, "%s", c->lost_why));
+    } else {
+        (void)cudaGetLastError(); /* a non-sticky error: clear it */
+    }
+    return tsr__error(TSR_E_DEVICE, "%s: %s failed: %s (%s)", c->dev.name, call, cudaGetErrorName(e),
+                      cudaGetErrorString(e));
+}
+
+static tsr_status cu_blas_fail(cu_dev *c, cublasStatus_t s, const char *call) {
+    if (s == CUBLAS_STATUS_ALLOC_FAILED)
+        return tsr__error(TSR_E_DEVICE_NOMEM, "%s: %s failed: %s (%s)", c->dev.name, call, cublasGetStatusName(s),
+                          cublasGetStatusString(s));
+    if (s == CUBLAS_STATUS_EXECUTION_FAILED) { /* the kernel's error is the context's */
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return cu_fail(c, e, call);
+    }
+    return tsr__error(TSR_E_DEVICE, "%s: %s failed: %s (%s)", c->dev.name, call, cublasGetStatusName(s),
+                      cublasGetStatusString(s));
+}
+
+#define CU_CHECK(c, name, expr)              \
+    do {                                     \
+        const cudaError_t e_ = (expr);       \
+        if (e_ != cudaSuccess)               \
+            return cu_fail((c), e_, (name)); \
+    } while (0)
+#define CU_BLAS(c, name, expr)                    \
+    do {                                          \
+        const cublasStatus_t s_ = (expr);         \
+        if (s_ != CUBLAS_STATUS_SUCCESS)          \
+            return cu_blas_fail((c), s_, (name)); \
+    } while (0)
+
+/* Makes c the calling thread's device and creates its stream on first use;
+ * fails at once when the device is lost. */
+static tsr_status cu_begin(cu_dev *c) {
+    if (c->lost)
+        return tsr__error(TSR_E_DEVICE, "%s: the device is lost after an earlier error (%s)", c->dev.name, c->lost_why);
+    CU_CHECK(c, "cudaSetDevice", cudaSetDevice(c->ordinal));
+    if (c->stream)
+        return TSR_OK;
+    pthread_mutex_lock(&c->lock);
+    cudaError_t e = cudaSuccess;
+    if (!c->stream)
+        e = cudaStreamCreateWithFlags(&c->stream, cudaStreamDefault);
+    pthread_mutex_unlock(&c->lock);
+    if (e != cudaSuccess)
+        return cu_fail(c, e, "cudaStreamCreateWithFlags");
+    return TSR_OK;
+}
+
+static tsr_status cu_sync(cu_dev *c) {
+    CU_CHECK(c, "cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+    return TSR_OK;
+}
+
+/* ---- device buffer type ------------------------------------------------------- */
+
+static tsr_status cu_device_malloc(cu_dev *c, size_t size, void **out) {
+    *out = NULL;
+    const cudaError_t e = cudaMalloc(out, size ? size : CU_ALIGN);
+    if (e == cudaSuccess)
+        return TSR_OK;
+    *out = NULL;
+    if (e != cudaErrorMemoryAllocation)
+        return cu_fail(c, e, "cudaMalloc");
+    (void)cudaGetLastError();
+    size_t free_b = 0, total = 0;
+    (void)cudaMemGetInfo(&free_b, &total);
+    (void)cudaGetLastError();
+    return tsr__error(TSR_E_DEVICE_NOMEM, "%s: cudaMalloc of %.2f MiB (%zu bytes) failed: %.2f MiB free of %.2f MiB",
+                      c->dev.name, size / 1048576.0, size, free_b / 1048576.0, total / 1048576.0);
+}
+
+static tsr_status cu_alloc(tsr_buffer_type *bt, size_t size, void **base, void **handle) {
+    cu_dev *c = bt->impl;
+    tsr_status st = cu_begin(c);
+    if (st == TSR_OK)
+        st = cu_device_malloc(c, size, base);
+    *handle = *base;
+    return st;
+}
+
+static void cu_free(tsr_buffer_type *bt, void *base, void *handle) {
+    (void)handle;
+    cu_dev *c = bt->impl;
+    if (!base || c->lost || cudaSetDevice(c->ordinal) != cudaSuccess)
+        return;
+    const cudaError_t e = cudaFree(base);
+    if (e != cudaSuccess) {
+        char buf[96];
+        tsr__log(TSR_LOG_WARN, "cuda: cudaFree failed", 2, "device", c->dev.name, "error",
+                 tsr__fmt(buf, sizeof buf, "%s", cudaGetErrorName(e)));
+        (void)cudaGetLastError();
+    }
+}
+
+static tsr_status cu_set(tsr_buffer *buf, void *dst, const void *host, size_t size) {
+    cu_dev *c = buf->buft->impl;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK || !size)
+        return st;
+    CU_CHECK(c, "cudaMemcpyAsync (host to device)",
+             cudaMemcpyAsync(dst, host, size, cudaMemcpyHostToDevice, c->stream));
+    return cu_sync(c);
+}
+
+static tsr_status cu_get(tsr_buffer *buf, const void *src, void *host, size_t size) {
+    cu_dev *c = buf->buft->impl;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK || !size)
+        return st;
+    CU_CHECK(c, "cudaMemcpyAsync (device to host)",
+             cudaMemcpyAsync(host, src, size, cudaMemcpyDeviceToHost, c->stream));
+    return cu_sync(c);
+}
+
+static tsr_status cu_memset(tsr_buffer *buf, void *dst, int value, size_t size) {
+    cu_dev *c = buf->buft->impl;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK || !size)
+        return st;
+    CU_CHECK(c, "cudaMemsetAsync", cudaMemsetAsync(dst, value, size, c->stream));
+    return TSR_OK;
+}
+
+static tsr_status cu_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const void *src, size_t size) {
+    (void)sb;
+    cu_dev *c = db->buft->impl;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK || !size)
+        return st;
+    CU_CHECK(c, "cudaMemcpyAsync (device to device)",
+             cudaMemcpyAsync(dst, src, size, cudaMemcpyDeviceToDevice, c->stream));
+    return TSR_OK;
+}
+
+static const tsr_buft_iface cu_buft_iface = {cu_alloc, cu_free, cu_set, cu_get, cu_memset, cu_copy};
+
+/* ---- pinned host buffer type ----------------------------------------------------- */
+
+static tsr_status cu_host_alloc(tsr_buffer_type *bt, size_t size, void **base, void **handle) {
+    cu_dev *c = bt->impl;
+    void *p = NULL;
+    if (!c->lost && cudaSetDevice(c->ordinal) == cudaSuccess &&
+        cudaMallocHost(&p, size ? size : CU_ALIGN) == cudaSuccess) {
+        *base = p;
+        *handle = &cu_pinned_tag;
+        return TSR_OK;
+    }
+    (void)cudaGetLastError();
+    char buf[32];
+    tsr__log(TSR_LOG_DEBUG, "cuda: pinning failed, plain host memory instead", 2, "buffer_type", bt->name, "bytes",
+             tsr__fmt(buf, sizeof buf, "%zu", size));
+    p = tsr__aligned_alloc(CU_ALIGN, tsr__pad(size ? size : 1, CU_ALIGN));
+    if (!p)
+        return tsr__error(TSR_E_NOMEM, "%s: cannot allocate %zu bytes of host memory", bt->name, size);
+    *base = p;
+    *handle = p;
+    return TSR_OK;
+}
+
+static void cu_host_free(tsr_buffer_type *bt, void *base, void *handle) {
+    cu_dev *c = bt->impl;
+    if (handle == &cu_pinned_tag) {
+        if (cudaSetDevice(c->ordinal) != cudaSuccess || cudaFreeHost(base) != cudaSuccess)
+            (void)cudaGetLastError();
+        return;
+    }
+    tsr__aligned_free(base);
+}
+
+static tsr_status cu_host_set(tsr_buffer *buf, void *dst, const void *host, size_t size) {
+    (void)buf;
+    if (size)
+        memcpy(dst, host, size);
+    return TSR_OK;
+}
+
+static tsr_status cu_host_get(tsr_buffer *buf, const void *src, void *host, size_t size) {
+    (void)buf;
+    if (size)
+        memcpy(host, src, size);
+    return TSR_OK;
+}
+
+static tsr_status cu_host_memset(tsr_buffer *buf, void *dst, int value, size_t size) {
+    (void)buf;
+    if (size)
+        memset(dst, value, size);
+    return TSR_OK;
+}
+
+static tsr_status cu_host_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const void *src, size_t size) {
+    (void)db, (void)sb;
+    if (size)
+        memmove(dst, src, size);
+    return TSR_OK;
+}
+
+static const tsr_buft_iface cu_host_buft_iface = {cu_host_alloc, cu_host_free,   cu_host_set,
+                                                  cu_host_get,   cu_host_memset, cu_host_copy};
+
+/* ---- op support: exactly what the kernels run ---------------------------------- */
+
+static bool cu_is_float(tsr_type t) { return t == TSR_TYPE_F32 || t == TSR_TYPE_F16 || t == TSR_TYPE_BF16; }
+static bool cu_is_f32(const tsr_tensor *t) { return t->type == TSR_TYPE_F32; }
+
+/* Types the element loader reads, laid out as it reads them (quantized rows
+ * contiguous; nb[0] 0 is a type-only probe). */
+static bool cu_readable(const tsr_tensor *t) {
+    if (t->type == TSR_TYPE_I32 || tcu_block_size(t->type) == 0)
+        return false;
+    if (cu_is_float(t->type))
+        return true;
+    return t->nb[0] == 0 || t->nb[0] == (size_t)tcu_block_bytes(t->type);
+}
+
+static bool cu_mask_ok(const tsr_tensor *m) { return !m || m->type == TSR_TYPE_F32 || m->type == TSR_TYPE_F16; }
+
+static bool cu_contig_rows(const tsr_tensor *t) { return t->nb[0] == 0 || t->nb[0] == sizeof(float); }
+
+static bool cu_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+/* The row-major layout without gaps (tsr__is_contiguous of the core, which
+ * a module cannot call). */
+static bool cu_is_contiguous(const tsr_tensor *t) {
+    const tsr_type_traits *tr = tsr__type_traits(t->type);
+    if (!tr || tr->block_size <= 0)
+        return false;
+    size_t want = tr->block_bytes;
+    if (t->nb[0] != want)
+        return false;
+    want = want * (size_t)(t->ne[0] / tr->block_size);
+    for (int i = 1; i < 4; i++) {
+        if (t->ne[i] > 1 && t->nb[i] != want)
+            return false;
+        want *= (size_t)t->ne[i];
+    }
+    return true;
+}
+
+static bool cu_sup_cpy(const tsr_tensor *dst, const tsr_tensor *src) {
+    if (src->type == dst->type && cu_is_contiguous(src) && cu_is_contiguous(dst))
+        return tsr__type_traits(dst->type) != NULL; /* a byte copy */
+    if (dst->type == TSR_TYPE_I32 || src->type == TSR_TYPE_I32)
+        return dst->type == src->type;
+    if (!cu_readable(src))
+        return false;
+    if (cu_is_float(dst->type))
+        return true;
+    return dst->type == TSR_TYPE_Q8_0 && dst->ne[0] % 32 == 0 && (dst->nb[0] == 0 || dst->nb[0] == 34);
+}
+
+static bool cu_supports(const tsr_device *d, const tsr_tensor *op) {
+    (void)d;
+    const tsr_tensor *a = op->src[0], *b = op->src[1];
+    switch (op->op) {
+    case TSR_OP_NONE:
+    case TSR_OP_VIEW: return true;
+    case TSR_OP_ADD:
+    case TSR_OP_SUB:
+    case TSR_OP_MUL:
+    case TSR_OP_DIV: return cu_is_float(a->type) && cu_is_float(b->type);
+    case TSR_OP_SCALE:
+    case TSR_OP_SILU:
+    case TSR_OP_GELU: return cu_is_f32(a);
+    case TSR_OP_SWIGLU:
+    case TSR_OP_GEGLU: return cu_is_f32(a) && cu_is_f32(b);
+    case TSR_OP_RMS_NORM:
+    case TSR_OP_NORM: return cu_is_f32(a) && cu_contig_rows(a);
+    case TSR_OP_SOFTMAX: return cu_is_f32(a) && cu_contig_rows(a) && cu_mask_ok(b);
+    case TSR_OP_ROPE: return cu_is_f32(a) && b->type == TSR_TYPE_I32 && (!op->src[2] || cu_is_f32(op->src[2]));
+    case TSR_OP_GET_ROWS: return cu_readable(a) && b->type == TSR_TYPE_I32;
+    case TSR_OP_SET_ROWS: {
+        const tsr_tensor *idx = op->src[2];
+        const bool to = cu_is_float(op->type) ||
+                        (op->type == TSR_TYPE_Q8_0 && op->ne[0] % 32 == 0 && (op->nb[0] == 0 || op->nb[0] == 34));
+        return to && cu_is_f32(b) && (idx->type == TSR_TYPE_I32 || idx->type == TSR_TYPE_I64);
+    }
+    case TSR_OP_CPY:
+    case TSR_OP_CONT: return cu_sup_cpy(op, a);
+    case TSR_OP_CONCAT: return a->type == b->type && (cu_is_float(a->type) || a->type == TSR_TYPE_I32);
+    case TSR_OP_ARGMAX: return cu_is_f32(a);
+    case TSR_OP_MUL_MAT:
+        return cu_readable(a) && cu_is_f32(b) && cu_fits_int(a->ne[0]) && cu_fits_int(a->ne[1]) &&
+               cu_fits_int(b->ne[1]) && b->ne[2] * b->ne[3] <= TCU_MAX_GRID;
+    case TSR_OP_FLASH_ATTN: {
+        const tsr_tensor *k = op->src[1], *v = op->src[2];
+        const bool kv = (k->type == TSR_TYPE_F32 || k->type == TSR_TYPE_F16 || k->type == TSR_TYPE_Q8_0) &&
+                        (v->type == TSR_TYPE_F32 || v->type == TSR_TYPE_F16 || v->type == TSR_TYPE_Q8_0) &&
+                        cu_readable(k) && cu_readable(v);
+        return cu_is_f32(a) && kv && cu_mask_ok(op->src[3]) && (a->ne[0] + v->ne[0]) * 4 <= 48 * 1024;
+    }
+    default: return false;
+    }
+}
+
+/* ---- streams, scratch ------------------------------------------------------------ */
+
+/* Few columns: the matrix-vector kernel; else cuBLAS. */
+static bool cu_use_mmv(const tsr_tensor *node) { return node->src[1]->ne[1] <= TCU_MMV_MAX_COLS; }
+
+/* A weight matrix cuBLAS reads in place (F32/F16 with whole-element row strides). */
+static bool cu_gemm_direct(const tsr_tensor *a) {
+    const size_t es = a->type == TSR_TYPE_F32 ? 4 : 2;
+    return (a->type == TSR_TYPE_F32 || a->type == TSR_TYPE_F16) && a->nb[0] == es && a->nb[1] % es == 0 &&
+           a->nb[1] / es >= (size_t)(a->ne[0] > 0 ? a->ne[0] : 1) && a->nb[1] / es <= INT_MAX;
+}
+
+static size_t cu_scratch_need(const tsr_tensor *node) {
+    if (node->op != TSR_OP_MUL_MAT)
+        return 0;
+    const tsr_tensor *a = node->src[0], *b = node->src[1];
+    const size_t k = (size_t)a->ne[0], m = (size_t)a->ne[1], n = (size_t)b->ne[1];
+    if (cu_use_mmv(node))
+        return tsr__pad(k * n * (size_t)(b->ne[2] * b->ne[3]) * 4, CU_ALIGN);
+    const bool direct = cu_gemm_direct(a); /* else A is dequantized to F16 and B goes F16 too */
+    size_t need = tsr__pad(k * n * (direct && a->type == TSR_TYPE_F32 ? 4 : 2), CU_ALIGN);
+    if (!direct)
+        need += tsr__pad(k * m * 2, CU_ALIGN);
+    return need;
+}
+
+static tsr_status cu_arena_grow(cu_stream *s, size_t need) {
+    if (need <= s->arena_size)
+        return TSR_OK;
+    cu_dev *c = s->c;
+    tsr_status st = cu_sync(c);
+    if (st != TSR_OK)
+        return st;
+    if (s->arena)
+        (void)cudaFree(s->arena);
+    s->arena = NULL;
+    s->arena_size = 0;
+    st = cu_device_malloc(c, need, &s->arena);
+    if (st == TSR_OK)
+        s->arena_size = need;
+    return st;
+}
+
+static void cu_stream_free(tsr_stream *ts) {
+    cu_stream *s = (cu_stream *)ts;
+    if (!s)
+        return;
+    if (!s->c->lost && cudaSetDevice(s->c->ordinal) == cudaSuccess) {
+        if (s->c->stream)
+            (void)cudaStreamSynchronize(s->c->stream);
+        if (s->blas)
+            (void)cublasDestroy(s->blas);
+        if (s->ws)
+            (void)cudaFree(s->ws);
+        if (s->arena)
+            (void)cudaFree(s->arena);
+        (void)cudaGetLastError();
+    }
+    tsr__free(s);
+}
+
+static tsr_status cu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
+    (void)n_threads;
+    *out = NULL;
+    cu_dev *c = d->impl;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK)
+        return st;
+    cu_stream *s = tsr__calloc(1, sizeof *s);
+    if (!s)
+        return tsr__error(TSR_E_NOMEM, "%s: out of memory creating a stream", d->name);
+    s->c = c;
+    cublasStatus_t bs = cublasCreate(&s->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        s->blas = NULL;
+        st = cu_blas_fail(c, bs, "cublasCreate");
+    }
+    if (st == TSR_OK && (bs = cublasSetStream(s->blas, c->stream)) != CUBLAS_STATUS_SUCCESS)
+        st = cu_blas_fail(c, bs, "cublasSetStream");
+    if (st == TSR_OK)
+        st = cu_device_malloc(c, CU_WORKSPACE, &s->ws);
+    if (st == TSR_OK && (bs = cublasSetWorkspace(s->blas, s->ws, CU_WORKSPACE)) != CUBLAS_STATUS_SUCCESS)
+        st = cu_blas_fail(c, bs, "cublasSetWorkspace");
+    if (st != TSR_OK) {
+        cu_stream_free((tsr_stream *)s);
+        return st;
+    }
+    *out = (tsr_stream *)s;
+    return TSR_OK;
+}
+
+static tsr_status cu_reserve(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
+    cu_stream *s = (cu_stream *)ts;
+    tsr_status st = cu_begin(s->c);
+    size_t need = 0;
+    for (size_t i = 0; st == TSR_OK && i < n_nodes; i++) {
+        const size_t n = cu_scratch_need(nodes[i]);
+        need = n > need ? n : need;
+    }
+    return st == TSR_OK ? cu_arena_grow(s, need) : st;
+}
+
+static tsr_status cu_synchronize(tsr_stream *ts) {
+    cu_stream *s = (cu_stream *)ts;
+    tsr_status st = cu_begin(s->c);
+    return st == TSR_OK ? cu_sync(s->c) : st;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+static tcu_tensor cu_t(const tsr_tensor *t) {
+    tcu_tensor r;
+    r.type = (int)t->type;
+    for (int i = 0; i < 4; i++) {
+        r.ne[i] = t->ne[i];
+        r.nb[i] = (int64_t)t->nb[i];
+    }
+    r.data = t->data;
+    return r;
+}
+
+static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
+    cu_dev *c = s->c;
+    const tsr_tensor *a = node->src[0], *b = node->src[1];
+    const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+    tsr_status st = cu_arena_grow(s, cu_scratch_need(node));
+    if (st != TSR_OK)
+        return st;
+    if (cu_use_mmv(node)) {
+        float *y = s->arena;
+        for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
+            for (int64_t i2 = 0; i2 < b->ne[2]; i2++)
+                CU_CHECK(
+                    c, "tcu_matrix_to_f32 (kernel launch)",
+                    tcu_matrix_to_f32(c->stream, y + (size_t)(i2 + b->ne[2] * i3) * (size_t)(k * n), cu_t(b), i2, i3));
+        CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(c->stream, cu_t(node), cu_t(a), cu_t(b), y));
+        return TSR_OK;
+    }
+    if (m == 0 || n == 0)
+        return TSR_OK;
+    const bool direct = cu_gemm_direct(a), f32 = direct && a->type == TSR_TYPE_F32;
+    const size_t es = f32 ? 4 : 2;
+    char *bconv = s->arena, *aconv = bconv + tsr__pad((size_t)(k * n) * es, CU_ALIGN);
+    const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
+    const float one = 1.0f, zero = 0.0f;
+    int64_t last_a = -1;
+    for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < b->ne[2]; i2++) {
+            const int64_t a2 = i2 / r2, a3 = i3 / r3;
+            const void *A = (const char *)a->data + a2 * (int64_t)a->nb[2] + a3 * (int64_t)a->nb[3];
+            int lda = (int)(a->nb[1] / es);
+            if (!direct) {
+                if (last_a != a2 + a->ne[2] * a3)
+                    CU_CHECK(c, "tcu_matrix_to_f16 (kernel launch)",
+                             tcu_matrix_to_f16(c->stream, aconv, cu_t(a), a2, a3));
+                last_a = a2 + a->ne[2] * a3;
+                A = aconv;
+                lda = k > 0 ? (int)k : 1;
+            }
+            if (f32)
+                CU_CHECK(c, "tcu_matrix_to_f32 (kernel launch)",
+                         tcu_matrix_to_f32(c->stream, (float *)bconv, cu_t(b), i2, i3));
+            else
+                CU_CHECK(c, "tcu_matrix_to_f16 (kernel launch)", tcu_matrix_to_f16(c->stream, bconv, cu_t(b), i2, i3));
+            float *C = (float *)((char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3]);
+            const cudaDataType_t ab = f32 ? CUDA_R_32F : CUDA_R_16F;
+            CU_BLAS(c, "cublasGemmEx",
+                    cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, A, ab, lda, bconv, ab,
+                                 k > 0 ? (int)k : 1, &zero, C, CUDA_R_32F, (int)(node->nb[1] / 4), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+        }
+    return TSR_OK;
+}
+
+static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
+    cudaStream_t cs = s->c->stream;
+    const tsr_tensor *a = node->src[0], *b = node->src[1];
+    const tcu_tensor d = cu_t(node);
+    switch (node->op) {
+    case TSR_OP_ADD: return tcu_binary(cs, TCU_ADD, d, cu_t(a), cu_t(b));
+    case TSR_OP_SUB: return tcu_binary(cs, TCU_SUB, d, cu_t(a), cu_t(b));
+    case TSR_OP_MUL: return tcu_binary(cs, TCU_MUL, d, cu_t(a), cu_t(b));
+    case TSR_OP_DIV: return tcu_binary(cs, TCU_DIV, d, cu_t(a), cu_t(b));
+    case TSR_OP_SCALE: return tcu_scale(cs, d, cu_t(a), tsr__get_f32_param(node, 0));
+    case TSR_OP_SILU: return tcu_unary(cs, TCU_SILU, d, cu_t(a));
+    case TSR_OP_GELU: return tcu_unary(cs, TCU_GELU, d, cu_t(a));
+    case TSR_OP_SWIGLU: return tcu_glu(cs, TCU_SILU, d, cu_t(a), cu_t(b));
+    case TSR_OP_GEGLU: return tcu_glu(cs, TCU_GELU, d, cu_t(a), cu_t(b));
+    case TSR_OP_RMS_NORM: return tcu_norm(cs, 1, d, cu_t(a), tsr__get_f32_param(node, 0));
+    case TSR_OP_NORM: return tcu_norm(cs, 0, d, cu_t(a), tsr__get_f32_param(node, 0));
+    case TSR_OP_SOFTMAX: {
+        const tcu_tensor m = b ? cu_t(b) : d;
+        return tcu_softmax(cs, d, cu_t(a), b ? &m : NULL, tsr__get_f32_param(node, 0));
+    }
+    case TSR_OP_ROPE: {
+        const tcu_tensor ff = node->src[2] ? cu_t(node->src[2]) : d;
+        return tcu_rope(cs, d, cu_t(a), cu_t(b), node->src[2] ? &ff : NULL, node->op_params);
+    }
+    case TSR_OP_GET_ROWS: return tcu_get_rows(cs, d, cu_t(a), cu_t(b));
+    case TSR_OP_SET_ROWS: return tcu_set_rows(cs, d, cu_t(b), cu_t(node->src[2]));
+    case TSR_OP_CPY:
+    case TSR_OP_CONT:
+        if (a->type == node->type && cu_is_contiguous(a) && cu_is_contiguous(node))
+            return cudaMemcpyAsync(node->data, a->data, tsr__nbytes(node), cudaMemcpyDeviceToDevice, cs);
+        return tcu_cpy(cs, d, cu_t(a));
+    case TSR_OP_CONCAT: return tcu_concat(cs, d, cu_t(a), cu_t(b), node->op_params[0]);
+    case TSR_OP_ARGMAX: return tcu_argmax(cs, d, cu_t(a));
+    case TSR_OP_FLASH_ATTN: {
+        const tsr_tensor *mask = node->src[3];
+        const tcu_tensor m = mask ? cu_t(mask) : d;
+        return tcu_flash_attn(cs, d, cu_t(a), cu_t(b), cu_t(node->src[2]), mask ? &m : NULL,
+                              tsr__get_f32_param(node, 0));
+    }
+    default: return cudaErrorNotSupported;
+    }
+}
+
+static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
+    cu_stream *s = (cu_stream *)ts;
+    cu_dev *c = s->c;
+    tsr_status st = cu_begin(c);
+    for (size_t i = 0; st == TSR_OK && i < n_nodes; i++) {
+        tsr_tensor *node = nodes[i];
+        if (node->op == TSR_OP_NONE || node->op == TSR_OP_VIEW)
+            continue;
+        if (!cu_supports(&c->dev, node))
+            return tsr__error(TSR_E_UNSUPPORTED, "%s: node '%s' (%s) has no CUDA kernel for its types", c->dev.name,
+                              node->name, tsr__op_name(node->op));
+        if (node->op == TSR_OP_MUL_MAT) {
+            st = cu_mul_mat(s, node);
+        } else {
+            const cudaError_t e = cu_launch(s, node);
+            if (e != cudaSuccess) {
+                char call[96];
+                snprintf(call, sizeof call, "the %s kernel of node '%.40s'", tsr__op_name(node->op), node->name);
+                st = cu_fail(c, e, call);
+            }
+        }
+    }
+    return st;
+}
+
+static tsr_status cu_memory(const tsr_device *d, size_t *free_b, size_t *total) {
+    cu_dev *c = d->impl;
+    *free_b = *total = 0;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK)
+        return st;
+    CU_CHECK(c, "cudaMemGetInfo", cudaMemGetInfo(free_b, total));
+    return TSR_OK;
+}
+
+static const tsr_device_iface cu_dev_iface = {cu_memory,  cu_supports, cu_stream_new, cu_stream_free,
+                                              cu_reserve, cu_compute,  cu_synchronize};
+
+/* ---- enumeration ------------------------------------------------------------------ */
+
+typedef struct cu_found {
+    int ordinal;
+    struct cudaDeviceProp prop;
+} cu_found;
+
+static size_t cu_enumerate(tsr_device **devs, size_t max) {
+    int count = 0;
+    char why[256];
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count <= 0) {
+        if (e != cudaSuccess)
+            snprintf(why, sizeof why, "%s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+        else
+            snprintf(why, sizeof why, "cudaGetDeviceCount found no device");
+        (void)cudaGetLastError();
+        tsr__log(TSR_LOG_INFO, "cuda: no CUDA device", 1, "reason", why);
+        return 0;
+    }
+    if (count > CU_MAX)
+        count = CU_MAX;
+    cu_found found[CU_MAX];
+    int n = 0;
+    for (int i = 0; i < count; i++) {
+        const cudaError_t pe = cudaGetDeviceProperties(&found[n].prop, i);
+        if (pe != cudaSuccess) {
+            snprintf(why, sizeof why, "device %d: cudaGetDeviceProperties: %s", i, cudaGetErrorName(pe));
+            tsr__log(TSR_LOG_WARN, "cuda: device skipped", 1, "reason", why);
+            (void)cudaGetLastError();
+            continue;
+        }
+        found[n++].ordinal = i;
+    }
+    const tsr_device *host = tsr__host_device_early();
+    for (int i = 0; i < n && cu_n < max && host; i++) {
+        cu_dev *c = &cu_devs[cu_n];
+        const struct cudaDeviceProp *p = &found[i].prop;
+        memset(c, 0, sizeof *c);
+        pthread_mutex_init(&c->lock, NULL);
+        c->ordinal = found[i].ordinal;
+        snprintf(c->dev.name, sizeof c->dev.name, "CUDA%zu", cu_n);
+        snprintf(c->dev.description, sizeof c->dev.description, "%.60s, %.1f GiB, compute %d.%d, PCI %04x:%02x:%02x.0",
+                 p->name, p->totalGlobalMem / 1073741824.0, p->major, p->minor, (unsigned)p->pciDomainID,
+                 (unsigned)p->pciBusID, (unsigned)p->pciDeviceID);
+        c->dev.kind = TSR_DEVICE_GPU;
+        c->dev.iface = &cu_dev_iface;
+        c->dev.impl = c;
+        c->dev.buft = &c->buft;
+        c->dev.host_buft = &c->host_buft;
+        c->buft = (tsr_buffer_type){&cu_buft_iface, "", &c->dev, CU_ALIGN, false, false, c};
+        snprintf(c->buft.name, sizeof c->buft.name, "CUDA%zu", cu_n);
+        c->host_buft = (tsr_buffer_type){&cu_host_buft_iface, "", &c->dev, CU_ALIGN, true, true, c};
+        snprintf(c->host_buft.name, sizeof c->host_buft.name, "CUDA%zu_Host", cu_n);
+        tsr__log(TSR_LOG_INFO, "cuda: device", 2, "name", c->dev.name, "description", c->dev.description);
+        devs[cu_n] = &c->dev;
+        cu_n++;
+    }
+    return cu_n;
+}
+
+static const tsr_backend_reg cu_reg = {"cuda", cu_enumerate, NULL};
+
+TSR_MODULE_SERVICES_DEFINE
+
+TSR_MODULE_EXPORT const tsr_backend_module *TSR_MODULE_ENTRY(const tsr_backend_services *svc) {
+    static const tsr_backend_module mod = TSR_BACKEND_MODULE_INIT(&cu_reg);
+    if (!tsr__module_attach(svc))
+        return NULL;
+    return &mod;
+}

@@ -1,0 +1,71 @@
+/*
+ * kernels.h - the launchers of the CUDA kernels (the .cu files of cuda/), callable from C
+ * (cuda/backend.c). A tensor crosses as a tcu_tensor: type, shape, byte
+ * strides and device address, all 64-bit. Each launcher enqueues on the
+ * stream and returns cudaGetLastError() of the launch (cudaSuccess or why
+ * the launch failed); it never synchronizes. Grids keep every dimension
+ * within 65,535 blocks and loop (grid-stride) over what is left.
+ */
+#ifndef TCU_KERNELS_H
+#define TCU_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tcu_tensor {
+    int type; /* tsr_type */
+    int64_t ne[4];
+    int64_t nb[4];
+    char *data;
+} tcu_tensor;
+
+#define TCU_MAX_GRID 65535
+
+enum { TCU_ADD, TCU_SUB, TCU_MUL, TCU_DIV };
+enum { TCU_SILU, TCU_GELU };
+
+/* elementwise.cu: dst F32; a, b F32/F16/BF16 (b broadcasts over a). */
+cudaError_t tcu_binary(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a, tcu_tensor b);
+cudaError_t tcu_scale(cudaStream_t s, tcu_tensor dst, tcu_tensor a, float scale);
+cudaError_t tcu_unary(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a);
+cudaError_t tcu_glu(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a, tcu_tensor b);
+
+/* norm.cu: rows of F32 (contiguous rows). mask NULL = none. */
+cudaError_t tcu_norm(cudaStream_t s, int rms, tcu_tensor dst, tcu_tensor a, float eps);
+cudaError_t tcu_softmax(cudaStream_t s, tcu_tensor dst, tcu_tensor a, const tcu_tensor *mask, float scale);
+
+/* rope.cu: params are the node's op_params (TSR_ROPE_P_* of internal.h). */
+cudaError_t tcu_rope(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos, const tcu_tensor *ff,
+                     const int32_t *params);
+
+/* rows.cu: gathers, scatters, copies with conversion, concat, argmax. */
+cudaError_t tcu_get_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor idx);
+cudaError_t tcu_set_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor src, tcu_tensor idx);
+cudaError_t tcu_cpy(cudaStream_t s, tcu_tensor dst, tcu_tensor src);
+cudaError_t tcu_concat(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, int dim);
+cudaError_t tcu_argmax(cudaStream_t s, tcu_tensor dst, tcu_tensor a);
+
+/* matmul.cu. Matrix (i2, i3) of a (any readable type) as a contiguous
+ * [ne1][ne0] F16 (to_f16) or F32 (to_f32) array. */
+cudaError_t tcu_matrix_to_f16(cudaStream_t s, void *out, tcu_tensor a, int64_t i2, int64_t i3);
+cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor a, int64_t i2, int64_t i3);
+/* dst = a x b for few columns: y holds all of b's rows as contiguous F32
+ * (b->ne[1]*ne[2]*ne[3] rows of ne[0]), converted once (tcu_matrix_to_f32
+ * per matrix); each warp takes a row of a and dots it with every column. */
+#define TCU_MMV_MAX_COLS 8
+cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y);
+
+/* fattn.cu: one warp per (query row, head, sequence), keys in order with
+ * an online softmax; any head dimension; K/V F32, F16 or Q8_0. */
+cudaError_t tcu_flash_attn(cudaStream_t s, tcu_tensor dst, tcu_tensor q, tcu_tensor k, tcu_tensor v,
+                           const tcu_tensor *mask, float scale);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TCU_KERNELS_H */

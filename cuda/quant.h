@@ -1,0 +1,267 @@
+/*
+ * quant.h - one element of a stored row of any type the CUDA kernels read
+ * (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), and the
+ * Q8_0 block quantizer the cache writes use. Plain C that nvcc compiles for
+ * the device too (TCU_HD), so tests/test-cuda-quant.c checks these very
+ * functions against the library's reference dequantizers on a machine
+ * without a GPU. Block layouts are ggml's (libtensr/quant/quants.h). On
+ * the device, F16 conversions and float loads use the hardware's (the
+ * same values; only the host paths are checked without a GPU).
+ */
+#ifndef TCU_QUANT_H
+#define TCU_QUANT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#include <cuda_fp16.h>
+#define TCU_HD __host__ __device__ __forceinline__
+#else
+#define TCU_HD static inline
+#endif
+
+/* The type numbers of libtensr.h (tsr_type), repeated so this header needs
+ * nothing else; tests/test-cuda-quant.c checks that they agree. */
+enum {
+    TCU_F32 = 0,
+    TCU_F16 = 1,
+    TCU_Q4_0 = 2,
+    TCU_Q4_1 = 3,
+    TCU_Q5_0 = 6,
+    TCU_Q5_1 = 7,
+    TCU_Q8_0 = 8,
+    TCU_Q4_K = 12,
+    TCU_Q5_K = 13,
+    TCU_Q6_K = 14,
+    TCU_I32 = 26,
+    TCU_I64 = 27,
+    TCU_BF16 = 30
+};
+
+TCU_HD float tcu_half_to_float(uint16_t h) {
+#ifdef __CUDA_ARCH__
+    return __half2float(__ushort_as_half(h)); /* the same value, by the hardware */
+#endif
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            exp = 127 - 15 + 1;
+            while (!(mant & 0x400u)) {
+                mant <<= 1;
+                exp--;
+            }
+            bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Round to nearest even, as the library's tsr__fp32_to_fp16. */
+TCU_HD uint16_t tcu_float_to_half(float f) {
+#ifdef __CUDA_ARCH__
+    return __half_as_ushort(__float2half_rn(f)); /* round to nearest even, as below */
+#endif
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) /* inf, nan */
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0));
+    if (ax >= 0x477ff000u) /* rounds to >= 65520: inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) { /* below the smallest normal half: subnormal or zero */
+        if (ax < 0x33000000u)
+            return sign;
+        const uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126 - e; /* 14 .. 24 */
+        uint32_t h = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((ax >> 13) - ((127 - 15) << 10)) & 0xffffu;
+    const uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+TCU_HD float tcu_bf16_to_float(uint16_t h) {
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+TCU_HD uint16_t tcu_float_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 64); /* quiet nan */
+    return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1))) >> 16);
+}
+
+TCU_HD uint16_t tcu_u16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* Elements per block and bytes per block of a type the kernels read (0: not one). */
+TCU_HD int tcu_block_size(int type) {
+    switch (type) {
+    case TCU_F32:
+    case TCU_F16:
+    case TCU_BF16:
+    case TCU_I32: return 1;
+    case TCU_Q4_0:
+    case TCU_Q4_1:
+    case TCU_Q5_0:
+    case TCU_Q5_1:
+    case TCU_Q8_0: return 32;
+    case TCU_Q4_K:
+    case TCU_Q5_K:
+    case TCU_Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+TCU_HD int tcu_block_bytes(int type) {
+    switch (type) {
+    case TCU_F32:
+    case TCU_I32: return 4;
+    case TCU_F16:
+    case TCU_BF16: return 2;
+    case TCU_Q4_0: return 18;
+    case TCU_Q4_1: return 20;
+    case TCU_Q5_0: return 22;
+    case TCU_Q5_1: return 24;
+    case TCU_Q8_0: return 34;
+    case TCU_Q4_K: return 144;
+    case TCU_Q5_K: return 176;
+    case TCU_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+/* (scale, min) pair j of a Q4_K/Q5_K block's 12 packed scale bytes. */
+TCU_HD void tcu_scale_min_k4(int j, const unsigned char *q, int *sc, int *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Element e of a quantized row (blocks contiguous from row). */
+TCU_HD float tcu_load_q(int type, const unsigned char *row, int64_t e) {
+    const int bs = tcu_block_size(type);
+    const unsigned char *b = row + (e / bs) * tcu_block_bytes(type);
+    const int j = (int)(e % bs);
+    switch (type) {
+    case TCU_Q4_0: {
+        const int q = j < 16 ? (b[2 + j] & 0xF) : (b[2 + j - 16] >> 4);
+        return tcu_half_to_float(tcu_u16(b)) * (float)(q - 8);
+    }
+    case TCU_Q4_1: {
+        const int q = j < 16 ? (b[4 + j] & 0xF) : (b[4 + j - 16] >> 4);
+        return tcu_half_to_float(tcu_u16(b)) * (float)q + tcu_half_to_float(tcu_u16(b + 2));
+    }
+    case TCU_Q5_0:
+    case TCU_Q5_1: {
+        const int off = type == TCU_Q5_0 ? 2 : 4;
+        const uint32_t qh = (uint32_t)b[off] | ((uint32_t)b[off + 1] << 8) | ((uint32_t)b[off + 2] << 16) |
+                            ((uint32_t)b[off + 3] << 24);
+        const unsigned char *qs = b + off + 4;
+        const int q = j < 16 ? ((qs[j] & 0xF) | (((qh >> j) << 4) & 0x10))
+                             : ((qs[j - 16] >> 4) | ((qh >> (j - 16 + 12)) & 0x10));
+        const float d = tcu_half_to_float(tcu_u16(b));
+        return type == TCU_Q5_0 ? d * (float)(q - 16) : d * (float)q + tcu_half_to_float(tcu_u16(b + 2));
+    }
+    case TCU_Q8_0: return tcu_half_to_float(tcu_u16(b)) * (float)(signed char)b[2 + j];
+    case TCU_Q4_K:
+    case TCU_Q5_K: {
+        const int g = j / 64, hi = (j % 64) / 32, l = j % 32;
+        int sc, m;
+        tcu_scale_min_k4(2 * g + hi, b + 4, &sc, &m);
+        const unsigned char *qs = b + 4 + 12 + (type == TCU_Q5_K ? 32 : 0);
+        int q = hi ? (qs[32 * g + l] >> 4) : (qs[32 * g + l] & 0xF);
+        if (type == TCU_Q5_K)
+            q += ((b[16 + l] >> (2 * g + hi)) & 1) << 4;
+        return tcu_half_to_float(tcu_u16(b)) * (float)sc * (float)q - tcu_half_to_float(tcu_u16(b + 2)) * (float)m;
+    }
+    case TCU_Q6_K: {
+        const unsigned char *ql = b, *qh = b + 128;
+        const signed char *scales = (const signed char *)(b + 192);
+        const int h = j / 128, w = j % 128, quarter = w / 32, l = w % 32;
+        const unsigned char *qlp = ql + 64 * h, *qhp = qh + 32 * h;
+        const int lo = (quarter & 1) ? qlp[l + 32] : qlp[l];
+        const int q = (((quarter & 2) ? lo >> 4 : lo & 0xF) | (((qhp[l] >> (2 * quarter)) & 3) << 4)) - 32;
+        const int is = 8 * h + l / 16 + 2 * quarter;
+        return tcu_half_to_float(tcu_u16(b + 208)) * (float)scales[is] * (float)q;
+    }
+    default: return 0.0f;
+    }
+}
+
+/* Element e of a row of any readable type; nb0 is the element stride of
+ * the non-quantized types (quantized rows are contiguous). */
+TCU_HD float tcu_load(int type, const unsigned char *row, int64_t e, int64_t nb0) {
+#ifdef __CUDA_ARCH__
+    /* on the device: plain loads (tensor data is aligned to its element size) */
+    switch (type) {
+    case TCU_F32: return *(const float *)(row + e * nb0);
+    case TCU_F16: return tcu_half_to_float(*(const uint16_t *)(row + e * nb0));
+    case TCU_BF16: return tcu_bf16_to_float(*(const uint16_t *)(row + e * nb0));
+    default: return tcu_load_q(type, row, e);
+    }
+#endif
+    switch (type) {
+    case TCU_F32: {
+        float f;
+        memcpy(&f, row + e * nb0, 4);
+        return f;
+    }
+    case TCU_F16: {
+        uint16_t h;
+        memcpy(&h, row + e * nb0, 2);
+        return tcu_half_to_float(h);
+    }
+    case TCU_BF16: {
+        uint16_t h;
+        memcpy(&h, row + e * nb0, 2);
+        return tcu_bf16_to_float(h);
+    }
+    default: return tcu_load_q(type, row, e);
+    }
+}
+
+/* Quantizes 32 floats into one Q8_0 block (as the library's reference:
+ * d = absmax / 127, q = round(x / d)). */
+TCU_HD void tcu_quantize_q8_0(const float *x, unsigned char *out) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        const float a = x[i] < 0 ? -x[i] : x[i];
+        if (a > amax)
+            amax = a;
+    }
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t dh = tcu_float_to_half(d);
+    out[0] = (unsigned char)(dh & 0xff);
+    out[1] = (unsigned char)(dh >> 8);
+    for (int i = 0; i < 32; i++) {
+        const float v = x[i] * id;
+        out[2 + i] = (unsigned char)(signed char)(v < 0 ? -(int)(-v + 0.5f) : (int)(v + 0.5f));
+    }
+}
+
+#endif /* TCU_QUANT_H */
