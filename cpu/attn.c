@@ -39,8 +39,15 @@ typedef struct plan {
 
 /* Big row blocks (K/V traffic and conversion shrink with the rows served
  * per block) unless that leaves threads idle; too few tasks even then
- * (decode): split the keys. */
-static void make_plan(const tsr_tensor *dst, int nth, plan *pl) {
+ * (decode): split the keys. The plan is made for PLAN_THREADS threads
+ * whatever the real count, so that the rows per task (which pick the score
+ * kernel) and the key splits (which set the order the partials are merged
+ * in) depend on the shapes alone: the result is the same for any number of
+ * threads. The tasks are handed out dynamically to the threads there are. */
+#define PLAN_THREADS 16
+static void make_plan(const tsr_tensor *dst, int nth_real, plan *pl) {
+    (void)nth_real;
+    const int nth = PLAN_THREADS;
     const tsr_tensor *q = dst->src[0], *kt = dst->src[1];
     pl->group = q->ne[2] / kt->ne[2];
     pl->rows = pl->group * q->ne[1];
@@ -55,7 +62,7 @@ static void make_plan(const tsr_tensor *dst, int nth, plan *pl) {
     pl->direct = pl->rb <= DIRECT_MAX;
     const int64_t n_blk = (kt->ne[1] + BK - 1) / BK;
     pl->n_split = 1;
-    if (nth > 1 && pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
+    if (pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
         const int64_t n = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
         pl->n_split = n < n_blk ? n : n_blk;
     }
