@@ -84,13 +84,7 @@ tsr_status gemma3_bind_layer(tsr_model *m, int il) {
 
 /* ---- the forward pass ---------------------------------------------------- */
 
-typedef struct g3_fwd {
-    const tsr_model *m;
-    tsr_context *ctx;
-    tsr_kv_cache *cache;
-    tsr_tensor *pos, *out_ids; /* out_ids NULL: every row is kept */
-    int64_t n, n_out;
-} g3_fwd;
+typedef llm_fwd g3_fwd;
 
 static tsr_tensor *norm(g3_fwd *f, tsr_tensor *x, tsr_tensor *w) {
     return tsr_mul(f->ctx, tsr_rms_norm(f->ctx, x, f->m->hp.norm_eps), w);
@@ -146,29 +140,10 @@ static tsr_tensor *graph(g3_fwd *f, tsr_tensor *tokens) {
     return tsr_mul_mat(ctx, m->output, norm(f, x, m->out_norm));
 }
 
-/* Whether out_ids[0..n_out) is 0..n-1 (every row: no gather). */
-static int all_rows(const llm_batch *b) {
-    if (b->n_out != b->n)
-        return 0;
-    for (int64_t i = 0; b->out_ids && i < b->n_out; i++)
-        if (b->out_ids[i] != i)
-            return 0;
-    return 1;
-}
-
 tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
                         tsr_tensor **out) {
-    g3_fwd f = {m, ctx, cache, NULL, NULL, b->n, b->n_out};
-    int64_t ne = b->n, ne_out = b->n_out;
-    tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
-    f.pos = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->pos);
-    if (b->n_out > 0 && (!b->tokens || !all_rows(b)))
-        f.out_ids = tsr_input(ctx, TSR_TYPE_I32, 1, &ne_out, b->out_ids);
+    g3_fwd f;
+    tsr_tensor *tok = llm_fwd_begin(&f, m, ctx, cache, b);
     *out = graph(&f, tok);
-    if (!*out) {
-        tsr_status st = tsr_context_status(ctx);
-        return tsr__error(st ? st : TSR_E_INVALID, "building the graph: %s",
-                          tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
-    }
-    return TSR_OK;
+    return llm_fwd_end(ctx, *out);
 }

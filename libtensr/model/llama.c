@@ -408,13 +408,7 @@ tsr_status llm_bind_weights(tsr_model *m) {
 /* ---- the forward pass ---------------------------------------------------- */
 
 /* One micro-batch being built. */
-typedef struct fwd {
-    const tsr_model *m;
-    tsr_context *ctx;
-    tsr_kv_cache *cache;
-    tsr_tensor *pos, *out_ids; /* out_ids NULL: every row is kept */
-    int64_t n, n_out;
-} fwd;
+typedef llm_fwd fwd;
 
 static tsr_tensor *rms_norm(fwd *f, tsr_tensor *x, tsr_tensor *w) {
     return tsr_mul(f->ctx, tsr_rms_norm(f->ctx, x, f->m->hp.norm_eps), w);
@@ -522,20 +516,29 @@ static int all_rows(const llm_batch *b) {
     return 1;
 }
 
+tsr_tensor *llm_fwd_begin(llm_fwd *f, const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b) {
+    const int64_t ne = b->n, ne_out = b->n_out;
+    *f = (llm_fwd){m, ctx, cache, NULL, NULL, b->n, b->n_out};
+    tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
+    f->pos = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->pos);
+    if (b->n_out > 0 && (!b->tokens || !all_rows(b)))
+        f->out_ids = tsr_input(ctx, TSR_TYPE_I32, 1, &ne_out, b->out_ids);
+    return tok;
+}
+
+tsr_status llm_fwd_end(tsr_context *ctx, const tsr_tensor *out) {
+    if (out)
+        return TSR_OK;
+    tsr_status st = tsr_context_status(ctx);
+    return tsr__error(st ? st : TSR_E_INVALID, "building the graph: %s",
+                      tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
+}
+
 tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out) {
     if (llm_is_gemma3(&m->hp))
         return gemma3_build(m, ctx, cache, b, out);
-    fwd f = {m, ctx, cache, NULL, NULL, b->n, b->n_out};
-    int64_t ne = b->n, ne_out = b->n_out;
-    tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
-    f.pos = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->pos);
-    if (b->n_out > 0 && (!b->tokens || !all_rows(b)))
-        f.out_ids = tsr_input(ctx, TSR_TYPE_I32, 1, &ne_out, b->out_ids);
+    fwd f;
+    tsr_tensor *tok = llm_fwd_begin(&f, m, ctx, cache, b);
     *out = graph(&f, tok);
-    if (!*out) {
-        tsr_status st = tsr_context_status(ctx);
-        return tsr__error(st ? st : TSR_E_INVALID, "building the graph: %s",
-                          tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
-    }
-    return TSR_OK;
+    return llm_fwd_end(ctx, *out);
 }

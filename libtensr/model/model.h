@@ -129,6 +129,22 @@ tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cach
                         tsr_tensor **out);
 int llm_layer_is_swa(const llm_hparams *hp, int il);
 
+/* One micro-batch being built (every architecture's graph). */
+typedef struct llm_fwd {
+    const tsr_model *m;
+    tsr_context *ctx;
+    tsr_kv_cache *cache;
+    tsr_tensor *pos, *out_ids; /* out_ids NULL: every row is kept */
+    int64_t n, n_out;
+} llm_fwd;
+
+/* Starts building batch b: fills f and makes the position and (when not
+ * every row is kept) output-row inputs; returns the token input. */
+tsr_tensor *llm_fwd_begin(llm_fwd *f, const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b);
+/* The status of the graph built in ctx: TSR_OK when out is not NULL, else
+ * the context's error behind "building the graph". */
+tsr_status llm_fwd_end(tsr_context *ctx, const tsr_tensor *out);
+
 /* Frees m for real (tsr_model_free, or its last session after that). */
 void llm_model_destroy(tsr_model *m);
 
