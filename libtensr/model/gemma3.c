@@ -54,7 +54,7 @@ tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
                           hp->rope_freq_base_swa);
     /* gemma_pytorch's query_pre_attn_scalar: n_embd / n_head for the 27B
      * (62 layers), the head dimension otherwise, as llama.cpp has it */
-    float d = hp->n_layer == 62 ? (float)(hp->n_embd / hp->n_head) : (float)hp->head_dim_k;
+    float d = hp->n_layer == 62 && hp->n_head > 0 ? (float)(hp->n_embd / hp->n_head) : (float)hp->head_dim_k;
     hp->attn_scale = 1.0f / sqrtf(d);
     return TSR_OK;
 }

@@ -216,6 +216,8 @@ static int known_layer_tensor(const llm_hparams *hp, const char *suffix) {
                                       "ffn_down_exps.weight"};
     static const char *const qk_norm[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
     static const char *const gemma3[] = {"post_attention_norm.weight", "post_ffw_norm.weight"};
+    if (llm_is_gemma3(hp) && strstr(suffix, ".bias")) /* its graph has no biases */
+        return 0;
     for (size_t i = 0; i < sizeof common / sizeof common[0]; i++)
         if (strcmp(suffix, common[i]) == 0)
             return 1;
