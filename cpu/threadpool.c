@@ -21,6 +21,8 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +46,7 @@ struct tsr_threadpool {
     int cur_nth;                       /* threads of the running job (1: the caller alone) */
     _Alignas(64) atomic_llong wait_ns; /* summed barrier waits of the running job */
     int single_left, backoff;          /* jobs still to run alone; length of the next such run */
+    bool adaptive;                     /* TSR_THREADPOOL_ADAPTIVE is not "0" */
 };
 
 static int64_t mono_ns(void) {
@@ -156,6 +159,8 @@ void tsr__tp_run(tsr_threadpool *tp, tsr_tp_fn fn, void *arg) {
     }
     const int64_t t2 = mono_ns(), wall = t2 - t0;
     const int64_t busy = (int64_t)tp->n_threads * wall - atomic_load(&tp->wait_ns) - (t2 - t1);
+    if (!tp->adaptive)
+        return;
     if (wall > 50000 && busy < wall) { /* less than one thread's worth: run alone for a while */
         tp->single_left = tp->backoff;
         tp->backoff = tp->backoff * 2 < SINGLE_MAX ? tp->backoff * 2 : SINGLE_MAX;
@@ -181,6 +186,8 @@ tsr_status tsr__tp_new(int n_threads, tsr_threadpool **out) {
     tp->n_threads = n_threads;
     tp->cur_nth = n_threads;
     tp->backoff = SINGLE_MIN;
+    const char *ad = getenv("TSR_THREADPOOL_ADAPTIVE");
+    tp->adaptive = !(ad && strcmp(ad, "0") == 0);
     if (n_threads > 1) {
         tp->threads = tsr__calloc((size_t)n_threads - 1, sizeof *tp->threads);
         if (!tp->threads) {
