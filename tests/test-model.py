@@ -27,7 +27,9 @@ It drives tests/model-eval (the public model API of libtensr/model/) and tensr-r
        like is compared with like; the exact full-vocabulary KL of llama.cpp's
        two runs is printed for the record;
     b. the same top-1 token at every step where llama.cpp's top-2 logit gap
-       is at least NEAR_TIE (0.5);
+       is at least NEAR_TIE (0.5) and its flash-off and flash-on runs agree
+       on the top-1 (where they do not, the step is a tie within llama.cpp's
+       own noise: counted and shown, not judged);
     then a table: path, mean KL, llama.cpp's own, ratio, top-1 agreement.
     The free-running greedy continuations are shown, not judged: llama.cpp
     does not reproduce them itself across ISAs or attention paths;
@@ -484,7 +486,10 @@ def stored_dist(step, path):
 def test_kl(model, name="smollm2"):
     """Teacher-forced along llama.cpp's greedy continuations, per attention
     path: mean grouped KL(llama.cpp || libtensr) within KL_RATIO x llama.cpp's
-    own (flash off vs on), and the same top-1 wherever llama.cpp's gap >= NEAR_TIE."""
+    own (flash off vs on), and the same top-1 wherever llama.cpp's gap >= NEAR_TIE
+    and its two runs agree (a step where llama.cpp's flash-off and flash-on
+    runs pick different tokens is a tie within llama.cpp's own noise: it is
+    counted and shown, not judged)."""
     ref = load_refs(f"kl-{name}.json")
     by_case = {}
     for st in ref["steps"]:
@@ -495,7 +500,7 @@ def test_kl(model, name="smollm2"):
     for fa, path, other in ((0, "off", "on"), (1, "on", "off")):
         k = 0 if path == "off" else 1
         ev = Evaluator(model, 512, fa=fa)
-        kls, kls_other, judged, bad, top1_same = [], [], 0, [], 0
+        kls, kls_other, judged, bad, top1_same, self_split = [], [], 0, [], 0, []
         for case in ref["cases"]:
             sel = sorted({i for st in by_case[case["case"]] for i in st["ids"]})
             rows = ev.picked(case["tokens"], sel)
@@ -508,7 +513,9 @@ def test_kl(model, name="smollm2"):
                 kls.append(grouped_kl(stored_dist(st, path), ours))
                 kls_other.append(grouped_kl(stored_dist(st, other), ours))
                 top1_same += arg == st["top1"][k]
-                if st["gap"][k] >= NEAR_TIE:
+                if st["gap"][k] >= NEAR_TIE and st["top1"][0] != st["top1"][1]:
+                    self_split.append((case["case"], st["pos"], st["gap"][k], arg in st["top1"]))
+                elif st["gap"][k] >= NEAR_TIE:
                     judged += 1
                     if arg != st["top1"][k]:
                         bad.append((case["case"], st["pos"], st["top1"][k], arg, st["gap"][k]))
@@ -525,6 +532,10 @@ def test_kl(model, name="smollm2"):
               f"(limit {KL_RATIO}); vs llama.cpp flash-{other} {mean_other:.4e}")
         check(not bad, f"kl -fa {fa}: same top-1 as llama.cpp flash-{path} at the {judged} steps where its "
               f"top-2 gap >= {NEAR_TIE}; {len(bad)} differ (case, pos, llama.cpp, ours, gap) {bad[:5]}")
+        if self_split:
+            print(f"     kl -fa {fa}: {len(self_split)} step(s) with gap >= {NEAR_TIE} where llama.cpp's flash-off and "
+                  f"flash-on runs pick different tokens, not judged (case, pos, gap, ours is one of theirs): "
+                  f"{self_split[:5]}")
     m = ref["mean_kl"]
     print(f"llama.cpp's own mean KL over the full vocabulary: off||on {m['off_on']:.4e}, on||off {m['on_off']:.4e}"
           f" (grouped into top {ref['top_k']} + rest: {m['g_off_on']:.4e}, {m['g_on_off']:.4e})")
