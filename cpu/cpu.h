@@ -62,6 +62,11 @@ typedef struct tsr_cpu_kernels {
     tsr_type gemm_type[TSR_TYPE_COUNT];
     void (*gemm[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys,
                                  float *s, size_t ss, void *scratch);
+    /* gemm_q8s[wt]: gemm[wt]'s activation rows are tsr_cpu_q8s blocks
+     * (TSR_CPU_Q8S_ROW(k) bytes, k % 32 == 0) made by q8s_from_float, not
+     * rows of gemm_type[wt]. */
+    bool gemm_q8s[TSR_TYPE_COUNT];
+    void (*q8s_from_float)(const float *x, void *y, int64_t k);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
     /* F16 x F16 dots of matmuls with >= 2 activation columns, summed as ggml's
@@ -73,10 +78,27 @@ typedef struct tsr_cpu_kernels {
     void (*sgemm_dot4_f16)(int64_t n, float s[4], const void *x, const void *y, size_t ystride);
 } tsr_cpu_kernels;
 
-/* Per-thread scratch of a gemm call with k elements per row: 8 rows
- * repacked to an interleaved int8 layout (at most 576 bytes per 32
+/* Per-thread scratch of a gemm call with k elements per row: 8 or 16 rows
+ * repacked to an interleaved int8 layout (at most 640 bytes per 32
  * elements), or two rows dequantized (the reference). */
-#define TSR_CPU_GEMM_SCRATCH(k) ((size_t)((k) / 32 + 1) * 576 + (size_t)(k)*8 + 64)
+#define TSR_CPU_GEMM_SCRATCH(k) ((size_t)((k) / 32 + 1) * 640 + (size_t)(k)*8 + 64)
+
+/* The activations of the integer gemms (gemm_q8s), per 32 values: the scale
+ * d (a float, not rounded to F16: values are d * qs), d * sum(qs), and
+ * -128 times the sum of all 32 and of the first 16 values, exact, so that a
+ * kernel can multiply unsigned bytes (a weight + 128) and take the offset
+ * back out in integers; then the values, qs = round(x / d), d = max|x| / 127. */
+typedef struct tsr_cpu_q8s {
+    float d;
+    float ds;
+    int32_t c;
+    int32_t c_lo;
+    int8_t qs[32];
+} tsr_cpu_q8s;
+#define TSR_CPU_Q8S_ROW(k) ((size_t)(k) / 32 * sizeof(tsr_cpu_q8s))
+/* The plain versions (vec.c): k % 32 == 0. */
+void tsr__cpu_q8s_from_float_ref(const float *x, void *y, int64_t k);
+void tsr__cpu_q8s_to_float(const void *y, float *x, int64_t k);
 
 /* The reference of every gemm (vec.c): rows dequantized (x: weight type wt,
  * y: gemm type gt), products summed in double. */
@@ -89,6 +111,8 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements 
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
+/* gemm-avx512.c: the 16-row interleaved VPDPBUSD gemms (needs VNNI). */
+void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k);
 #endif
 /* The kernels chosen for this CPU (TSR_CPU_KERNELS=scalar|avx2|avx512 in the
  * environment caps the choice, for tests). Thread-safe; filled once. */

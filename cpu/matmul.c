@@ -36,9 +36,14 @@ static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path
     return k->dot_type[a->type];
 }
 
-static size_t conv_bytes(const tsr_tensor *dst, tsr_type dt, size_t *row_bytes) {
+/* The activations of the integer gemms are tsr_cpu_q8s rows, not rows of a type. */
+static bool mm_q8s(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path path) {
+    return path == MM_GEMM && k->gemm_q8s[dst->src[0]->type];
+}
+
+static size_t conv_bytes(const tsr_tensor *dst, tsr_type dt, bool q8s, size_t *row_bytes) {
     const tsr_tensor *b = dst->src[1];
-    *row_bytes = tsr__pad(tsr_row_size(dt, b->ne[0]), 4);
+    *row_bytes = tsr__pad(q8s ? TSR_CPU_Q8S_ROW(b->ne[0]) : tsr_row_size(dt, b->ne[0]), 4);
     return tsr__pad(*row_bytes * (size_t)(b->ne[1] * b->ne[2] * b->ne[3]), TSR_ALIGN);
 }
 
@@ -54,13 +59,15 @@ static size_t thread_bytes(const tsr_tensor *dst, mm_path path) {
 size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth) {
     size_t row_bytes;
     mm_path path;
-    const size_t conv = conv_bytes(dst, mm_plan(tsr__cpu_kernels(), dst, &path), &row_bytes);
+    const tsr_cpu_kernels *k = tsr__cpu_kernels();
+    const tsr_type dt = mm_plan(k, dst, &path);
+    const size_t conv = conv_bytes(dst, dt, mm_q8s(k, dst, path), &row_bytes);
     return conv + (size_t)nth * thread_bytes(dst, path);
 }
 
 /* Phase 1: rows of src1 -> dot type, split over threads. */
-static void convert_src1(const tsr_compute_params *p, const tsr_tensor *b, tsr_type dt, char *wdata, size_t row_bytes,
-                         float *tmp) {
+static void convert_src1(const tsr_compute_params *p, const tsr_tensor *b, tsr_from_float_fn conv, char *wdata,
+                         size_t row_bytes, float *tmp) {
     int64_t r0, r1;
     tsr__cpu_split(b->ne[1] * b->ne[2] * b->ne[3], p->ith, p->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
@@ -72,7 +79,7 @@ static void convert_src1(const tsr_compute_params *p, const tsr_tensor *b, tsr_t
             for (int64_t i = 0; i < b->ne[0]; i++) tmp[i] = tsr__cpu_load_f(b->type, src + i * (int64_t)b->nb[0]);
             x = tmp;
         }
-        p->k->from_float[dt](x, wdata + (size_t)r * row_bytes, b->ne[0]);
+        conv(x, wdata + (size_t)r * row_bytes, b->ne[0]);
     }
 }
 
@@ -86,10 +93,11 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     void (*const dot4)(int64_t, float *, const void *, const void *, size_t) = sgemm ? k->sgemm_dot4_f16
                                                                                      : k->vec_dot4[a->type];
     size_t row_bytes;
-    const size_t conv = conv_bytes(dst, dt, &row_bytes);
+    const bool q8s = mm_q8s(k, dst, path);
+    const size_t conv = conv_bytes(dst, dt, q8s, &row_bytes);
     char *wdata = p->work;
     void *scratch = (char *)p->work + conv + (size_t)p->ith * thread_bytes(dst, path);
-    convert_src1(p, b, dt, wdata, row_bytes, scratch);
+    convert_src1(p, b, q8s ? k->q8s_from_float : k->from_float[dt], wdata, row_bytes, scratch);
     if (p->ith == 0)
         atomic_store(&p->stream->chunk, p->nth);
     tsr__tp_barrier(p->stream->tp);

@@ -223,6 +223,33 @@ static void f16_from_float_ref(const float *x, void *y, int64_t n) {
 
 static void f32_from_float(const float *x, void *y, int64_t n) { memcpy(y, x, (size_t)n * sizeof *x); }
 
+void tsr__cpu_q8s_from_float_ref(const float *x, void *vy, int64_t k) {
+    tsr_cpu_q8s *y = vy;
+    for (int64_t b = 0; b < k / 32; b++, x += 32) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        const float d = amax / 127.0f, id = d ? 127.0f / amax : 0.0f;
+        int32_t sum = 0, lo = 0;
+        for (int j = 0; j < 32; j++) {
+            const int q = (int)lrintf(x[j] * id);
+            y[b].qs[j] = (int8_t)q;
+            sum += q;
+            if (j < 16)
+                lo += q;
+        }
+        y[b].d = d;
+        y[b].ds = d * (float)sum;
+        y[b].c = -128 * sum;
+        y[b].c_lo = -128 * lo;
+    }
+}
+
+void tsr__cpu_q8s_to_float(const void *vy, float *x, int64_t k) {
+    const tsr_cpu_q8s *y = vy;
+    for (int64_t b = 0; b < k / 32; b++)
+        for (int j = 0; j < 32; j++) x[b * 32 + j] = y[b].d * (float)y[b].qs[j];
+}
+
 void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n, const void *x, size_t xs,
                        const void *y, size_t ys, float *s, size_t ss, void *scratch) {
     float *xf = scratch, *yf = xf + k;
@@ -258,6 +285,7 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum_ref;
     k->silu_mul = silu_mul_ref;
     k->gemm_f32 = gemm_f32_ref;
+    k->q8s_from_float = tsr__cpu_q8s_from_float_ref;
     k->scale_add_max = scale_add_max_ref;
     k->from_float[TSR_TYPE_F16] = f16_from_float_ref;
     k->from_float[TSR_TYPE_F32] = f32_from_float;
@@ -326,8 +354,11 @@ void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap) {
         return;
 #ifdef TSR_HAVE_AVX512_BUILD
     bool vnni;
-    if (have_avx512(&vnni))
+    if (have_avx512(&vnni)) {
         tsr__cpu_kernels_avx512(k, vnni);
+        if (vnni)
+            tsr__cpu_gemm_avx512_vnni(k);
+    }
 #endif
 #else
     (void)have_avx2;

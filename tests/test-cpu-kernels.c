@@ -84,6 +84,23 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
         for (int64_t i = 0; i < n; i++) e = fmax(e, fabs((double)xd[i] - yd[i]));
         CHECK(e <= 3.0 / 127 + 1e-6, "%s from_float %s: max diff %g", k->name, tsr_type_name(at), e);
     }
+    if (n % 32 == 0 && n > 0) { /* the integer gemms' activations: sums exact, values within a step */
+        tsr_cpu_q8s *a = malloc(TSR_CPU_Q8S_ROW(n)), *r = malloc(TSR_CPU_Q8S_ROW(n));
+        k->q8s_from_float(y, a, n);
+        tsr__cpu_q8s_from_float_ref(y, r, n);
+        int bad = 0;
+        for (int64_t b = 0; b < n / 32; b++) {
+            int32_t sum = 0, lo = 0;
+            for (int j = 0; j < 32; j++) {
+                sum += a[b].qs[j], lo += j < 16 ? a[b].qs[j] : 0;
+                bad |= fabs((double)a[b].d * a[b].qs[j] - (double)r[b].d * r[b].qs[j]) > 1.01 * r[b].d;
+            }
+            bad |= a[b].c != -128 * sum || a[b].c_lo != -128 * lo || fabs(a[b].d - r[b].d) > 1e-6 * r[b].d ||
+                   fabs(a[b].ds - (double)a[b].d * sum) > 1e-6 * fabs((double)a[b].d * sum);
+        }
+        CHECK(!bad, "%s q8s_from_float n=%lld: sums or values off", k->name, (long long)n);
+        free(a), free(r);
+    }
     free(x), free(y), free(xd), free(yd), free(qx), free(qy);
 }
 
@@ -98,11 +115,13 @@ static void check_gemm(const tsr_cpu_kernels *k) {
         if (!k->gemm[wt])
             continue;
         const tsr_type gt = k->gemm_type[wt];
+        const bool q8s = k->gemm_q8s[wt]; /* activations: tsr_cpu_q8s rows */
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             const int64_t kk = ks[ki];
-            if (kk % tsr_type_block_size((tsr_type)wt) || kk % tsr_type_block_size(gt))
+            if (kk % tsr_type_block_size((tsr_type)wt) || (q8s ? kk % 32 : kk % tsr_type_block_size(gt)))
                 continue;
-            const size_t xs = tsr_row_size((tsr_type)wt, kk) + 16, ys = tsr__pad(tsr_row_size(gt, kk), 4) + 8;
+            const size_t xs = tsr_row_size((tsr_type)wt, kk) + 16,
+                         ys = tsr__pad(q8s ? TSR_CPU_Q8S_ROW(kk) : tsr_row_size(gt, kk), 4) + 8;
             const int64_t mmax = 17, nmax = 33;
             char *qx = calloc((size_t)mmax, xs), *qy = calloc((size_t)nmax, ys);
             float *f = malloc((size_t)kk * 4), *xd = malloc((size_t)(mmax * kk) * 4),
@@ -116,8 +135,13 @@ static void check_gemm(const tsr_cpu_kernels *k) {
             }
             for (int64_t j = 0; j < nmax; j++) {
                 for (int64_t l = 0; l < kk; l++) f[l] = frand() * 2.0f;
-                k->from_float[gt](f, qy + (size_t)j * ys, kk);
-                tsr__type_traits(gt)->to_float(qy + (size_t)j * ys, yd + j * kk, kk);
+                if (q8s) {
+                    k->q8s_from_float(f, qy + (size_t)j * ys, kk);
+                    tsr__cpu_q8s_to_float(qy + (size_t)j * ys, yd + j * kk, kk);
+                } else {
+                    k->from_float[gt](f, qy + (size_t)j * ys, kk);
+                    tsr__type_traits(gt)->to_float(qy + (size_t)j * ys, yd + j * kk, kk);
+                }
             }
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
                 for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
@@ -135,7 +159,7 @@ static void check_gemm(const tsr_cpu_kernels *k) {
                             float one = NAN;
                             k->gemm[wt](kk, 1, 1, qx + (size_t)i * xs, xs, qy + (size_t)j * ys, ys, &one, 1, scratch);
                             const float got = out[j * mmax + i];
-                            const double tol = 1e-5 * mag + (gt == TSR_TYPE_Q8_1 ? 2e-3 * mag / sqrt((double)kk) : 0) +
+                            const double tol = 1e-5 * mag + (gt == TSR_TYPE_Q8_1 && !q8s ? 2e-3 * mag / sqrt((double)kk) : 0) +
                                                1e-6;
                             if (!(fabs(got - ref) <= tol) || memcmp(&got, &one, sizeof got))
                                 bad = 1;

@@ -1,0 +1,291 @@
+/*
+ * gemm-avx512.c - the batched matmul of the quantized types with VPDPBUSD
+ * (AVX-512 VNNI): 16 weight rows interleaved x up to 8 activation columns
+ * per pass.
+ *
+ * A gemm call repacks its weight rows, 16 at a time, into scratch: per block
+ * of 32 values, 8 vectors of 64 bytes, vector g holding values 4g..4g+3 of
+ * each of the 16 rows as UNSIGNED bytes, and per row a float scale d and a
+ * float m. One VPDPBUSD of such a vector with a column's 4 activation bytes
+ * (broadcast from memory) adds 4 products into each row's 32-bit lane, so a
+ * block costs 8 instructions per column for 16 rows; the 8 weight vectors
+ * stay in registers while up to 8 columns use them.
+ *
+ * The bytes are unsigned because VPDPBUSD multiplies unsigned by signed:
+ *  - signed values x (Q8_0, Q4_0 - 8, Q5_0 - 16, Q6_K - 32) are stored as
+ *    x + 128, and the column's exact -128 * sum(qy) (tsr_cpu_q8s.c) starts
+ *    the lane, which leaves sum(x * qy) exact in integers; then
+ *    acc += d * dy * sum. Q6_K's two sub-blocks of 16 take two sums, their
+ *    scales d and m, and the activations' c_lo and c - c_lo.
+ *  - values with a float minimum, d * q + m (Q4_1, Q5_1, Q4_K, Q5_K with
+ *    each sub-block's scale and minimum), are stored as q, and
+ *    acc += d * dy * sum(q * qy) + m * dy * sum(qy) (tsr_cpu_q8s.ds).
+ * Per output the blocks are summed in order, the same instructions whatever
+ * the number of rows and columns of the call, so that a result does not
+ * depend on its place in the tile (test-cpu-kernels checks it bit for bit).
+ */
+#include "cpu.h"
+#include "simd.h"
+
+#include <immintrin.h>
+
+typedef struct il16 {
+    uint8_t u[512]; /* [group g][row r][4 bytes] */
+    float d[16];    /* scale (Q6_K: of values 0..15) */
+    float m[16];    /* minimum (Q6_K: the scale of values 16..31) */
+} il16;
+_Static_assert(sizeof(il16) <= 640, "TSR_CPU_GEMM_SCRATCH");
+
+typedef enum { IL_ZP, IL_MIN, IL_Q6 } il_mode;
+
+static il_mode il_mode_of(tsr_type t) {
+    switch (t) {
+    case TSR_TYPE_Q4_1:
+    case TSR_TYPE_Q5_1:
+    case TSR_TYPE_Q4_K:
+    case TSR_TYPE_Q5_K: return IL_MIN;
+    case TSR_TYPE_Q6_K: return IL_Q6;
+    default: return IL_ZP;
+    }
+}
+
+/* Block b (32 values) of a row: its bytes as stored, its d and m. */
+static inline __attribute__((always_inline)) __m256i il_row(tsr_type t, const char *row, int64_t b, float *d,
+                                                            float *m) {
+    *m = 0.0f;
+    switch (t) {
+    case TSR_TYPE_Q8_0: {
+        const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)q->qs), _mm256_set1_epi8((char)0x80));
+    }
+    case TSR_TYPE_Q4_0: {
+        const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        return _mm256_add_epi8(nibbles32(q->qs), _mm256_set1_epi8(120));
+    }
+    case TSR_TYPE_Q5_0: {
+        const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        const __m256i hi = _mm256_and_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8(0x10));
+        return _mm256_add_epi8(_mm256_or_si256(nibbles32(q->qs), hi), _mm256_set1_epi8(112));
+    }
+    case TSR_TYPE_Q4_1: {
+        const tsr_block_q4_1 *q = (const tsr_block_q4_1 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        *m = TSR_FP16_TO_FP32(q->m);
+        return nibbles32(q->qs);
+    }
+    case TSR_TYPE_Q5_1: {
+        const tsr_block_q5_1 *q = (const tsr_block_q5_1 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        *m = TSR_FP16_TO_FP32(q->m);
+        return _mm256_or_si256(nibbles32(q->qs), _mm256_and_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8(0x10)));
+    }
+    case TSR_TYPE_Q4_K:
+    case TSR_TYPE_Q5_K: {
+        /* sub-block j of the super-block: nibbles of bytes 32 * (j / 2) .. +31, low for even j */
+        const int j = (int)(b % 8);
+        const uint8_t *scales, *qs;
+        float dd, dmin;
+        __m256i hi = _mm256_setzero_si256();
+        if (t == TSR_TYPE_Q4_K) {
+            const tsr_block_q4_K *q = (const tsr_block_q4_K *)row + b / 8;
+            dd = TSR_FP16_TO_FP32(q->d), dmin = TSR_FP16_TO_FP32(q->dmin), scales = q->scales, qs = q->qs;
+        } else {
+            const tsr_block_q5_K *q = (const tsr_block_q5_K *)row + b / 8;
+            dd = TSR_FP16_TO_FP32(q->d), dmin = TSR_FP16_TO_FP32(q->dmin), scales = q->scales, qs = q->qs;
+            /* bit j of qh[l] is the fifth bit of value l */
+            const __m256i h = _mm256_loadu_si256((const __m256i *)q->qh);
+            hi = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(h, j), 4), _mm256_set1_epi8(0x10));
+        }
+        uint8_t sc, mn;
+        tsr__get_scale_min_k4(j, scales, &sc, &mn);
+        *d = dd * sc;
+        *m = -dmin * mn;
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
+        if (j & 1)
+            v = _mm256_srli_epi16(v, 4);
+        return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), hi);
+    }
+    default: { /* TSR_TYPE_Q6_K: sub-block j of 32 = t of the 128-value half h */
+        const tsr_block_q6_K *q = (const tsr_block_q6_K *)row + b / 8;
+        const int j = (int)(b % 8), h = j / 4, tt = j % 4;
+        const float dd = TSR_FP16_TO_FP32(q->d);
+        *d = dd * q->scales[8 * h + 2 * tt];
+        *m = dd * q->scales[8 * h + 2 * tt + 1];
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(q->ql + 64 * h + 32 * (tt & 1)));
+        if (tt >= 2)
+            lo = _mm256_srli_epi16(lo, 4);
+        lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(q->qh + 32 * h));
+        hb = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * tt), _mm256_set1_epi8(3));
+        return _mm256_add_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)), _mm256_set1_epi8(96));
+    }
+    }
+}
+
+/* Rows [0, rows) of x (rows <= 16; the others zero) -> nb interleaved blocks. */
+static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const char *x, size_t xs, int rows,
+                                                            int64_t nb, il16 *out) {
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i r[16], v[8];
+        for (int i = 0; i < 16; i++) {
+            if (i < rows) {
+                r[i] = il_row(t, x + (size_t)i * xs, b, &out[b].d[i], &out[b].m[i]);
+            } else {
+                r[i] = _mm256_setzero_si256();
+                out[b].d[i] = out[b].m[i] = 0.0f;
+            }
+        }
+        transpose8_epi32(r, v);
+        for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(out[b].u + 64 * g), v[g]);
+        transpose8_epi32(r + 8, v);
+        for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(out[b].u + 64 * g + 32), v[g]);
+    }
+}
+
+static inline __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* 16 interleaved rows x nc (<= 8) columns over nb blocks; the first m (<= 16)
+ * rows of each column stored at s + c * ss. */
+static inline __attribute__((always_inline)) void il16_cols(il_mode mode, int nc, int64_t nb, const il16 *xb,
+                                                            const char *y, size_t ys, float *s, size_t ss, int m) {
+    __m512 acc[8];
+    const tsr_cpu_q8s *yb[8];
+    for (int c = 0; c < nc; c++) {
+        acc[c] = _mm512_setzero_ps();
+        yb[c] = (const tsr_cpu_q8s *)(y + (size_t)c * ys);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const il16 *w = xb + b;
+        __m512i wv[8], isum[8];
+        for (int g = 0; g < 8; g++) wv[g] = _mm512_loadu_si512((const void *)(w->u + 64 * g));
+        if (mode == IL_Q6) {
+            for (int c = 0; c < nc; c++) isum[c] = _mm512_set1_epi32(yb[c][b].c_lo);
+            for (int g = 0; g < 4; g++)
+                for (int c = 0; c < nc; c++)
+                    isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+            const __m512 d = _mm512_loadu_ps(w->d);
+            for (int c = 0; c < nc; c++)
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(yb[c][b].d)),
+                                         acc[c]);
+            for (int c = 0; c < nc; c++) isum[c] = _mm512_set1_epi32(yb[c][b].c - yb[c][b].c_lo);
+            for (int g = 4; g < 8; g++)
+                for (int c = 0; c < nc; c++)
+                    isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+            const __m512 d2 = _mm512_loadu_ps(w->m);
+            for (int c = 0; c < nc; c++)
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d2, _mm512_set1_ps(yb[c][b].d)),
+                                         acc[c]);
+            continue;
+        }
+        for (int c = 0; c < nc; c++)
+            isum[c] = mode == IL_ZP ? _mm512_set1_epi32(yb[c][b].c) : _mm512_setzero_si512();
+        for (int g = 0; g < 8; g++)
+            for (int c = 0; c < nc; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+        const __m512 d = _mm512_loadu_ps(w->d);
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(yb[c][b].d)), acc[c]);
+        if (mode == IL_MIN) {
+            const __m512 mv = _mm512_loadu_ps(w->m);
+            for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(mv, _mm512_set1_ps(yb[c][b].ds), acc[c]);
+        }
+    }
+    const __mmask16 mask = (__mmask16)((1u << m) - 1);
+    for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(s + (size_t)c * ss, mask, acc[c]);
+}
+
+#define IL16_COLS(mode)                                                                                           \
+    static void il16_cols_##mode(int nc, int64_t nb, const il16 *xb, const char *y, size_t ys, float *s, size_t ss, \
+                                 int m) {                                                                         \
+        switch (nc) {                                                                                             \
+        case 8: il16_cols(mode, 8, nb, xb, y, ys, s, ss, m); break;                                               \
+        case 7: il16_cols(mode, 7, nb, xb, y, ys, s, ss, m); break;                                               \
+        case 6: il16_cols(mode, 6, nb, xb, y, ys, s, ss, m); break;                                               \
+        case 5: il16_cols(mode, 5, nb, xb, y, ys, s, ss, m); break;                                               \
+        case 4: il16_cols(mode, 4, nb, xb, y, ys, s, ss, m); break;                                               \
+        case 3: il16_cols(mode, 3, nb, xb, y, ys, s, ss, m); break;                                               \
+        case 2: il16_cols(mode, 2, nb, xb, y, ys, s, ss, m); break;                                               \
+        default: il16_cols(mode, 1, nb, xb, y, ys, s, ss, m); break;                                              \
+        }                                                                                                         \
+    }
+IL16_COLS(IL_ZP)
+IL16_COLS(IL_MIN)
+IL16_COLS(IL_Q6)
+
+static inline __attribute__((always_inline)) void gemm16(tsr_type t, int64_t k, int64_t m, int64_t n, const void *vx,
+                                                         size_t xs, const void *vy, size_t ys, float *s, size_t ss,
+                                                         void *scratch) {
+    const int64_t nb = k / 32;
+    il16 *xb = (il16 *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    const il_mode mode = il_mode_of(t);
+    for (int64_t i = 0; i < m; i += 16) {
+        const int rows = m - i < 16 ? (int)(m - i) : 16;
+        il16_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, xb);
+        for (int64_t j = 0; j < n; j += 8) {
+            const int nc = n - j < 8 ? (int)(n - j) : 8;
+            const char *y = (const char *)vy + (size_t)j * ys;
+            float *o = s + (size_t)j * ss + (size_t)i;
+            if (mode == IL_ZP)
+                il16_cols_IL_ZP(nc, nb, xb, y, ys, o, ss, rows);
+            else if (mode == IL_MIN)
+                il16_cols_IL_MIN(nc, nb, xb, y, ys, o, ss, rows);
+            else
+                il16_cols_IL_Q6(nc, nb, xb, y, ys, o, ss, rows);
+        }
+    }
+}
+
+#define GEMM16(name, T)                                                                                             \
+    static void name(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s, \
+                     size_t ss, void *scratch) {                                                                    \
+        gemm16(T, k, m, n, x, xs, y, ys, s, ss, scratch);                                                           \
+    }
+GEMM16(gemm_q8_0, TSR_TYPE_Q8_0)
+GEMM16(gemm_q4_0, TSR_TYPE_Q4_0)
+GEMM16(gemm_q5_0, TSR_TYPE_Q5_0)
+GEMM16(gemm_q4_1, TSR_TYPE_Q4_1)
+GEMM16(gemm_q5_1, TSR_TYPE_Q5_1)
+GEMM16(gemm_q4_k, TSR_TYPE_Q4_K)
+GEMM16(gemm_q5_k, TSR_TYPE_Q5_K)
+GEMM16(gemm_q6_k, TSR_TYPE_Q6_K)
+
+/* Activations -> tsr_cpu_q8s rows: the reference's arithmetic (d = max / 127,
+ * values rounded to nearest even of x * 127 / max), 32 values at a time. */
+static void q8s_from_float(const float *x, void *vy, int64_t k) {
+    tsr_cpu_q8s *y = vy;
+    for (int64_t b = 0; b < k / 32; b++, x += 32) {
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        const float d = amax / 127.0f, id = d ? 127.0f / amax : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        _mm_storeu_si128((__m128i *)y[b].qs, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(y[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
+        const int32_t lo = _mm512_reduce_add_epi32(q0), sum = lo + _mm512_reduce_add_epi32(q1);
+        y[b].d = d;
+        y[b].ds = d * (float)sum;
+        y[b].c = -128 * sum;
+        y[b].c_lo = -128 * lo;
+    }
+}
+
+void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k) {
+    static const struct {
+        tsr_type t;
+        void (*fn)(int64_t, int64_t, int64_t, const void *, size_t, const void *, size_t, float *, size_t, void *);
+    } g[] = {{TSR_TYPE_Q8_0, gemm_q8_0}, {TSR_TYPE_Q4_0, gemm_q4_0}, {TSR_TYPE_Q5_0, gemm_q5_0},
+             {TSR_TYPE_Q4_1, gemm_q4_1}, {TSR_TYPE_Q5_1, gemm_q5_1}, {TSR_TYPE_Q4_K, gemm_q4_k},
+             {TSR_TYPE_Q5_K, gemm_q5_k}, {TSR_TYPE_Q6_K, gemm_q6_k}};
+    k->q8s_from_float = q8s_from_float;
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+        k->gemm[g[i].t] = g[i].fn;
+        k->gemm_type[g[i].t] = TSR_TYPE_Q8_0; /* unused: the rows are tsr_cpu_q8s */
+        k->gemm_q8s[g[i].t] = true;
+    }
+}
