@@ -145,6 +145,9 @@ static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const ch
     }
 }
 
+/* The column and group loops unrolled, so that the accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+
 static inline __m512i bcast4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -157,6 +160,7 @@ static inline __attribute__((always_inline)) void il16_cols(il_mode mode, int nc
                                                             const char *y, size_t ys, float *s, size_t ss, int m) {
     __m512 acc[8];
     const tsr_cpu_q8s *yb[8];
+    UNROLL
     for (int c = 0; c < nc; c++) {
         acc[c] = _mm512_setzero_ps();
         yb[c] = (const tsr_cpu_q8s *)(y + (size_t)c * ys);
@@ -164,39 +168,54 @@ static inline __attribute__((always_inline)) void il16_cols(il_mode mode, int nc
     for (int64_t b = 0; b < nb; b++) {
         const il16 *w = xb + b;
         __m512i wv[8], isum[8];
+        UNROLL
         for (int g = 0; g < 8; g++) wv[g] = _mm512_loadu_si512((const void *)(w->u + 64 * g));
         if (mode == IL_Q6) {
+            UNROLL
             for (int c = 0; c < nc; c++) isum[c] = _mm512_set1_epi32(yb[c][b].c_lo);
+            UNROLL
             for (int g = 0; g < 4; g++)
+                UNROLL
                 for (int c = 0; c < nc; c++)
                     isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
             const __m512 d = _mm512_loadu_ps(w->d);
+            UNROLL
             for (int c = 0; c < nc; c++)
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(yb[c][b].d)),
                                          acc[c]);
+            UNROLL
             for (int c = 0; c < nc; c++) isum[c] = _mm512_set1_epi32(yb[c][b].c - yb[c][b].c_lo);
+            UNROLL
             for (int g = 4; g < 8; g++)
+                UNROLL
                 for (int c = 0; c < nc; c++)
                     isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
             const __m512 d2 = _mm512_loadu_ps(w->m);
+            UNROLL
             for (int c = 0; c < nc; c++)
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d2, _mm512_set1_ps(yb[c][b].d)),
                                          acc[c]);
             continue;
         }
+        UNROLL
         for (int c = 0; c < nc; c++)
             isum[c] = mode == IL_ZP ? _mm512_set1_epi32(yb[c][b].c) : _mm512_setzero_si512();
+        UNROLL
         for (int g = 0; g < 8; g++)
+            UNROLL
             for (int c = 0; c < nc; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
         const __m512 d = _mm512_loadu_ps(w->d);
+        UNROLL
         for (int c = 0; c < nc; c++)
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(yb[c][b].d)), acc[c]);
         if (mode == IL_MIN) {
             const __m512 mv = _mm512_loadu_ps(w->m);
+            UNROLL
             for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(mv, _mm512_set1_ps(yb[c][b].ds), acc[c]);
         }
     }
     const __mmask16 mask = (__mmask16)((1u << m) - 1);
+    UNROLL
     for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(s + (size_t)c * ss, mask, acc[c]);
 }
 
