@@ -37,7 +37,11 @@ spec.loader.exec_module(tm)
 
 NAME = "gemma3"
 FILE = "gemma-3-270m-q4_k_m.gguf"
-TOP_TOL = 0.7  # as SmolLM2's: |logit - llama.cpp's| of the top 5 (|logits| ~ 15-25)
+# |logit - llama.cpp's| of the top 5 (|logits| ~ 15-25): 1.5 x llama.cpp's own
+# largest move of these logits (measured with llama-cpp-python 0.3.36: flash-on
+# 0.419, token by token 0.641, flash-on token by token 0.484, against its
+# flash-off batch that recorded them)
+TOP_TOL = 0.96
 
 
 def test_top5(ev):

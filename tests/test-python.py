@@ -524,7 +524,10 @@ def test_model_greedy_generation():
     a = list(m.generate("Once upon a time", 24, temperature=0.8, seed=7))
     assert a == list(m.generate("Once upon a time", 24, temperature=0.8, seed=7))
     assert list(m.generate("Hi", 0)) == []
-    reply = "".join(m.generate("What is the capital of France?", 24, temperature=0, chat=True))
+    # (llama.cpp's own greedy answer to "What is the capital of France?" is a
+    # near-tie between "The capital..." and "L'Étoile...": flash-on and -off
+    # differ; this question has one answer in both)
+    reply = "".join(m.generate("Name the capital city of France.", 24, temperature=0, chat=True))
     assert "Paris" in reply, reply
 
 
@@ -721,7 +724,7 @@ def test_generate_py_and_chat_py():
     assert out.returncode == 0 and "Paris" in out.stdout, out.stdout + out.stderr
     out = subprocess.run([sys.executable, os.path.join(ex, "chat.py"), "-m", MODEL, "-t", "2",
                           "-n", "24", "--temp", "0", "-c", "512"],
-                         input="What is the capital of France?\n/reset\nHi\n/quit\nignored\n",
+                         input="Name the capital city of France.\n/reset\nHi\n/quit\nignored\n",
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "Paris" in out.stdout, out.stdout + out.stderr
     assert len(out.stdout.strip().splitlines()) >= 2, out.stdout
