@@ -36,7 +36,9 @@ typedef struct job {
 static double fma_avx2(void) {
     __m256 a[10], x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
     for (int k = 0; k < 10; k++) a[k] = _mm256_set1_ps((float)k);
-    for (long i = 0; i < ITERS; i++) UNROLL for (int k = 0; k < 10; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
+    for (long i = 0; i < ITERS; i++) {
+        UNROLL for (int k = 0; k < 10; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
+    }
     __m256 s = a[0];
     for (int k = 1; k < 10; k++) s = _mm256_add_ps(s, a[k]);
     float t[8];
@@ -62,7 +64,9 @@ static double int8_avx2(void) {
 static double fma_avx512(void) {
     __m512 a[10], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
     for (int k = 0; k < 10; k++) a[k] = _mm512_set1_ps((float)k);
-    for (long i = 0; i < ITERS; i++) UNROLL for (int k = 0; k < 10; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
+    for (long i = 0; i < ITERS; i++) {
+        UNROLL for (int k = 0; k < 10; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
+    }
     __m512 s = a[0];
     for (int k = 1; k < 10; k++) s = _mm512_add_ps(s, a[k]);
     return _mm512_reduce_add_ps(s);
