@@ -4,9 +4,11 @@
  * each from chains of independent accumulators that keep the units busy.
  * Prints the rate per CPU-second times the threads (what that many cores
  * of one's own give, even on a shared machine), then the wall-clock rate.
- *   usage: peak fma|int8 [threads (default 1)] [avx2|avx512 (default avx2)]
+ *   usage: peak fma|int8 [threads (default 1)] [avx2|avx512|best (default avx2)]
  * Built with -O2 -march=native by bench/compare.sh; avx512 needs a CPU and
- * compiler with AVX-512 (int8 then uses VNNI when the CPU has it). */
+ * compiler with AVX-512 (int8 then uses VNNI when the CPU has it); best is
+ * avx512 where the build and the CPU have it, else avx2 (the peak of the
+ * kernels libtensr picks by default). */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +17,9 @@
 #include <time.h>
 
 #define ITERS 20000000L
+/* GCC -O2 keeps a small loop over a register array as a loop, the array on
+ * the stack (a load and a store per FMA): unrolled, it stays in registers. */
+#define UNROLL _Pragma("GCC unroll 10")
 
 static double now(void) {
     struct timespec ts;
@@ -31,8 +36,9 @@ typedef struct job {
 static double fma_avx2(void) {
     __m256 a[10], x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
     for (int k = 0; k < 10; k++) a[k] = _mm256_set1_ps((float)k);
-    for (long i = 0; i < ITERS; i++)
-        for (int k = 0; k < 10; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
+    for (long i = 0; i < ITERS; i++) {
+        UNROLL for (int k = 0; k < 10; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
+    }
     __m256 s = a[0];
     for (int k = 1; k < 10; k++) s = _mm256_add_ps(s, a[k]);
     float t[8];
@@ -47,7 +53,7 @@ static double int8_avx2(void) {
     __m256i s[8];
     for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_si256(), s[k] = _mm256_set1_epi8((char)(k + 1));
     for (long i = 0; i < ITERS; i++)
-        for (int k = 0; k < 8; k++)
+        UNROLL for (int k = 0; k < 8; k++)
             a[k] = _mm256_add_epi32(a[k], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s[k]), one));
     __m256i r = a[0];
     for (int k = 1; k < 8; k++) r = _mm256_add_epi32(r, a[k]);
@@ -58,8 +64,9 @@ static double int8_avx2(void) {
 static double fma_avx512(void) {
     __m512 a[10], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
     for (int k = 0; k < 10; k++) a[k] = _mm512_set1_ps((float)k);
-    for (long i = 0; i < ITERS; i++)
-        for (int k = 0; k < 10; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
+    for (long i = 0; i < ITERS; i++) {
+        UNROLL for (int k = 0; k < 10; k++) a[k] = _mm512_fmadd_ps(a[k], x, y);
+    }
     __m512 s = a[0];
     for (int k = 1; k < 10; k++) s = _mm512_add_ps(s, a[k]);
     return _mm512_reduce_add_ps(s);
@@ -69,7 +76,7 @@ static double int8_avx512(void) {
     __m512i a[8], u = _mm512_set1_epi8(3), s[8];
     for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_si512(), s[k] = _mm512_set1_epi8((char)(k + 1));
     for (long i = 0; i < ITERS; i++)
-        for (int k = 0; k < 8; k++)
+        UNROLL for (int k = 0; k < 8; k++)
 #ifdef __AVX512VNNI__
             a[k] = _mm512_dpbusd_epi32(a[k], u, s[k]);
 #else
@@ -95,11 +102,15 @@ static void *worker(void *arg) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || (strcmp(argv[1], "fma") && strcmp(argv[1], "int8"))) {
-        fprintf(stderr, "usage: peak fma|int8 [threads] [avx2|avx512]\n");
+        fprintf(stderr, "usage: peak fma|int8 [threads] [avx2|avx512|best]\n");
         return 1;
     }
     int kind = !strcmp(argv[1], "int8"), nt = argc > 2 ? atoi(argv[2]) : 1;
     int wide = argc > 3 && !strcmp(argv[3], "avx512");
+#ifdef __AVX512F__
+    if (argc > 3 && !strcmp(argv[3], "best"))
+        wide = __builtin_cpu_supports("avx512f");
+#endif
 #ifndef __AVX512F__
     if (wide) {
         fprintf(stderr, "peak: built without AVX-512\n");

@@ -69,13 +69,6 @@ typedef struct tsr_cpu_kernels {
     void (*q8s_from_float)(const float *x, void *y, int64_t k);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
-    /* F16 x F16 dots of matmuls with >= 2 activation columns, summed as ggml's
-     * llamafile tinyBLAS does there (one accumulator of sgemm_kn lanes, FMA
-     * over k in steps of sgemm_kn, then one horizontal sum); ggml uses it when
-     * k % sgemm_kn == 0 and the weight rows m % 4 == 0. 0 / NULL: none. */
-    int sgemm_kn;
-    tsr_vec_dot_fn sgemm_dot_f16;
-    void (*sgemm_dot4_f16)(int64_t n, float s[4], const void *x, const void *y, size_t ystride);
 } tsr_cpu_kernels;
 
 /* Per-thread scratch of a gemm call with k elements per row: 8 or 16 rows
@@ -111,6 +104,8 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements 
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
+/* gemm-f16-avx512.c: the register-tiled F16 gemm (4 rows x 6 columns). */
+void tsr__cpu_gemm_f16_avx512(tsr_cpu_kernels *k);
 /* gemm-avx512.c: the 16-row interleaved VPDPBUSD gemms (needs VNNI). */
 void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k);
 #endif

@@ -10,24 +10,17 @@
 
 #define TILE_ROWS 16
 #define TILE_COLS 16
-#define GEMM_TILE_COLS 24  /* F16: a multiple of the AVX2 gemm's 3 columns */
+#define GEMM_TILE_COLS 24  /* F16: a multiple of the AVX2 gemm's 3 and the AVX-512 gemm's 6 columns */
 #define QGEMM_TILE_COLS 64 /* quantized: each 8-row repack serves 64 columns */
 
-/* How dst is computed: ggml's tinyBLAS order for F16 (sgemm), the kernel
- * table's register-tiled gemm (>= 2 activation columns), or the dot
- * products; returns the type the activations are converted to. */
-typedef enum { MM_DOT, MM_SGEMM, MM_GEMM } mm_path;
+/* How dst is computed: the kernel table's register-tiled gemm (>= 2
+ * activation columns) or the dot products; returns the type the
+ * activations are converted to. */
+typedef enum { MM_DOT, MM_GEMM } mm_path;
 
 static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path *path) {
     const tsr_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t nr1 = b->ne[1] * b->ne[2] * b->ne[3];
-    /* ggml hands F16 matmuls of >= 2 columns to llamafile's tinyBLAS, which
-     * sums in another order than its vec_dot: the AVX-512 kernels follow it. */
-    if (a->type == TSR_TYPE_F16 && k->dot_type[a->type] == TSR_TYPE_F16 && k->sgemm_kn > 0 && b->ne[1] >= 2 &&
-        a->ne[0] % k->sgemm_kn == 0 && a->ne[1] % 4 == 0) {
-        *path = MM_SGEMM;
-        return TSR_TYPE_F16;
-    }
     if (k->gemm[a->type] && nr1 >= 2 && dst->nb[0] == sizeof(float)) {
         *path = MM_GEMM;
         return k->gemm_type[a->type];
@@ -88,10 +81,8 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     const tsr_cpu_kernels *k = p->k;
     mm_path path;
     const tsr_type dt = mm_plan(k, dst, &path);
-    const bool sgemm = path == MM_SGEMM;
-    const tsr_vec_dot_fn dot = sgemm ? k->sgemm_dot_f16 : k->vec_dot[a->type];
-    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) = sgemm ? k->sgemm_dot4_f16
-                                                                                     : k->vec_dot4[a->type];
+    const tsr_vec_dot_fn dot = k->vec_dot[a->type];
+    void (*const dot4)(int64_t, float *, const void *, const void *, size_t) = k->vec_dot4[a->type];
     size_t row_bytes;
     const bool q8s = mm_q8s(k, dst, path);
     const size_t conv = conv_bytes(dst, dt, q8s, &row_bytes);

@@ -291,21 +291,30 @@ static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
  * columns, each activation vector loaded once for rm rows (7 loads per 12
  * FMAs). Per result: the 8 lanes, their horizontal sum, then the k % 8 tail
  * in order - the same for every rm, rn. */
+#define UNROLL_F16 _Pragma("GCC unroll 4") /* GCC -O2 would keep acc[][] on the stack */
 static inline __attribute__((always_inline)) void gemm_f16_tile(int rm, int rn, int64_t k, const char *x, size_t xs,
                                                                 const char *y, size_t ys, float *s, size_t ss) {
     __m256 acc[4][3];
-    for (int r = 0; r < rm; r++)
+    UNROLL_F16
+    for (int r = 0; r < rm; r++) {
+        UNROLL_F16
         for (int c = 0; c < rn; c++) acc[r][c] = _mm256_setzero_ps();
+    }
     int64_t l = 0;
     for (; l + 8 <= k; l += 8) {
         __m256 yv[3];
+        UNROLL_F16
         for (int c = 0; c < rn; c++) yv[c] = _mm256_loadu_ps((const float *)(y + (size_t)c * ys) + l);
+        UNROLL_F16
         for (int r = 0; r < rm; r++) {
             const __m256 xv = load_fp16x8((const uint16_t *)(x + (size_t)r * xs) + l);
+            UNROLL_F16
             for (int c = 0; c < rn; c++) acc[r][c] = _mm256_fmadd_ps(xv, yv[c], acc[r][c]);
         }
     }
-    for (int r = 0; r < rm; r++)
+    UNROLL_F16
+    for (int r = 0; r < rm; r++) {
+        UNROLL_F16
         for (int c = 0; c < rn; c++) {
             const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs);
             const float *yc = (const float *)(y + (size_t)c * ys);
@@ -313,6 +322,7 @@ static inline __attribute__((always_inline)) void gemm_f16_tile(int rm, int rn, 
             for (int64_t t = l; t < k; t++) sum += TSR_FP16_TO_FP32(xr[t]) * yc[t];
             s[(size_t)c * ss + (size_t)r] = sum;
         }
+    }
 }
 
 static void gemm_f16(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs, const void *vy, size_t ys, float *s,

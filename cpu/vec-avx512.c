@@ -55,34 +55,6 @@ static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum512(_mm512_add_ps(a[0], a[1]));
 }
 
-/* tinyBLAS order (llamafile sgemm, AVX-512): one 16-lane accumulator, then
- * _mm512_reduce_add_ps; n % 16 == 0 (the caller checks). */
-static void sgemm_dot_f16(int64_t n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx, *y = vy;
-    __m512 a = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n; i += 16) a = _mm512_fmadd_ps(load_fp16x16(x + i), load_fp16x16(y + i), a);
-    *s = _mm512_reduce_add_ps(a);
-}
-
-static void sgemm_dot4_f16(int64_t n, float s[4], const void *vx, const void *vy, size_t ystride) {
-    const uint16_t *x = vx;
-    const uint16_t *y0 = vy, *y1 = (const uint16_t *)((const char *)vy + ystride),
-                   *y2 = (const uint16_t *)((const char *)vy + 2 * ystride),
-                   *y3 = (const uint16_t *)((const char *)vy + 3 * ystride);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t i = 0; i < n; i += 16) {
-        const __m512 xv = load_fp16x16(x + i);
-        a0 = _mm512_fmadd_ps(xv, load_fp16x16(y0 + i), a0);
-        a1 = _mm512_fmadd_ps(xv, load_fp16x16(y1 + i), a1);
-        a2 = _mm512_fmadd_ps(xv, load_fp16x16(y2 + i), a2);
-        a3 = _mm512_fmadd_ps(xv, load_fp16x16(y3 + i), a3);
-    }
-    s[0] = _mm512_reduce_add_ps(a0);
-    s[1] = _mm512_reduce_add_ps(a1);
-    s[2] = _mm512_reduce_add_ps(a2);
-    s[3] = _mm512_reduce_add_ps(a3);
-}
-
 #define YROW(T, c) ((const T *)((const char *)vy + (c) * (ystride)))
 
 /* Two 32-byte blocks side by side in one 512-bit vector. */
@@ -387,9 +359,7 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
-    k->sgemm_kn = 16;
-    k->sgemm_dot_f16 = sgemm_dot_f16;
-    k->sgemm_dot4_f16 = sgemm_dot4_f16;
+    tsr__cpu_gemm_f16_avx512(k);
     k->gemm_f32 = gemm_f32;
     k->scale_add_max = scale_add_max;
     /* the paired 8-bit dots need VPDPBUSD; they sum in ggml's AVX2 order */

@@ -110,7 +110,7 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
  * dequantized rows, and bit for bit equal to the same element computed
  * alone (1 x 1), so that results cannot depend on the tiling or threads. */
 static void check_gemm(const tsr_cpu_kernels *k) {
-    static const int64_t ms[] = {1, 5, 17}, ns[] = {1, 2, 4, 33}, ks[] = {7, 64, 100, 256, 512, 576, 1536};
+    static const int64_t ms[] = {1, 6, 7, 17}, ns[] = {1, 2, 4, 5, 33}, ks[] = {7, 64, 100, 256, 512, 576, 1536};
     for (int wt = 0; wt < TSR_TYPE_COUNT; wt++) {
         if (!k->gemm[wt])
             continue;
