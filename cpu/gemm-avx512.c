@@ -126,8 +126,8 @@ static inline __attribute__((always_inline)) __m256i il_row(tsr_type t, const ch
 }
 
 /* Rows [0, rows) of x (rows <= 16; the others zero) -> nb interleaved blocks. */
-static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const char *x, size_t xs, int rows,
-                                                            int64_t nb, il16 *out) {
+static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const char *x, size_t xs, int rows, int64_t nb,
+                                                            il16 *out) {
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[16], v[8];
         for (int i = 0; i < 16; i++) {
@@ -174,10 +174,10 @@ static inline __attribute__((always_inline)) void il16_cols(il_mode mode, int nc
             UNROLL
             for (int c = 0; c < nc; c++) isum[c] = _mm512_set1_epi32(yb[c][b].c_lo);
             UNROLL
-            for (int g = 0; g < 4; g++)
+            for (int g = 0; g < 4; g++) {
                 UNROLL
-                for (int c = 0; c < nc; c++)
-                    isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+                for (int c = 0; c < nc; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+            }
             const __m512 d = _mm512_loadu_ps(w->d);
             UNROLL
             for (int c = 0; c < nc; c++)
@@ -186,10 +186,10 @@ static inline __attribute__((always_inline)) void il16_cols(il_mode mode, int nc
             UNROLL
             for (int c = 0; c < nc; c++) isum[c] = _mm512_set1_epi32(yb[c][b].c - yb[c][b].c_lo);
             UNROLL
-            for (int g = 4; g < 8; g++)
+            for (int g = 4; g < 8; g++) {
                 UNROLL
-                for (int c = 0; c < nc; c++)
-                    isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+                for (int c = 0; c < nc; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+            }
             const __m512 d2 = _mm512_loadu_ps(w->m);
             UNROLL
             for (int c = 0; c < nc; c++)
@@ -198,12 +198,12 @@ static inline __attribute__((always_inline)) void il16_cols(il_mode mode, int nc
             continue;
         }
         UNROLL
-        for (int c = 0; c < nc; c++)
-            isum[c] = mode == IL_ZP ? _mm512_set1_epi32(yb[c][b].c) : _mm512_setzero_si512();
+        for (int c = 0; c < nc; c++) isum[c] = mode == IL_ZP ? _mm512_set1_epi32(yb[c][b].c) : _mm512_setzero_si512();
         UNROLL
-        for (int g = 0; g < 8; g++)
+        for (int g = 0; g < 8; g++) {
             UNROLL
             for (int c = 0; c < nc; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+        }
         const __m512 d = _mm512_loadu_ps(w->d);
         UNROLL
         for (int c = 0; c < nc; c++)
@@ -219,19 +219,19 @@ static inline __attribute__((always_inline)) void il16_cols(il_mode mode, int nc
     for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(s + (size_t)c * ss, mask, acc[c]);
 }
 
-#define IL16_COLS(mode)                                                                                           \
+#define IL16_COLS(mode)                                                                                             \
     static void il16_cols_##mode(int nc, int64_t nb, const il16 *xb, const char *y, size_t ys, float *s, size_t ss, \
-                                 int m) {                                                                         \
-        switch (nc) {                                                                                             \
-        case 8: il16_cols(mode, 8, nb, xb, y, ys, s, ss, m); break;                                               \
-        case 7: il16_cols(mode, 7, nb, xb, y, ys, s, ss, m); break;                                               \
-        case 6: il16_cols(mode, 6, nb, xb, y, ys, s, ss, m); break;                                               \
-        case 5: il16_cols(mode, 5, nb, xb, y, ys, s, ss, m); break;                                               \
-        case 4: il16_cols(mode, 4, nb, xb, y, ys, s, ss, m); break;                                               \
-        case 3: il16_cols(mode, 3, nb, xb, y, ys, s, ss, m); break;                                               \
-        case 2: il16_cols(mode, 2, nb, xb, y, ys, s, ss, m); break;                                               \
-        default: il16_cols(mode, 1, nb, xb, y, ys, s, ss, m); break;                                              \
-        }                                                                                                         \
+                                 int m) {                                                                           \
+        switch (nc) {                                                                                               \
+        case 8: il16_cols(mode, 8, nb, xb, y, ys, s, ss, m); break;                                                 \
+        case 7: il16_cols(mode, 7, nb, xb, y, ys, s, ss, m); break;                                                 \
+        case 6: il16_cols(mode, 6, nb, xb, y, ys, s, ss, m); break;                                                 \
+        case 5: il16_cols(mode, 5, nb, xb, y, ys, s, ss, m); break;                                                 \
+        case 4: il16_cols(mode, 4, nb, xb, y, ys, s, ss, m); break;                                                 \
+        case 3: il16_cols(mode, 3, nb, xb, y, ys, s, ss, m); break;                                                 \
+        case 2: il16_cols(mode, 2, nb, xb, y, ys, s, ss, m); break;                                                 \
+        default: il16_cols(mode, 1, nb, xb, y, ys, s, ss, m); break;                                                \
+        }                                                                                                           \
     }
 IL16_COLS(IL_ZP)
 IL16_COLS(IL_MIN)

@@ -65,10 +65,6 @@ static inline __m512i pair(const void *a, const void *b) {
 static inline __m512i pair_nibbles(const uint8_t *a, const uint8_t *b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(nibbles32(a)), nibbles32(b), 1);
 }
-static inline __m512 pair_scale(float a, float b) {
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
-}
 /* sum of x*y for signed bytes: |x| * (y with x's sign) through VPDPBUSD. */
 static inline __m512i dot_s8s8_512(__m512i x, __m512i y) {
     const __m512i sy = _mm512_mask_sub_epi8(y, _mm512_movepi8_mask(x), _mm512_setzero_si512(), y);
