@@ -96,10 +96,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 load0=$(uptime)
 : >"$tmp/machine"
+# the peaks of the ISA libtensr's kernels use (-k avx2: AVX2; else the best)
+isa=best
+[ "$kernels" = avx2 ] && isa=avx2
 for t in $(echo "$threads" | tr ',' ' '); do
     echo "bw $t $("$tools/bandwidth" "$t" 1024 2>/dev/null)" >>"$tmp/machine"
-    echo "fma $t $("$tools/peak" fma "$t" avx2 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
-    echo "int8 $t $("$tools/peak" int8 "$t" avx2 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
+    echo "fma $t $("$tools/peak" fma "$t" $isa 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
+    echo "int8 $t $("$tools/peak" int8 "$t" $isa 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
 done
 
 : >"$tmp/raw"
