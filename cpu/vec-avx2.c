@@ -424,20 +424,28 @@ static inline void store_rows(float *s, __m256 v, int m) {
 /* 8 interleaved rows x rn (<= 4) columns, signed weights; small (|x| <= 16,
  * Q4_0, Q5_0; activations |qy| <= 127): the 8 groups sum in 16 bits
  * (8 x 16 x 127 x 2 < 32768), else in 32. */
+/* The column and group loops unrolled, so that the arrays live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+
 static inline __attribute__((always_inline)) void il_cols_s8(int rn, bool small, int64_t nb, const il_s8 *xb,
                                                              const char *y, size_t ys, float *s, size_t ss, int m) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[4];
+    UNROLL
     for (int c = 0; c < rn; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const int8_t *yq[4];
         float dy[4];
+        UNROLL
         for (int c = 0; c < rn; c++) yq[c] = y_block(y + (size_t)c * ys, b, &dy[c]);
         __m256i s32[4];
+        UNROLL
         for (int c = 0; c < rn; c++) s32[c] = _mm256_setzero_si256();
+        UNROLL
         for (int g = 0; g < 8; g++) {
             const __m256i av = _mm256_loadu_si256((const __m256i *)(xb[b].a + 32 * g));
             const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb[b].x + 32 * g));
+            UNROLL
             for (int c = 0; c < rn; c++) {
                 const __m256i yv = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(yq[c] + 4 * g)), xv);
                 const __m256i p = _mm256_maddubs_epi16(av, yv);
@@ -445,12 +453,14 @@ static inline __attribute__((always_inline)) void il_cols_s8(int rn, bool small,
             }
         }
         const __m256 d = _mm256_loadu_ps(xb[b].d);
+        UNROLL
         for (int c = 0; c < rn; c++) {
             if (small)
                 s32[c] = _mm256_madd_epi16(s32[c], ones);
             acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dy[c])), _mm256_cvtepi32_ps(s32[c]), acc[c]);
         }
     }
+    UNROLL
     for (int c = 0; c < rn; c++) store_rows(s + (size_t)c * ss, acc[c], m);
 }
 
