@@ -101,6 +101,8 @@ void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 #ifdef TSR_HAVE_AVX2_BUILD
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
+/* gemm-avx2.c: the 8-row interleaved VPMADDUBSW gemms (tsr_cpu_q8s activations). */
+void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k);
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);

@@ -13,7 +13,7 @@
  *
  * The bytes are unsigned because VPDPBUSD multiplies unsigned by signed:
  *  - signed values x (Q8_0, Q4_0 - 8, Q5_0 - 16, Q6_K - 32) are stored as
- *    x + 128, and the column's exact -128 * sum(qy) (tsr_cpu_q8s.c) starts
+ *    x + 128, and the column's exact -128 * sum(qy) (the c field of tsr_cpu_q8s, cpu/cpu.h) starts
  *    the lane, which leaves sum(x * qy) exact in integers; then
  *    acc += d * dy * sum. Q6_K's two sub-blocks of 16 take two sums, their
  *    scales d and m, and the activations' c_lo and c - c_lo.

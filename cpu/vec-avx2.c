@@ -353,147 +353,6 @@ static void gemm_f16(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs,
     }
 }
 
-/* Quantized weights, 8 rows interleaved: the rows of a group of 8 are
- * repacked (once per call and group, into scratch) so that one 32-byte
- * vector holds 4 consecutive values of each of the 8 rows; a column's 4
- * activation bytes broadcast against it give, through maddubs + madd,
- * partial sums of the 8 rows in the 8 lanes. Per 32-value block a row has
- * a float scale d: dot = sum over blocks of d * dy * sum(q * qy), dy the
- * activation block's (Q8_0) scale. For Q8_0, Q4_0 (nibble - 8, summed
- * exactly) and Q5_0 (signed values: |x|, and the sign moved onto the
- * activations). Q4_1 and Q4_K keep their 4-column dot kernels: an unsigned
- * 4-bit version of this kernel (commit 8cfd1b0 has it) passed the kernel
- * tests but moved SmolLM2 Q4_1's batch logits by 1.4%, not understood yet,
- * and was removed. The work per 32 x 8
- * multiply-adds: 8 broadcasts, 8 maddubs, 8 adds, then one madd, one
- * conversion and two FMAs - against 8 separate dot products before. */
-typedef struct il_s8 {
-    float d[8];
-    uint8_t a[256]; /* |x| */
-    int8_t x[256];  /* x (its sign) */
-} il_s8;
-_Static_assert(sizeof(il_s8) <= 576, "TSR_CPU_GEMM_SCRATCH");
-
-/* Signed values: Q8_0's, Q4_0's nibbles - 8, Q5_0's 5-bit values - 16. */
-static void il_pack_s8(tsr_type t, const char *x, size_t xs, int rows, int64_t nb, il_s8 *out) {
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i r[8], a[8];
-        for (int i = 0; i < 8; i++) {
-            if (i < rows && t == TSR_TYPE_Q5_0) {
-                const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)(x + (size_t)i * xs) + b;
-                out[b].d[i] = TSR_FP16_TO_FP32(q->d);
-                /* q - 16 == q | 0xF0 as a signed byte when the 5th bit is clear */
-                r[i] = _mm256_or_si256(nibbles32(q->qs),
-                                       _mm256_andnot_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8((char)0xF0)));
-            } else if (i < rows && t == TSR_TYPE_Q4_0) {
-                const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)(x + (size_t)i * xs) + b;
-                out[b].d[i] = TSR_FP16_TO_FP32(q->d);
-                r[i] = _mm256_sub_epi8(nibbles32(q->qs), _mm256_set1_epi8(8));
-            } else if (i < rows) {
-                const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)(x + (size_t)i * xs) + b;
-                out[b].d[i] = TSR_FP16_TO_FP32(q->d);
-                r[i] = _mm256_loadu_si256((const __m256i *)q->qs);
-            } else {
-                out[b].d[i] = 0.0f;
-                r[i] = _mm256_setzero_si256();
-            }
-            a[i] = _mm256_sign_epi8(r[i], r[i]);
-        }
-        __m256i v[8];
-        transpose8_epi32(r, v);
-        for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(out[b].x + 32 * g), v[g]);
-        transpose8_epi32(a, v);
-        for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(out[b].a + 32 * g), v[g]);
-    }
-}
-
-/* Activation block b of a Q8_0 row: its 32 values and dy. */
-static inline const int8_t *y_block(const char *y, int64_t b, float *dy) {
-    const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)y + b;
-    *dy = TSR_FP16_TO_FP32(q->d);
-    return q->qs;
-}
-
-static inline int32_t load_i32(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-/* Stores the first m (<= 8) lanes of v at s. */
-static inline void store_rows(float *s, __m256 v, int m) {
-    if (m == 8) {
-        _mm256_storeu_ps(s, v);
-        return;
-    }
-    float t[8];
-    _mm256_storeu_ps(t, v);
-    memcpy(s, t, (size_t)m * sizeof(float));
-}
-
-/* 8 interleaved rows x rn (<= 4) columns, signed weights; small (|x| <= 16,
- * Q4_0, Q5_0; activations |qy| <= 127): the 8 groups sum in 16 bits
- * (8 x 16 x 127 x 2 < 32768), else in 32. */
-static inline __attribute__((always_inline)) void il_cols_s8(int rn, bool small, int64_t nb, const il_s8 *xb,
-                                                             const char *y, size_t ys, float *s, size_t ss, int m) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4];
-    for (int c = 0; c < rn; c++) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const int8_t *yq[4];
-        float dy[4];
-        for (int c = 0; c < rn; c++) yq[c] = y_block(y + (size_t)c * ys, b, &dy[c]);
-        __m256i s32[4];
-        for (int c = 0; c < rn; c++) s32[c] = _mm256_setzero_si256();
-        for (int g = 0; g < 8; g++) {
-            const __m256i av = _mm256_loadu_si256((const __m256i *)(xb[b].a + 32 * g));
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xb[b].x + 32 * g));
-            for (int c = 0; c < rn; c++) {
-                const __m256i yv = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(yq[c] + 4 * g)), xv);
-                const __m256i p = _mm256_maddubs_epi16(av, yv);
-                s32[c] = small ? _mm256_add_epi16(s32[c], p) : _mm256_add_epi32(s32[c], _mm256_madd_epi16(p, ones));
-            }
-        }
-        const __m256 d = _mm256_loadu_ps(xb[b].d);
-        for (int c = 0; c < rn; c++) {
-            if (small)
-                s32[c] = _mm256_madd_epi16(s32[c], ones);
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(dy[c])), _mm256_cvtepi32_ps(s32[c]), acc[c]);
-        }
-    }
-    for (int c = 0; c < rn; c++) store_rows(s + (size_t)c * ss, acc[c], m);
-}
-
-static inline __attribute__((always_inline)) void gemm_il(tsr_type t, int64_t k, int64_t m, int64_t n, const void *vx,
-                                                          size_t xs, const void *vy, size_t ys, float *s, size_t ss,
-                                                          void *scratch) {
-    const int64_t nb = k / 32;
-    const bool small = t == TSR_TYPE_Q4_0 || t == TSR_TYPE_Q5_0;
-    for (int64_t i = 0; i < m; i += 8) {
-        const int rows = m - i < 8 ? (int)(m - i) : 8;
-        il_pack_s8(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, scratch);
-        for (int64_t j = 0; j < n; j += 4) {
-            const char *y = (const char *)vy + (size_t)j * ys;
-            float *o = s + (size_t)j * ss + (size_t)i;
-            switch (n - j < 4 ? (int)(n - j) : 4) {
-            case 4: il_cols_s8(4, small, nb, scratch, y, ys, o, ss, rows); break;
-            case 3: il_cols_s8(3, small, nb, scratch, y, ys, o, ss, rows); break;
-            case 2: il_cols_s8(2, small, nb, scratch, y, ys, o, ss, rows); break;
-            default: il_cols_s8(1, small, nb, scratch, y, ys, o, ss, rows); break;
-            }
-        }
-    }
-}
-
-#define GEMM_IL(name, T)                                                                                            \
-    static void name(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s, \
-                     size_t ss, void *scratch) {                                                                    \
-        gemm_il(T, k, m, n, x, xs, y, ys, s, ss, scratch);                                                          \
-    }
-GEMM_IL(gemm_q4_0, TSR_TYPE_Q4_0)
-GEMM_IL(gemm_q8_0, TSR_TYPE_Q8_0)
-GEMM_IL(gemm_q5_0, TSR_TYPE_Q5_0)
-
 /* Shared by Q4_0 and Q8_0 weights: signed 8-bit values qx per block. */
 static inline void dot4_s8_block(__m256i qx, float dx, const tsr_block_q8_0 *const yb[4], int64_t i, __m256 acc[4]) {
     const __m256i ax = _mm256_sign_epi8(qx, qx);
@@ -942,12 +801,6 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
     k->gemm[TSR_TYPE_F16] = gemm_f16;
     k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
-    k->gemm[TSR_TYPE_Q4_0] = gemm_q4_0;
-    k->gemm_type[TSR_TYPE_Q4_0] = TSR_TYPE_Q8_0;
-    k->gemm[TSR_TYPE_Q8_0] = gemm_q8_0;
-    k->gemm_type[TSR_TYPE_Q8_0] = TSR_TYPE_Q8_0;
-    k->gemm[TSR_TYPE_Q5_0] = gemm_q5_0;
-    k->gemm_type[TSR_TYPE_Q5_0] = TSR_TYPE_Q8_0;
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
@@ -960,4 +813,5 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->from_float[TSR_TYPE_Q8_1] = quantize_q8_1;
     k->from_float[TSR_TYPE_F16] = f16_from_float;
     k->to_float[TSR_TYPE_F16] = f16_to_float;
+    tsr__cpu_gemm_avx2(k); /* the quantized gemms (gemm-avx2.c) */
 }

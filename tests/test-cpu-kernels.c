@@ -186,6 +186,51 @@ static void check_gemm(const tsr_cpu_kernels *k) {
     }
 }
 
+/* The integer gemms' overflow limits: weight rows with every quant at its
+ * largest (all bits set; Q8_0 -128), scales 1, against activations all at
+ * +-127 (and alternating), so that 16-bit sums that could saturate or wrap
+ * would show; each result against a double dot of the dequantized rows. */
+static void check_gemm_extremes(const tsr_cpu_kernels *k) {
+    enum { KK = 512, NC = 3 };
+    for (int wt = 0; wt < TSR_TYPE_COUNT; wt++) {
+        if (!k->gemm[wt] || !k->gemm_q8s[wt] || KK % tsr_type_block_size((tsr_type)wt))
+            continue;
+        const size_t xs = tsr_row_size((tsr_type)wt, KK), ys = TSR_CPU_Q8S_ROW(KK),
+                     bs = tsr_row_size((tsr_type)wt, tsr_type_block_size((tsr_type)wt));
+        const int64_t nb = KK / tsr_type_block_size((tsr_type)wt);
+        char *qx = malloc(xs), *qy = malloc(ys * NC);
+        float *xd = malloc(KK * sizeof(float)), *yd = malloc(KK * NC * sizeof(float)), *f = malloc(KK * sizeof(float));
+        void *scratch = aligned_alloc(32, tsr__pad(TSR_CPU_GEMM_SCRATCH(KK), 32));
+        const tsr_half one = tsr__fp32_to_fp16(1.0f);
+        memset(qx, wt == TSR_TYPE_Q8_0 ? 0x80 : 0xFF, xs);
+        for (int64_t b = 0; b < nb; b++) { /* the fp16 scales (and minimums) to 1 */
+            char *blk = qx + (size_t)b * bs;
+            const size_t off = wt == TSR_TYPE_Q6_K ? offsetof(tsr_block_q6_K, d) : 0;
+            memcpy(blk + off, &one, sizeof one);
+            if (wt == TSR_TYPE_Q4_1 || wt == TSR_TYPE_Q5_1 || wt == TSR_TYPE_Q4_K || wt == TSR_TYPE_Q5_K)
+                memcpy(blk + 2, &one, sizeof one);
+        }
+        tsr__type_traits((tsr_type)wt)->to_float(qx, xd, KK);
+        for (int c = 0; c < NC; c++) {
+            for (int64_t l = 0; l < KK; l++) f[l] = c == 0 ? 1.0f : c == 1 ? -1.0f : (l & 1 ? -1.0f : 1.0f);
+            k->q8s_from_float(f, qy + (size_t)c * ys, KK);
+            tsr__cpu_q8s_to_float(qy + (size_t)c * ys, yd + c * KK, KK);
+        }
+        float out[NC];
+        k->gemm[wt](KK, 1, NC, qx, xs, qy, ys, out, 1, scratch);
+        for (int c = 0; c < NC; c++) {
+            double ref = 0, mag = 0;
+            for (int64_t l = 0; l < KK; l++) {
+                ref += (double)xd[l] * yd[c * KK + l];
+                mag += fabs((double)xd[l] * yd[c * KK + l]);
+            }
+            CHECK(fabs(out[c] - ref) <= 1e-5 * mag + 1e-6, "%s gemm %s extremes column %d: %.7g, reference %.7g",
+                  k->name, tsr_type_name((tsr_type)wt), c, out[c], ref);
+        }
+        free(qx), free(qy), free(xd), free(yd), free(f), free(scratch);
+    }
+}
+
 /* exp/silu helpers over their whole range, -inf and overflow included. */
 static void check_math(const tsr_cpu_kernels *k) {
     enum { N = 2003 };
@@ -298,6 +343,7 @@ int main(void) {
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
         check_math(&k);
         check_gemm(&k);
+        check_gemm_extremes(&k);
     }
     check_bad_indices();
     check_threadpool(1);

@@ -1,0 +1,418 @@
+/*
+ * gemm-avx2.c - the batched matmul of the quantized types with AVX2 (no
+ * AVX-512, no VNNI: Zen 3 and older): 8 weight rows interleaved x up to 6
+ * activation columns per pass, the AVX2 form of gemm-avx512.c.
+ *
+ * A gemm call repacks its weight rows, 8 at a time, into scratch: per block
+ * of 32 values, 8 vectors of 32 bytes, vector g holding values 4g..4g+3 of
+ * each of the 8 rows as UNSIGNED bytes u, and per row a float scale d and a
+ * float m. VPMADDUBSW of such a vector with a column's 4 activation bytes
+ * (broadcast) gives per row two 16-bit sums of two products each; those are
+ * summed in 16 bits over as many groups as cannot overflow, then VPMADDWD
+ * (with a constant multiplier) widens them to 32 bits. VPMADDUBSW saturates
+ * at 32767, so the unsigned values must stay small: 2 * u * 127 per
+ * instruction, and the 16-bit sums of several, must fit (activations are
+ * tsr_cpu_q8s rows, |qy| <= 127):
+ *  - 4-bit u (Q4_0, Q4_1, Q4_K): all 8 groups summed in 16 bits
+ *    (16 * 15 * 127 = 30480);
+ *  - 5-bit u (Q5_0, Q5_1, Q5_K): two sums of 4 groups;
+ *  - Q6_K's 6-bit u (0..63): four sums of 2 groups, two per 16-value half
+ *    (the halves have their own scales d and m);
+ *  - Q8_0's signed values: the sign trick (|x| against qy with x's sign),
+ *    widened after each group.
+ * Signed values with a zero point (Q4_0 u = x + 8, Q5_0 u = x + 16, Q6_K
+ * u = x + 32) take it back out exactly in integers: the widening multiplier
+ * is 128 / zero point (16, 8, 4), which makes the column's c = -128 * sum(qy)
+ * (tsr_cpu_q8s) the correction, and the stored scale is d divided by the
+ * multiplier (a power of two: exact); then acc += d * dy * isum. Values with
+ * a float minimum, d * q + m (Q4_1, Q5_1, Q4_K, Q5_K with each sub-block's
+ * scale and minimum), add m * dy * sum(qy) (tsr_cpu_q8s.ds).
+ * Per output the blocks are summed in order, the same instructions whatever
+ * the number of rows and columns of the call, so that a result does not
+ * depend on its place in the tile (test-cpu-kernels checks it bit for bit).
+ */
+#include "cpu.h"
+#include "simd.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+typedef struct il8 {
+    uint8_t u[256]; /* [group g][row r][4 bytes] */
+    float d[8];     /* scale / multiplier (Q6_K: of values 0..15) */
+    float m[8];     /* minimum (Q6_K: the scale of values 16..31) */
+} il8;
+
+typedef struct il8s { /* Q8_0 */
+    uint8_t u[256];   /* |x|, as il8 */
+    int8_t x[256];    /* x (its sign) */
+    float d[8];
+} il8s;
+_Static_assert(sizeof(il8) <= 640 && sizeof(il8s) <= 640, "TSR_CPU_GEMM_SCRATCH");
+
+typedef enum { IL_U4, IL_U5, IL_Q6, IL_S8 } il_mode;
+
+/* Block b (32 values) of a row: its bytes as stored, its d and m. */
+static inline __attribute__((always_inline)) __m256i il_row(tsr_type t, const char *row, int64_t b, float *d,
+                                                            float *m) {
+    *m = 0.0f;
+    switch (t) {
+    case TSR_TYPE_Q8_0: {
+        const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        return _mm256_loadu_si256((const __m256i *)q->qs);
+    }
+    case TSR_TYPE_Q4_0: {
+        const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d) * (1.0f / 16);
+        return nibbles32(q->qs);
+    }
+    case TSR_TYPE_Q5_0: {
+        const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d) * (1.0f / 8);
+        return _mm256_or_si256(nibbles32(q->qs), _mm256_and_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8(0x10)));
+    }
+    case TSR_TYPE_Q4_1: {
+        const tsr_block_q4_1 *q = (const tsr_block_q4_1 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        *m = TSR_FP16_TO_FP32(q->m);
+        return nibbles32(q->qs);
+    }
+    case TSR_TYPE_Q5_1: {
+        const tsr_block_q5_1 *q = (const tsr_block_q5_1 *)row + b;
+        *d = TSR_FP16_TO_FP32(q->d);
+        *m = TSR_FP16_TO_FP32(q->m);
+        return _mm256_or_si256(nibbles32(q->qs), _mm256_and_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8(0x10)));
+    }
+    case TSR_TYPE_Q4_K:
+    case TSR_TYPE_Q5_K: {
+        /* sub-block j of the super-block: nibbles of bytes 32 * (j / 2) .. +31, low for even j */
+        const int j = (int)(b % 8);
+        const uint8_t *scales, *qs;
+        float dd, dmin;
+        __m256i hi = _mm256_setzero_si256();
+        if (t == TSR_TYPE_Q4_K) {
+            const tsr_block_q4_K *q = (const tsr_block_q4_K *)row + b / 8;
+            dd = TSR_FP16_TO_FP32(q->d), dmin = TSR_FP16_TO_FP32(q->dmin), scales = q->scales, qs = q->qs;
+        } else {
+            const tsr_block_q5_K *q = (const tsr_block_q5_K *)row + b / 8;
+            dd = TSR_FP16_TO_FP32(q->d), dmin = TSR_FP16_TO_FP32(q->dmin), scales = q->scales, qs = q->qs;
+            /* bit j of qh[l] is the fifth bit of value l */
+            const __m256i h = _mm256_loadu_si256((const __m256i *)q->qh);
+            hi = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(h, j), 4), _mm256_set1_epi8(0x10));
+        }
+        uint8_t sc, mn;
+        tsr__get_scale_min_k4(j, scales, &sc, &mn);
+        *d = dd * sc;
+        *m = -dmin * mn;
+        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
+        if (j & 1)
+            v = _mm256_srli_epi16(v, 4);
+        return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), hi);
+    }
+    default: { /* TSR_TYPE_Q6_K: sub-block j of 32 = t of the 128-value half h */
+        const tsr_block_q6_K *q = (const tsr_block_q6_K *)row + b / 8;
+        const int j = (int)(b % 8), h = j / 4, tt = j % 4;
+        const float dd = TSR_FP16_TO_FP32(q->d);
+        *d = dd * q->scales[8 * h + 2 * tt] * 0.25f;
+        *m = dd * q->scales[8 * h + 2 * tt + 1] * 0.25f;
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(q->ql + 64 * h + 32 * (tt & 1)));
+        if (tt >= 2)
+            lo = _mm256_srli_epi16(lo, 4);
+        lo = _mm256_and_si256(lo, _mm256_set1_epi8(0x0F));
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(q->qh + 32 * h));
+        hb = _mm256_and_si256(_mm256_srli_epi16(hb, 2 * tt), _mm256_set1_epi8(3));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+    }
+    }
+}
+
+/* Rows [0, rows) of x (rows <= 8; the others zero) -> nb interleaved blocks. */
+static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const char *x, size_t xs, int rows, int64_t nb,
+                                                           void *out) {
+    il8 *o = out;
+    il8s *os = out;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i r[8], v[8];
+        float d[8], m[8];
+        for (int i = 0; i < 8; i++) {
+            if (i < rows) {
+                r[i] = il_row(t, x + (size_t)i * xs, b, &d[i], &m[i]);
+            } else {
+                r[i] = _mm256_setzero_si256();
+                d[i] = m[i] = 0.0f;
+            }
+        }
+        if (t == TSR_TYPE_Q8_0) {
+            transpose8_epi32(r, v);
+            for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].x + 32 * g), v[g]);
+            for (int i = 0; i < 8; i++) r[i] = _mm256_sign_epi8(r[i], r[i]);
+            transpose8_epi32(r, v);
+            for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].u + 32 * g), v[g]);
+            memcpy(os[b].d, d, sizeof d);
+        } else {
+            transpose8_epi32(r, v);
+            for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(o[b].u + 32 * g), v[g]);
+            memcpy(o[b].d, d, sizeof d);
+            memcpy(o[b].m, m, sizeof m);
+        }
+    }
+}
+
+/* The column and group loops unrolled, so that the accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* Keeps v in a register as it is: the 16-bit sums are chains, one per
+ * column; GCC would otherwise reassociate them into trees that need all the
+ * products at once, and spill. */
+#define PIN(v) __asm__("" : "+x"(v))
+
+static inline __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* Stores the first m (<= 8) lanes of v at s. */
+static inline void store_rows(float *s, __m256 v, int m) {
+    if (m == 8) {
+        _mm256_storeu_ps(s, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    memcpy(s, t, (size_t)m * sizeof(float));
+}
+
+/* 8 interleaved rows x nc columns over nb blocks; the first m (<= 8) rows of
+ * each column stored at s + c * ss. zp: the values have a zero point (the
+ * column's c corrects), else a float minimum (mode IL_U4, IL_U5). */
+static inline __attribute__((always_inline)) void il8_cols(il_mode mode, bool zp, int nc, int64_t nb, const void *xv,
+                                                           const char *y, size_t ys, float *s, size_t ss, int m) {
+    const il8 *xb = xv;
+    const il8s *xs8 = xv;
+    const __m256i mult = _mm256_set1_epi16(mode == IL_Q6 ? 4 : mode == IL_S8 || !zp ? 1 : mode == IL_U4 ? 16 : 8);
+    __m256 acc[6];
+    const tsr_cpu_q8s *yb[6];
+    UNROLL
+    for (int c = 0; c < nc; c++) {
+        acc[c] = _mm256_setzero_ps();
+        yb[c] = (const tsr_cpu_q8s *)(y + (size_t)c * ys);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i h[6], h2[6];
+        if (mode == IL_S8) {
+            const il8s *w = xs8 + b;
+            UNROLL
+            for (int g = 0; g < 8; g++) {
+                const __m256i wu = _mm256_loadu_si256((const __m256i *)(w->u + 32 * g));
+                const __m256i wx = _mm256_loadu_si256((const __m256i *)(w->x + 32 * g));
+                UNROLL
+                for (int c = 0; c < nc; c++) {
+                    const __m256i p = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(wu, _mm256_sign_epi8(bcast4(yb[c][b].qs + 4 * g), wx)), mult);
+                    h[c] = g ? _mm256_add_epi32(h[c], p) : p;
+                    PIN(h[c]);
+                }
+            }
+            const __m256 d = _mm256_loadu_ps(w->d);
+            UNROLL
+            for (int c = 0; c < nc; c++)
+                acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(h[c]), d), _mm256_set1_ps(yb[c][b].d),
+                                         acc[c]);
+            continue;
+        }
+        const il8 *w = xb + b;
+        if (mode == IL_Q6) {
+            __m256 t[6];
+            UNROLL
+            for (int half = 0; half < 2; half++) {
+                UNROLL
+                for (int g = 4 * half; g < 4 * half + 4; g++) {
+                    const __m256i wv = _mm256_loadu_si256((const __m256i *)(w->u + 32 * g));
+                    UNROLL
+                    for (int c = 0; c < nc; c++) {
+                        const __m256i p = _mm256_maddubs_epi16(wv, bcast4(yb[c][b].qs + 4 * g));
+                        if (g % 4 == 0)
+                            h[c] = p;
+                        else if (g % 4 == 1)
+                            h[c] = _mm256_add_epi16(h[c], p);
+                        else if (g % 4 == 2)
+                            h2[c] = p;
+                        else
+                            h2[c] = _mm256_add_epi16(h2[c], p);
+                        PIN(h[c]);
+                        if (g % 4 >= 2)
+                            PIN(h2[c]);
+                    }
+                }
+                const __m256 d = _mm256_loadu_ps(half ? w->m : w->d);
+                UNROLL
+                for (int c = 0; c < nc; c++) {
+                    const int32_t corr = half ? yb[c][b].c - yb[c][b].c_lo : yb[c][b].c_lo;
+                    const __m256i is = _mm256_add_epi32(
+                        _mm256_add_epi32(_mm256_madd_epi16(h[c], mult), _mm256_madd_epi16(h2[c], mult)),
+                        _mm256_set1_epi32(corr));
+                    t[c] = half ? _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), d, t[c])
+                                : _mm256_mul_ps(_mm256_cvtepi32_ps(is), d);
+                }
+            }
+            UNROLL
+            for (int c = 0; c < nc; c++) acc[c] = _mm256_fmadd_ps(t[c], _mm256_set1_ps(yb[c][b].d), acc[c]);
+            continue;
+        }
+        UNROLL
+        for (int g = 0; g < 8; g++) {
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w->u + 32 * g));
+            UNROLL
+            for (int c = 0; c < nc; c++) {
+                const __m256i p = _mm256_maddubs_epi16(wv, bcast4(yb[c][b].qs + 4 * g));
+                if (mode == IL_U5 && g >= 4) {
+                    h2[c] = g == 4 ? p : _mm256_add_epi16(h2[c], p);
+                    PIN(h2[c]);
+                } else {
+                    h[c] = g == 0 ? p : _mm256_add_epi16(h[c], p);
+                    PIN(h[c]);
+                }
+            }
+        }
+        const __m256 d = _mm256_loadu_ps(w->d);
+        UNROLL
+        for (int c = 0; c < nc; c++) {
+            __m256i is = _mm256_madd_epi16(h[c], mult);
+            if (mode == IL_U5)
+                is = _mm256_add_epi32(is, _mm256_madd_epi16(h2[c], mult));
+            if (zp)
+                is = _mm256_add_epi32(is, _mm256_set1_epi32(yb[c][b].c));
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), d), _mm256_set1_ps(yb[c][b].d), acc[c]);
+        }
+        if (!zp) {
+            const __m256 mv = _mm256_loadu_ps(w->m);
+            UNROLL
+            for (int c = 0; c < nc; c++) acc[c] = _mm256_fmadd_ps(mv, _mm256_set1_ps(yb[c][b].ds), acc[c]);
+        }
+    }
+    UNROLL
+    for (int c = 0; c < nc; c++) store_rows(s + (size_t)c * ss, acc[c], m);
+}
+
+/* Columns per pass (registers: 16 ymm). */
+#ifndef NC_U4 /* (overridable for benchmarks) */
+#define NC_U4 6
+#define NC_U5 4
+#define NC_Q6 3
+#define NC_S8 4
+#endif
+
+#define IL8_COLS(name, mode, zp)                                                                                 \
+    static void name(int nc, int64_t nb, const void *xb, const char *y, size_t ys, float *s, size_t ss, int m) { \
+        switch (nc) {                                                                                            \
+        case 6: il8_cols(mode, zp, 6, nb, xb, y, ys, s, ss, m); break;                                           \
+        case 5: il8_cols(mode, zp, 5, nb, xb, y, ys, s, ss, m); break;                                           \
+        case 4: il8_cols(mode, zp, 4, nb, xb, y, ys, s, ss, m); break;                                           \
+        case 3: il8_cols(mode, zp, 3, nb, xb, y, ys, s, ss, m); break;                                           \
+        case 2: il8_cols(mode, zp, 2, nb, xb, y, ys, s, ss, m); break;                                           \
+        default: il8_cols(mode, zp, 1, nb, xb, y, ys, s, ss, m); break;                                          \
+        }                                                                                                        \
+    }
+IL8_COLS(cols_u4_zp, IL_U4, true)
+IL8_COLS(cols_u4_min, IL_U4, false)
+IL8_COLS(cols_u5_zp, IL_U5, true)
+IL8_COLS(cols_u5_min, IL_U5, false)
+IL8_COLS(cols_q6, IL_Q6, true)
+IL8_COLS(cols_s8, IL_S8, true)
+
+typedef void (*il8_cols_fn)(int, int64_t, const void *, const char *, size_t, float *, size_t, int);
+
+static inline __attribute__((always_inline)) void gemm8(tsr_type t, int64_t k, int64_t m, int64_t n, const void *vx,
+                                                        size_t xs, const void *vy, size_t ys, float *s, size_t ss,
+                                                        void *scratch) {
+    const int64_t nb = k / 32;
+    il8_cols_fn cols;
+    int ncmax;
+    switch (t) {
+    case TSR_TYPE_Q8_0: cols = cols_s8, ncmax = NC_S8; break;
+    case TSR_TYPE_Q4_0: cols = cols_u4_zp, ncmax = NC_U4; break;
+    case TSR_TYPE_Q4_1:
+    case TSR_TYPE_Q4_K: cols = cols_u4_min, ncmax = NC_U4; break;
+    case TSR_TYPE_Q5_0: cols = cols_u5_zp, ncmax = NC_U5; break;
+    case TSR_TYPE_Q5_1:
+    case TSR_TYPE_Q5_K: cols = cols_u5_min, ncmax = NC_U5; break;
+    default: cols = cols_q6, ncmax = NC_Q6; break;
+    }
+    for (int64_t i = 0; i < m; i += 8) {
+        const int rows = m - i < 8 ? (int)(m - i) : 8;
+        il8_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, scratch);
+        for (int64_t j = 0; j < n; j += ncmax) {
+            const int nc = n - j < ncmax ? (int)(n - j) : ncmax;
+            cols(nc, nb, scratch, (const char *)vy + (size_t)j * ys, ys, s + (size_t)j * ss + (size_t)i, ss, rows);
+        }
+    }
+}
+
+#define GEMM8(name, T)                                                                                              \
+    static void name(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s, \
+                     size_t ss, void *scratch) {                                                                    \
+        gemm8(T, k, m, n, x, xs, y, ys, s, ss, scratch);                                                            \
+    }
+GEMM8(gemm_q8_0, TSR_TYPE_Q8_0)
+GEMM8(gemm_q4_0, TSR_TYPE_Q4_0)
+GEMM8(gemm_q5_0, TSR_TYPE_Q5_0)
+GEMM8(gemm_q4_1, TSR_TYPE_Q4_1)
+GEMM8(gemm_q5_1, TSR_TYPE_Q5_1)
+GEMM8(gemm_q4_k, TSR_TYPE_Q4_K)
+GEMM8(gemm_q5_k, TSR_TYPE_Q5_K)
+GEMM8(gemm_q6_k, TSR_TYPE_Q6_K)
+
+/* Activations -> tsr_cpu_q8s rows: the reference's arithmetic (d = max / 127,
+ * values rounded to nearest even of x * 127 / max), 32 values at a time. */
+static void q8s_from_float(const float *x, void *vy, int64_t k) {
+    tsr_cpu_q8s *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < k / 32; b++, x += 32) {
+        __m256 v[4];
+        __m256 mx = _mm256_setzero_ps();
+        for (int q = 0; q < 4; q++) {
+            v[q] = _mm256_loadu_ps(x + 8 * q);
+            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[q]));
+        }
+        __m128 r = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_max_ss(r, _mm_movehdup_ps(r));
+        const float amax = _mm_cvtss_f32(r);
+        const float d = amax / 127.0f, id = d ? 127.0f / amax : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i32[4];
+        for (int q = 0; q < 4; q++) i32[q] = _mm256_cvtps_epi32(_mm256_mul_ps(v[q], vid));
+        /* the lane sums: values 0..15 in the low half */
+        const __m256i s01 = _mm256_add_epi32(i32[0], i32[1]), s23 = _mm256_add_epi32(i32[2], i32[3]);
+        const __m256i p01 = _mm256_packs_epi32(i32[0], i32[1]), p23 = _mm256_packs_epi32(i32[2], i32[3]);
+        const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
+                                                      _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)y[b].qs, p);
+        __m128i lo = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
+        __m128i hi = _mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1));
+        lo = _mm_hadd_epi32(lo, hi); /* lo0 lo1 hi0 hi1 */
+        lo = _mm_hadd_epi32(lo, lo); /* lo hi lo hi */
+        const int32_t slo = _mm_cvtsi128_si32(lo), sum = slo + _mm_extract_epi32(lo, 1);
+        y[b].d = d;
+        y[b].ds = d * (float)sum;
+        y[b].c = -128 * sum;
+        y[b].c_lo = -128 * slo;
+    }
+}
+
+void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k) {
+    static const struct {
+        tsr_type t;
+        void (*fn)(int64_t, int64_t, int64_t, const void *, size_t, const void *, size_t, float *, size_t, void *);
+    } g[] = {{TSR_TYPE_Q8_0, gemm_q8_0}, {TSR_TYPE_Q4_0, gemm_q4_0}, {TSR_TYPE_Q5_0, gemm_q5_0},
+             {TSR_TYPE_Q4_1, gemm_q4_1}, {TSR_TYPE_Q5_1, gemm_q5_1}, {TSR_TYPE_Q4_K, gemm_q4_k},
+             {TSR_TYPE_Q5_K, gemm_q5_k}, {TSR_TYPE_Q6_K, gemm_q6_k}};
+    k->q8s_from_float = q8s_from_float;
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
+        k->gemm[g[i].t] = g[i].fn;
+        k->gemm_type[g[i].t] = TSR_TYPE_Q8_0; /* unused: the rows are tsr_cpu_q8s */
+        k->gemm_q8s[g[i].t] = true;
+    }
+}
