@@ -77,10 +77,13 @@ typedef struct tsr_cpu_kernels {
 #define TSR_CPU_GEMM_SCRATCH(k) ((size_t)((k) / 32 + 1) * 640 + (size_t)(k)*8 + 64)
 
 /* The activations of the integer gemms (gemm_q8s), per 32 values: the scale
- * d (a float, not rounded to F16: values are d * qs), d * sum(qs), and
- * -128 times the sum of all 32 and of the first 16 values, exact, so that a
- * kernel can multiply unsigned bytes (a weight + 128) and take the offset
- * back out in integers; then the values, qs = round(x / d), d = max|x| / 127. */
+ * d and d * sum(qs), each rounded to F16 (stored as floats) as in Q8_0's and
+ * Q8_1's blocks, so that a batch's rows agree with the one-column dot
+ * products over those (unrounded, a mixed batch's logits moved by 1.7% of
+ * the largest from the same sequence's alone); -128 times the sum of all 32
+ * and of the first 16 values, exact, so that a kernel can multiply unsigned
+ * bytes (a weight + 128) and take the offset back out in integers; then the
+ * values qs = round(x * 127 / max|x|) (values are d * qs). */
 typedef struct tsr_cpu_q8s {
     float d;
     float ds;

@@ -395,8 +395,8 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         lo = _mm_hadd_epi32(lo, hi); /* lo0 lo1 hi0 hi1 */
         lo = _mm_hadd_epi32(lo, lo); /* lo hi lo hi */
         const int32_t slo = _mm_cvtsi128_si32(lo), sum = slo + _mm_extract_epi32(lo, 1);
-        y[b].d = d;
-        y[b].ds = d * (float)sum;
+        y[b].d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
+        y[b].ds = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d * (float)sum));
         y[b].c = -128 * sum;
         y[b].c_lo = -128 * slo;
     }

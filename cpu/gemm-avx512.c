@@ -287,8 +287,8 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         _mm_storeu_si128((__m128i *)y[b].qs, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(y[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
         const int32_t lo = _mm512_reduce_add_epi32(q0), sum = lo + _mm512_reduce_add_epi32(q1);
-        y[b].d = d;
-        y[b].ds = d * (float)sum;
+        y[b].d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
+        y[b].ds = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d * (float)sum));
         y[b].c = -128 * sum;
         y[b].c_lo = -128 * lo;
     }
