@@ -264,6 +264,18 @@ void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n
     }
 }
 
+void tsr__cpu_gemv_ref(tsr_type wt, int64_t k, int64_t m, const void *x, size_t xs, const void *y, float *s,
+                       float *scratch) {
+    float *xf = scratch, *yf = scratch + k;
+    tsr__cpu_q8s_to_float(y, yf, k);
+    for (int64_t i = 0; i < m; i++) {
+        tsr__type_traits(wt)->to_float((const char *)x + (size_t)i * xs, xf, k);
+        double sum = 0;
+        for (int64_t l = 0; l < k; l++) sum += (double)xf[l] * yf[l];
+        s[i] = (float)sum;
+    }
+}
+
 /* The scalar variant's batched matmul for F16 weights: F32 activations (not
  * rounded to F16), summed in double. */
 static void gemm_f16_ref(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s,
@@ -350,14 +362,17 @@ void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap) {
     if (!have_avx2())
         return;
     tsr__cpu_kernels_avx2(k);
+    tsr__cpu_gemv_avx2(k);
     if (cap && strcmp(cap, "avx2") == 0)
         return;
 #ifdef TSR_HAVE_AVX512_BUILD
     bool vnni;
     if (have_avx512(&vnni)) {
         tsr__cpu_kernels_avx512(k, vnni);
-        if (vnni)
+        if (vnni) {
             tsr__cpu_gemm_avx512_vnni(k);
+            tsr__cpu_gemv_avx512_vnni(k);
+        }
     }
 #endif
 #else
