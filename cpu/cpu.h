@@ -69,10 +69,10 @@ typedef struct tsr_cpu_kernels {
     void (*q8s_from_float)(const float *x, void *y, int64_t k);
     /* Matrix-vector products (tsr__cpu_op_mul_mat uses them for one
      * activation column; NULL: the dots): s[i] = dot(x row i, y) for i < m
-     * over k elements (k % 32 == 0), x rows xs bytes apart in the weight
-     * type, read as stored; y one row of tsr_cpu_q8s blocks
-     * (q8s_from_float). Each result is the same whatever m and its place
-     * among the rows, so results do not depend on the tiling or threads. */
+     * over k elements, x rows xs bytes apart in the weight type, read as
+     * stored; y one row of dot_type[wt]. Each s[i] is the same bits as
+     * vec_dot[wt] of that row (the reference), whatever m and the row's place,
+     * so results do not depend on the tiling or threads. */
     void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, const void *x, size_t xs, const void *y, float *s);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
@@ -112,15 +112,10 @@ void tsr__cpu_q8s_to_float(const void *y, float *x, int64_t k);
 void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n, const void *x, size_t xs,
                        const void *y, size_t ys, float *s, size_t ss, void *scratch);
 
-/* The reference of every gemv (vec.c): rows dequantized, y a tsr_cpu_q8s row,
- * products summed in double; scratch: 2 * k floats. */
-void tsr__cpu_gemv_ref(tsr_type wt, int64_t k, int64_t m, const void *x, size_t xs, const void *y, float *s,
-                       float *scratch);
-
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 #ifdef TSR_HAVE_AVX2_BUILD
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
-/* gemv-avx2.c: the multi-row matrix-vector products and q8s_from_float. */
+/* gemv-avx2.c: the multi-row matrix-vector products, and q8s_from_float. */
 void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k);
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD

@@ -1,26 +1,25 @@
 /*
  * gemv-avx512.c - the matrix-vector products of decode (one activation
- * column) with VPDPBUSD (AVX-512 VNNI): several weight rows at a time,
- * read in their stored block format (no repacking), against one row of
- * tsr_cpu_q8s activations.
+ * column) with VPDPBUSD (AVX-512 VNNI): 8 weight rows at a time, read in
+ * their stored block format (no repacking), against one activation row in
+ * the weight type's dot type (Q8_0, Q8_1, Q8_K, as for the dots).
  *
- * Two 32-value blocks fill one 512-bit vector: each row's weights are
- * turned into UNSIGNED bytes u (the stored nibbles, 5- or 6-bit values, or
- * Q8_0's bytes + 128), the activation bytes laid out to match (block b in
- * lanes 0..7, block b + 1 in lanes 8..15), and VPDPBUSD sums four products
- * per 32-bit lane. The offset of signed formats (Q4_0: 8, Q5_0: 16, Q6_K:
- * 32, Q8_0: 128) comes back out in integers: the lanes start from
- * -offset * (the lane's four activations summed), computed once per block
- * pair for all the rows. Then per lane, in float, acc += sum * (dx * dy)
- * (dx a block's or sub-block's scale, dy the activations'), and for formats
- * with a minimum (Q4_1, Q4_K) acc += m * dy * sum(qy) (tsr_cpu_q8s.ds),
- * applied once per block pair (Q4_K: once per super-block, its eight
- * sub-blocks' minimums at once). Each row ends in one horizontal sum.
+ * Each result is the same bits as the kernel table's dot product of that
+ * row (test-cpu-kernels checks it), so decode gives what it gave before, and
+ * what llama.cpp's AVX2 kernels give: per block the exact integer sums of
+ * each 32-bit lane's four products, then in float, block after block, one
+ * 256-bit accumulator acc += (dx * dy) * sums (for Q4_1 a separate sum of
+ * m * s; for Q4_K / Q6_K the sub-block scales applied in integers, one
+ * float step per super-block), and the horizontal sum of hsum_ps256.
+ * What the rows share is done once for all of them (the activations'
+ * loads, scales and offset sums), the rows' instructions are independent
+ * (8 accumulators in registers), and the rows prefetch GEMV_PF rows ahead.
  *
- * The rows of a call go through the same instructions whatever their
- * number and place (the row loop is unrolled over independent
- * accumulators), so a row's result is the same bits in any call: results
- * do not depend on the tiling or the threads (test-cpu-kernels checks it).
+ * The integers: two 32-value blocks fill a 512-bit vector; the weights
+ * become UNSIGNED bytes u (the nibbles, 5- or 6-bit values, or Q8_0's
+ * bytes + 128), and the offset of the signed formats (Q4_0: 8, Q5_0: 16,
+ * Q6_K: 32, Q8_0: 128) comes back out exactly: the lanes start from
+ * -offset * the sum of their four activations.
  */
 #include "cpu.h"
 #include "simd.h"
@@ -30,36 +29,34 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
 #ifndef GEMV_PF
-#define GEMV_PF 24
+#define GEMV_PF 24 /* rows ahead to prefetch */
 #endif
-
-/* [a x 8 | b x 8] */
-INLINE __m512 bcast2(float a, float b) {
-    return _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
-}
+#define F16F(h) TSR_FP16_TO_FP32(h)
 
 INLINE __m512i load2x256(const void *a, const void *b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
                               _mm256_loadu_si256((const __m256i *)b), 1);
 }
+INLINE __m512i load1x256(const void *a) { return _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)a)); }
 
-/* Lanes 0..7 from float f[0], 8..15 from f[1] (a and b: lanes of f). */
-static const int32_t idx_h2[16] = {0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2};
-static const int32_t idx_h2m[16] = {1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3};
-static const int32_t idx_h2s[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-
-/* Two F16 scales -> [f0 x 8 | f1 x 8]. */
-INLINE __m512 half2(const void *p0, const void *p1) {
-    uint16_t a, b;
-    memcpy(&a, p0, 2);
-    memcpy(&b, p1, 2);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)(a | (uint32_t)b << 16)));
-    return _mm512_permutexvar_ps(_mm512_loadu_si512(idx_h2s), _mm512_castps128_ps512(f));
+/* -off * the sum of each lane's four values */
+INLINE __m512i neg_sums(int off, __m512i q) {
+    return off ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)off), q))
+               : _mm512_setzero_si512();
 }
 
-/* 16 nibble bytes of two blocks -> [lo q0, hi q0, lo q1, hi q1] as values 0..15
- * (q1 NULL: zeros). */
+/* The dots' float steps: two blocks (the halves of p) in order, or one. */
+INLINE __m256 fma_pair(__m256 acc, float d0, float d1, __m512i p) {
+    const __m512 f = _mm512_cvtepi32_ps(p);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
+    return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc);
+}
+INLINE __m256 fma_one(__m256 acc, float d, __m512i p) {
+    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm512_castps512_ps256(_mm512_cvtepi32_ps(p)), acc);
+}
+
+/* 16 nibble bytes of two blocks -> [lo q0, hi q0 | lo q1, hi q1] as values 0..15 (q1 NULL: zeros). */
 INLINE __m512i nib2(const uint8_t *q0, const uint8_t *q1) {
     static const int64_t il[8] = {0, 1, 8, 9, 2, 3, 10, 11};
     const __m128i a = _mm_loadu_si128((const __m128i *)q0);
@@ -70,73 +67,7 @@ INLINE __m512i nib2(const uint8_t *q0, const uint8_t *q1) {
     return _mm512_and_si512(u, _mm512_set1_epi8(0x0F));
 }
 
-/* One pair of activation blocks (the second may be missing: zeros). */
-typedef struct ypair {
-    __m512i q;   /* values */
-    __m512 d;    /* [d0 x 8 | d1 x 8] */
-    __m512i neg; /* -offset * the sum of each lane's four values */
-    __m512 ds;   /* [ds0 / 8 x 8 | ds1 / 8 x 8] (formats with a minimum) */
-} ypair;
-
-INLINE ypair ypair_load(const tsr_cpu_q8s *y, bool two, int off, bool mins) {
-    ypair p;
-    p.q = two ? load2x256(y[0].qs, y[1].qs) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)y[0].qs));
-    p.d = bcast2(y[0].d, two ? y[1].d : 0.0f);
-    p.neg = off ? _mm512_sub_epi32(_mm512_setzero_si512(),
-                                   _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)off), p.q))
-                : _mm512_setzero_si512();
-    p.ds = mins ? bcast2(y[0].ds * 0.125f, two ? y[1].ds * 0.125f : 0.0f) : _mm512_setzero_ps();
-    return p;
-}
-
-INLINE __m512 step(__m512 acc, __m512i neg, __m512i u, const ypair *y, __m512 dx) {
-    const __m512i s = _mm512_dpbusd_epi32(neg, u, y->q);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dx, y->d), acc);
-}
-
-/* ---- the 32-value block formats: Q8_0, Q4_0, Q5_0, Q4_1 ----------------------- */
-
-/* Row r's blocks b, b + 1 (two false: b only): unsigned values, scales, minimums. */
-INLINE __m512i blk2(tsr_type t, const char *row, int64_t b, bool two, __m512 *dx, __m512 *mx) {
-    switch (t) {
-    case TSR_TYPE_Q8_0: {
-        const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row + b;
-        const tsr_half zero = 0;
-        *dx = half2(&q[0].d, two ? &q[1].d : &zero);
-        const __m512i v = two ? load2x256(q[0].qs, q[1].qs)
-                              : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)q[0].qs));
-        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-    }
-    case TSR_TYPE_Q4_0: {
-        const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
-        const tsr_half zero = 0;
-        *dx = half2(&q[0].d, two ? &q[1].d : &zero);
-        return nib2(q[0].qs, two ? q[1].qs : NULL);
-    }
-    case TSR_TYPE_Q5_0: {
-        const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)row + b;
-        const tsr_half zero = 0;
-        *dx = half2(&q[0].d, two ? &q[1].d : &zero);
-        uint32_t h0, h1 = 0;
-        memcpy(&h0, q[0].qh, 4);
-        if (two)
-            memcpy(&h1, q[1].qh, 4);
-        const __m512i u = nib2(q[0].qs, two ? q[1].qs : NULL);
-        return _mm512_mask_add_epi8(u, _cvtu64_mask64(h0 | (uint64_t)h1 << 32), u, _mm512_set1_epi8(16));
-    }
-    default: { /* TSR_TYPE_Q4_1 */
-        const tsr_block_q4_1 *q = (const tsr_block_q4_1 *)row + b;
-        uint32_t w0, w1 = 0;
-        memcpy(&w0, &q[0].d, 4); /* d, m */
-        if (two)
-            memcpy(&w1, &q[1].d, 4);
-        const __m512 f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_set_epi32(0, 0, (int)w1, (int)w0)));
-        *dx = _mm512_permutexvar_ps(_mm512_loadu_si512(idx_h2), f);
-        *mx = _mm512_permutexvar_ps(_mm512_loadu_si512(idx_h2m), f);
-        return nib2(q[0].qs, two ? q[1].qs : NULL);
-    }
-    }
-}
+/* ---- the 32-value block formats: Q8_0, Q4_0, Q5_0 (x Q8_0), Q4_1 (x Q8_1) ------- */
 
 static inline int64_t blk_bytes(tsr_type t) {
     switch (t) {
@@ -157,52 +88,104 @@ static int zp_offset(tsr_type t) {
     }
 }
 
-/* Blocks b, b + 1 (two false: b only) of R rows into their accumulators. */
-INLINE void pair32(tsr_type t, int R, const char *x, size_t xs, size_t pfo, const tsr_cpu_q8s *y, int64_t b, bool two,
-                   __m512 *acc) {
-    const bool mins = t == TSR_TYPE_Q4_1;
-    const ypair yp = ypair_load(y + b, two, zp_offset(t), mins);
-    UNROLL
-    for (int r = 0; r < R; r++) {
-        __m512 dx, mx = _mm512_setzero_ps();
-        const char *pf = x + (size_t)r * xs + pfo + b * blk_bytes(t);
-        _mm_prefetch(pf, _MM_HINT_T0);
-        if (2 * blk_bytes(t) > 64)
-            _mm_prefetch(pf + 64, _MM_HINT_T0);
-        const __m512i u = blk2(t, x + (size_t)r * xs, b, two, &dx, &mx);
-        acc[r] = step(acc[r], yp.neg, u, &yp, dx);
-        if (mins)
-            acc[r] = _mm512_fmadd_ps(mx, yp.ds, acc[r]);
+/* A row's blocks b, b + 1 (two false: b only) as unsigned values; their scales. */
+INLINE __m512i blk2(tsr_type t, const char *row, int64_t b, bool two, float *d0, float *d1) {
+    switch (t) {
+    case TSR_TYPE_Q8_0: {
+        const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row + b;
+        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        return _mm512_xor_si512(two ? load2x256(q[0].qs, q[1].qs) : load1x256(q[0].qs), _mm512_set1_epi8((char)0x80));
+    }
+    case TSR_TYPE_Q4_0: {
+        const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
+        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        return nib2(q[0].qs, two ? q[1].qs : NULL);
+    }
+    case TSR_TYPE_Q5_0: {
+        const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)row + b;
+        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        uint32_t h0, h1 = 0;
+        memcpy(&h0, q[0].qh, 4);
+        if (two)
+            memcpy(&h1, q[1].qh, 4);
+        const __m512i u = nib2(q[0].qs, two ? q[1].qs : NULL);
+        return _mm512_mask_add_epi8(u, _cvtu64_mask64(h0 | (uint64_t)h1 << 32), u, _mm512_set1_epi8(16));
+    }
+    default: { /* TSR_TYPE_Q4_1 */
+        const tsr_block_q4_1 *q = (const tsr_block_q4_1 *)row + b;
+        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        return nib2(q[0].qs, two ? q[1].qs : NULL);
+    }
     }
 }
 
-INLINE void rows32(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const tsr_cpu_q8s *y, float *s) {
+/* Blocks b, b + 1 (two false: b only) of R rows into their accumulators. */
+INLINE void pair32(tsr_type t, int R, const char *x, size_t xs, size_t pfo, const void *vy, int64_t b, bool two,
+                   __m256 *acc, float *summs) {
+    __m512i q;
+    float dy0, dy1 = 0.0f, sy0 = 0.0f, sy1 = 0.0f;
+    if (t == TSR_TYPE_Q4_1) {
+        const tsr_block_q8_1 *y = (const tsr_block_q8_1 *)vy + b;
+        q = two ? load2x256(y[0].qs, y[1].qs) : load1x256(y[0].qs);
+        dy0 = F16F(y[0].d), sy0 = F16F(y[0].s);
+        if (two)
+            dy1 = F16F(y[1].d), sy1 = F16F(y[1].s);
+    } else {
+        const tsr_block_q8_0 *y = (const tsr_block_q8_0 *)vy + b;
+        q = two ? load2x256(y[0].qs, y[1].qs) : load1x256(y[0].qs);
+        dy0 = F16F(y[0].d);
+        if (two)
+            dy1 = F16F(y[1].d);
+    }
+    const __m512i neg = neg_sums(zp_offset(t), q);
+    UNROLL
+    for (int r = 0; r < R; r++) {
+        const char *row = x + (size_t)r * xs;
+        const char *pf = row + pfo + b * blk_bytes(t);
+        _mm_prefetch(pf, _MM_HINT_T0);
+        if (2 * blk_bytes(t) > 64)
+            _mm_prefetch(pf + 64, _MM_HINT_T0);
+        float d0, d1;
+        const __m512i p = _mm512_dpbusd_epi32(neg, blk2(t, row, b, two, &d0, &d1), q);
+        if (t == TSR_TYPE_Q4_1) { /* one block at a time (ggml's order) */
+            const tsr_block_q4_1 *w = (const tsr_block_q4_1 *)row + b;
+            summs[r] += F16F(w[0].m) * sy0;
+            if (two)
+                summs[r] += F16F(w[1].m) * sy1;
+        }
+        acc[r] = two ? fma_pair(acc[r], d0 * dy0, d1 * dy1, p) : fma_one(acc[r], d0 * dy0, p);
+    }
+}
+
+INLINE void rows32(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *y, float *s) {
     const int64_t nb = k / 32;
-    __m512 acc[8];
+    __m256 acc[8];
+    float summs[8];
     UNROLL
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), summs[r] = 0.0f;
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2) pair32(t, R, x, xs, pfo, y, b, true, acc);
+    for (; b + 2 <= nb; b += 2) pair32(t, R, x, xs, pfo, y, b, true, acc, summs);
     if (b < nb)
-        pair32(t, R, x, xs, pfo, y, b, false, acc);
+        pair32(t, R, x, xs, pfo, y, b, false, acc, summs);
     UNROLL
-    for (int r = 0; r < R; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < R; r++) s[r] = t == TSR_TYPE_Q4_1 ? hsum_ps256(acc[r]) + summs[r] : hsum_ps256(acc[r]);
 }
 
-/* ---- Q4_K: super-blocks of 8 sub-blocks of 32 --------------------------------- */
+/* ---- Q4_K and Q6_K (x Q8_K): super-blocks of 256 -------------------------------- */
 
-/* The 8 six-bit scales (bytes 0..7) and minimums (8..15), as ggml unpacks them. */
+/* The 8 six-bit scales (bytes 0..7) and minimums (8..15). */
 INLINE __m128i q4k_scales(const uint8_t *sc) {
-    uint32_t u[4];
+    uint32_t u[3], w[4];
     memcpy(u, sc, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-    const uint32_t a = u[1] & 0x3f3f3f3f;
-    u[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-    u[2] = a;
-    u[0] &= 0x3f3f3f3f;
-    return _mm_loadu_si128((const __m128i *)u);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    w[0] = u[0] & m6;
+    w[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    w[2] = u[1] & m6;
+    w[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    return _mm_loadu_si128((const __m128i *)w);
 }
 
+/* Lanes of a vector of 16 scales: Q4_K [2p x 8 | 2p + 1 x 8], Q6_K groups of 4 lanes. */
 static const int32_t idx_k4[4][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
                                       {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
                                       {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
@@ -212,30 +195,36 @@ static const int32_t idx_k6[4][16] = {{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3,
                                       {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
                                       {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
 
-INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const tsr_cpu_q8s *y, float *s) {
-    const int64_t nsb = k / 256;
-    __m512 acc[8];
+/* The two 256-bit halves of the super-block's lanes added. */
+INLINE __m256 fold_cvt(__m512i v) {
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
+}
+
+INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    __m256 acc[8];
+    float accm[8];
     UNROLL
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        const tsr_cpu_q8s *yb = y + 8 * sb;
-        /* the eight sub-blocks' d * sum(qy), for the minimums */
-        const __m512 yds = _mm512_zextps256_ps512(
-            _mm256_i32gather_ps(&yb[0].ds, _mm256_setr_epi32(0, 12, 24, 36, 48, 60, 72, 84), 4));
-        __m512 sc[8];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = 0.0f;
+    for (int64_t sb = 0; sb < k / 256; sb++) {
+        const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
+        /* the sub-blocks' sums of the activations, for the minimums */
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                          _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+        __m512i sc[8], sumi[8];
         UNROLL
         for (int r = 0; r < R; r++) {
             const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
             const __m128i sm = q4k_scales(q->scales);
-            sc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)), _mm512_set1_ps(TSR_FP16_TO_FP32(q->d)));
-            const __m512 m8 = _mm512_zextps256_ps512(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
-                              _mm256_set1_ps(TSR_FP16_TO_FP32(q->dmin))));
-            acc[r] = _mm512_fnmadd_ps(m8, yds, acc[r]);
+            sc[r] = _mm512_cvtepu8_epi32(sm);
+            __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
+            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
+            accm[r] += y->d * F16F(q->dmin) * (float)_mm_cvtsi128_si32(pm);
+            sumi[r] = _mm512_setzero_si512();
         }
         UNROLL
         for (int p = 0; p < 4; p++) {
-            const ypair yp = ypair_load(yb + 2 * p, true, 0, false);
+            const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * p));
             const __m512i idx = _mm512_loadu_si512(idx_k4[p]);
             UNROLL
             for (int r = 0; r < R; r++) {
@@ -245,33 +234,37 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                 const __m256i t = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * p));
                 const __m512i u = _mm512_and_si512(
                     _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), _mm512_set1_epi8(0x0F));
-                acc[r] = step(acc[r], _mm512_setzero_si512(), u, &yp, _mm512_permutexvar_ps(idx, sc[r]));
+                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yq);
+                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(d, _mm512_permutexvar_epi32(idx, sc[r])));
             }
+        }
+        UNROLL
+        for (int r = 0; r < R; r++) {
+            const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), fold_cvt(sumi[r]), acc[r]);
         }
     }
     UNROLL
-    for (int r = 0; r < R; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]) - accm[r];
 }
 
-/* ---- Q6_K: super-blocks of 256, a scale per 16 values ------------------------- */
-
-INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const tsr_cpu_q8s *y, float *s) {
-    const int64_t nsb = k / 256;
-    __m512 acc[8];
+INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    __m256 acc[8];
     UNROLL
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        const tsr_cpu_q8s *yb = y + 8 * sb;
-        __m512 sc[8];
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < k / 256; sb++) {
+        const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
+        __m512i sc[8], sumi[8];
         UNROLL
         for (int r = 0; r < R; r++) {
             const tsr_block_q6_K *q = (const tsr_block_q6_K *)(x + (size_t)r * xs) + sb;
-            sc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->scales))),
-                                  _mm512_set1_ps(TSR_FP16_TO_FP32(q->d)));
+            sc[r] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->scales));
+            sumi[r] = _mm512_setzero_si512();
         }
         UNROLL
-        for (int p = 0; p < 4; p++) {
-            const ypair yp = ypair_load(yb + 2 * p, true, 32, false);
+        for (int p = 0; p < 4; p++) { /* values 64p .. 64p + 63: t = 2 (p % 2), + 1 of the half p / 2 */
+            const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * p));
+            const __m512i neg = neg_sums(32, yq);
             const __m512i idx = _mm512_loadu_si512(idx_k6[p]);
             const int h = p / 2;
             UNROLL
@@ -280,7 +273,7 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                 _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 64 * p, _MM_HINT_T0);
                 __m512i lo = _mm512_loadu_si512((const void *)(q->ql + 64 * h));
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(q->qh + 32 * h));
-                __m256i h0, h1; /* the two high bits of values 0..31 of each block, at bits 4..5 */
+                __m256i h0, h1; /* the two high bits of each block's values, at bits 4..5 */
                 if (p % 2 == 0) {
                     h0 = _mm256_slli_epi16(qh, 4), h1 = _mm256_slli_epi16(qh, 2);
                 } else {
@@ -290,18 +283,23 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                 const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
                 const __m512i u = _mm512_ternarylogic_epi32(_mm512_and_si512(lo, _mm512_set1_epi8(0x0F)), hi,
                                                             _mm512_set1_epi8(0x30), 0xF8); /* a | (b & c) */
-                acc[r] = step(acc[r], yp.neg, u, &yp, _mm512_permutexvar_ps(idx, sc[r]));
+                const __m512i d = _mm512_dpbusd_epi32(neg, u, yq);
+                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(d, _mm512_permutexvar_epi32(idx, sc[r])));
             }
+        }
+        UNROLL
+        for (int r = 0; r < R; r++) {
+            const tsr_block_q6_K *q = (const tsr_block_q6_K *)(x + (size_t)r * xs) + sb;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), fold_cvt(sumi[r]), acc[r]);
         }
     }
     UNROLL
-    for (int r = 0; r < R; r++) s[r] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]);
 }
 
 /* ---- entry points: the rows 8 at a time, then 4, 2, 1 ------------------------ */
 
-INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const tsr_cpu_q8s *y,
-                    float *s) {
+INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *y, float *s) {
     if (t == TSR_TYPE_Q4_K)
         rows_q4k(R, k, x, xs, pfo, y, s);
     else if (t == TSR_TYPE_Q6_K)

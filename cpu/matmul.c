@@ -29,9 +29,9 @@ static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path
         *path = MM_SGEMM;
         return TSR_TYPE_F16;
     }
-    if (k->gemv[a->type] && nr1 == 1 && a->ne[0] % 32 == 0 && dst->nb[0] == sizeof(float)) {
-        *path = MM_GEMV;      /* one column: the multi-row matrix-vector product */
-        return TSR_TYPE_Q8_0; /* unused: the row is tsr_cpu_q8s */
+    if (k->gemv[a->type] && nr1 == 1 && dst->nb[0] == sizeof(float)) {
+        *path = MM_GEMV; /* one column: the multi-row matrix-vector products */
+        return k->dot_type[a->type];
     }
     if (k->gemm[a->type] && nr1 >= 2 && dst->nb[0] == sizeof(float)) {
         *path = MM_GEMM;
@@ -43,7 +43,7 @@ static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path
 
 /* The activations of the integer gemms are tsr_cpu_q8s rows, not rows of a type. */
 static bool mm_q8s(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path path) {
-    return path == MM_GEMV || (path == MM_GEMM && k->gemm_q8s[dst->src[0]->type]);
+    return path == MM_GEMM && k->gemm_q8s[dst->src[0]->type];
 }
 
 static size_t conv_bytes(const tsr_tensor *dst, tsr_type dt, bool q8s, size_t *row_bytes) {

@@ -264,18 +264,6 @@ void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n
     }
 }
 
-void tsr__cpu_gemv_ref(tsr_type wt, int64_t k, int64_t m, const void *x, size_t xs, const void *y, float *s,
-                       float *scratch) {
-    float *xf = scratch, *yf = scratch + k;
-    tsr__cpu_q8s_to_float(y, yf, k);
-    for (int64_t i = 0; i < m; i++) {
-        tsr__type_traits(wt)->to_float((const char *)x + (size_t)i * xs, xf, k);
-        double sum = 0;
-        for (int64_t l = 0; l < k; l++) sum += (double)xf[l] * yf[l];
-        s[i] = (float)sum;
-    }
-}
-
 /* The scalar variant's batched matmul for F16 weights: F32 activations (not
  * rounded to F16), summed in double. */
 static void gemm_f16_ref(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s,
