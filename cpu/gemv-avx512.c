@@ -200,6 +200,8 @@ INLINE __m256 fold_cvt(__m512i v) {
     return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
+/* Row by row within a super-block (the activations reloaded from L1): the
+ * rows' scales and sums do not fit in registers all at once. */
 INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
     __m256 acc[8];
     float accm[8];
@@ -210,38 +212,30 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
         /* the sub-blocks' sums of the activations, for the minimums */
         const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
                                           _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-        __m512i sc[8], sumi[8];
         UNROLL
         for (int r = 0; r < R; r++) {
             const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
             const __m128i sm = q4k_scales(q->scales);
-            sc[r] = _mm512_cvtepu8_epi32(sm);
+            const __m512i sc = _mm512_cvtepu8_epi32(sm);
             __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
             pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
             pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
             accm[r] += y->d * F16F(q->dmin) * (float)_mm_cvtsi128_si32(pm);
-            sumi[r] = _mm512_setzero_si512();
-        }
-        UNROLL
-        for (int p = 0; p < 4; p++) {
-            const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * p));
-            const __m512i idx = _mm512_loadu_si512(idx_k4[p]);
+            __m512i sumi = _mm512_setzero_si512();
             UNROLL
-            for (int r = 0; r < R; r++) {
-                const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
+            for (int p = 0; p < 4; p++) {
                 if (p < 3)
                     _mm_prefetch(x + (size_t)r * xs + pfo + sb * 144 + 64 * p, _MM_HINT_T0);
                 const __m256i t = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * p));
                 const __m512i u = _mm512_and_si512(
                     _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), _mm512_set1_epi8(0x0F));
-                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, yq);
-                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(d, _mm512_permutexvar_epi32(idx, sc[r])));
+                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                                      _mm512_loadu_si512((const void *)(y->qs + 64 * p)));
+                /* |d| < 2^15: one 16 x 16-bit product per lane */
+                sumi = _mm512_add_epi32(
+                    sumi, _mm512_madd_epi16(d, _mm512_permutexvar_epi32(_mm512_loadu_si512(idx_k4[p]), sc)));
             }
-        }
-        UNROLL
-        for (int r = 0; r < R; r++) {
-            const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), fold_cvt(sumi[r]), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), fold_cvt(sumi), acc[r]);
         }
     }
     UNROLL
@@ -254,22 +248,19 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
     for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t sb = 0; sb < k / 256; sb++) {
         const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
-        __m512i sc[8], sumi[8];
+        __m512i neg[4]; /* -32 * the activations' lane sums */
+        UNROLL
+        for (int p = 0; p < 4; p++) neg[p] = neg_sums(32, _mm512_loadu_si512((const void *)(y->qs + 64 * p)));
         UNROLL
         for (int r = 0; r < R; r++) {
             const tsr_block_q6_K *q = (const tsr_block_q6_K *)(x + (size_t)r * xs) + sb;
-            sc[r] = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->scales));
-            sumi[r] = _mm512_setzero_si512();
-        }
-        UNROLL
-        for (int p = 0; p < 4; p++) { /* values 64p .. 64p + 63: t = 2 (p % 2), + 1 of the half p / 2 */
-            const __m512i yq = _mm512_loadu_si512((const void *)(y->qs + 64 * p));
-            const __m512i neg = neg_sums(32, yq);
-            const __m512i idx = _mm512_loadu_si512(idx_k6[p]);
-            const int h = p / 2;
+            /* the scales as 16-bit values in 32-bit lanes (the upper halves zero) */
+            const __m512i sc = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q->scales)),
+                                                _mm512_set1_epi32(0xFFFF));
+            __m512i sumi = _mm512_setzero_si512();
             UNROLL
-            for (int r = 0; r < R; r++) {
-                const tsr_block_q6_K *q = (const tsr_block_q6_K *)(x + (size_t)r * xs) + sb;
+            for (int p = 0; p < 4; p++) { /* values 64p .. 64p + 63: blocks 2 (p % 2), + 1 of the half p / 2 */
+                const int h = p / 2;
                 _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 64 * p, _MM_HINT_T0);
                 __m512i lo = _mm512_loadu_si512((const void *)(q->ql + 64 * h));
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(q->qh + 32 * h));
@@ -283,14 +274,12 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                 const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(h0), h1, 1);
                 const __m512i u = _mm512_ternarylogic_epi32(_mm512_and_si512(lo, _mm512_set1_epi8(0x0F)), hi,
                                                             _mm512_set1_epi8(0x30), 0xF8); /* a | (b & c) */
-                const __m512i d = _mm512_dpbusd_epi32(neg, u, yq);
-                sumi[r] = _mm512_add_epi32(sumi[r], _mm512_mullo_epi32(d, _mm512_permutexvar_epi32(idx, sc[r])));
+                const __m512i d = _mm512_dpbusd_epi32(neg[p], u, _mm512_loadu_si512((const void *)(y->qs + 64 * p)));
+                /* |d| <= 4 * 32 * 128: one 16 x 16-bit product per lane */
+                sumi = _mm512_add_epi32(
+                    sumi, _mm512_madd_epi16(d, _mm512_permutexvar_epi32(_mm512_loadu_si512(idx_k6[p]), sc)));
             }
-        }
-        UNROLL
-        for (int r = 0; r < R; r++) {
-            const tsr_block_q6_K *q = (const tsr_block_q6_K *)(x + (size_t)r * xs) + sb;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), fold_cvt(sumi[r]), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), fold_cvt(sumi), acc[r]);
         }
     }
     UNROLL
