@@ -30,6 +30,19 @@
 #define KROWS _Pragma("GCC unroll 1")
 #endif
 
+/* A F16 scale broadcast from the conversion table (a load, no shuffle). */
+INLINE __m256 bcast_f16(const void *h) {
+    uint16_t v;
+    memcpy(&v, h, 2);
+    return _mm256_broadcast_ss(&tsr__fp16_table[v]);
+}
+
+/* 32 nibbles of 16 bytes: low -> bytes 0..15, high -> 16..31 (one shift of the upper half). */
+INLINE __m256i nib32(const uint8_t *qs) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
 /* sum of each 32-bit lane's four products of unsigned u (below 64) and signed y */
 INLINE __m256i dot4(__m256i u, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
@@ -48,30 +61,30 @@ static inline int64_t blk_bytes(tsr_type t) {
 
 /* Block b of a row against the activation values yq (neg: -offset * their
  * lane sums): the integer sums of the lanes, and the block's scale. */
-INLINE __m256i blk1(tsr_type t, const char *row, int64_t b, __m256i yq, __m256i neg, float *dx) {
+INLINE __m256i blk1(tsr_type t, const char *row, int64_t b, __m256i yq, __m256i neg, __m256 *dx) {
     switch (t) {
     case TSR_TYPE_Q8_0: {
         const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row + b;
-        *dx = F16F(q->d);
+        *dx = bcast_f16(&q->d);
         const __m256i v = _mm256_loadu_si256((const __m256i *)q->qs);
         return dot4(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yq, v));
     }
     case TSR_TYPE_Q4_0: {
         const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
-        *dx = F16F(q->d);
-        return _mm256_add_epi32(neg, dot4(nibbles32(q->qs), yq));
+        *dx = bcast_f16(&q->d);
+        return _mm256_add_epi32(neg, dot4(nib32(q->qs), yq));
     }
     case TSR_TYPE_Q5_0: {
         const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)row + b;
-        *dx = F16F(q->d);
-        const __m256i u = _mm256_or_si256(nibbles32(q->qs),
+        *dx = bcast_f16(&q->d);
+        const __m256i u = _mm256_or_si256(nib32(q->qs),
                                           _mm256_and_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8(0x10)));
         return _mm256_add_epi32(neg, dot4(u, yq));
     }
     default: { /* TSR_TYPE_Q4_1 */
         const tsr_block_q4_1 *q = (const tsr_block_q4_1 *)row + b;
-        *dx = F16F(q->d);
-        return dot4(nibbles32(q->qs), yq);
+        *dx = bcast_f16(&q->d);
+        return dot4(nib32(q->qs), yq);
     }
     }
 }
@@ -84,13 +97,14 @@ INLINE void rows32(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_
     const int off = t == TSR_TYPE_Q4_0 ? 8 : t == TSR_TYPE_Q5_0 ? 16 : 0;
     for (int64_t b = 0; b < k / 32; b++) {
         __m256i yq;
-        float dy, sy = 0.0f;
+        __m256 dy;
+        float sy = 0.0f;
         if (t == TSR_TYPE_Q4_1) {
             const tsr_block_q8_1 *y = (const tsr_block_q8_1 *)vy + b;
-            yq = _mm256_loadu_si256((const __m256i *)y->qs), dy = F16F(y->d), sy = F16F(y->s);
+            yq = _mm256_loadu_si256((const __m256i *)y->qs), dy = bcast_f16(&y->d), sy = F16F(y->s);
         } else {
             const tsr_block_q8_0 *y = (const tsr_block_q8_0 *)vy + b;
-            yq = _mm256_loadu_si256((const __m256i *)y->qs), dy = F16F(y->d);
+            yq = _mm256_loadu_si256((const __m256i *)y->qs), dy = bcast_f16(&y->d);
         }
         const __m256i neg = off ? _mm256_sub_epi32(_mm256_setzero_si256(), dot4(_mm256_set1_epi8((char)off), yq))
                                 : _mm256_setzero_si256();
@@ -99,11 +113,11 @@ INLINE void rows32(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_
             const char *row = x + (size_t)r * xs;
             if ((b * blk_bytes(t)) % 64 < blk_bytes(t)) /* a new cache line */
                 _mm_prefetch(row + pfo + b * blk_bytes(t) + 64, _MM_HINT_T0);
-            float dx;
+            __m256 dx;
             const __m256i isum = blk1(t, row, b, yq, neg, &dx);
             if (t == TSR_TYPE_Q4_1)
                 summs[r] += F16F(((const tsr_block_q4_1 *)row + b)->m) * sy;
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * dy), _mm256_cvtepi32_ps(isum), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum), acc[r]);
         }
     }
     UNROLL

@@ -46,14 +46,22 @@ INLINE __m512i neg_sums(int off, __m512i q) {
                : _mm512_setzero_si512();
 }
 
-/* The dots' float steps: two blocks (the halves of p) in order, or one. */
-INLINE __m256 fma_pair(__m256 acc, float d0, float d1, __m512i p) {
+/* The dots' float steps: two blocks (the halves of p) in order, or one;
+ * d0, d1 the products dx * dy broadcast. */
+INLINE __m256 fma_pair(__m256 acc, __m256 d0, __m256 d1, __m512i p) {
     const __m512 f = _mm512_cvtepi32_ps(p);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
-    return _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc);
+    acc = _mm256_fmadd_ps(d0, _mm512_castps512_ps256(f), acc);
+    return _mm256_fmadd_ps(d1, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)), acc);
 }
-INLINE __m256 fma_one(__m256 acc, float d, __m512i p) {
-    return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm512_castps512_ps256(_mm512_cvtepi32_ps(p)), acc);
+INLINE __m256 fma_one(__m256 acc, __m256 d, __m512i p) {
+    return _mm256_fmadd_ps(d, _mm512_castps512_ps256(_mm512_cvtepi32_ps(p)), acc);
+}
+
+/* A F16 scale broadcast from the conversion table (a load, no shuffle). */
+INLINE __m256 bcast_f16(const void *h) {
+    uint16_t v;
+    memcpy(&v, h, 2);
+    return _mm256_broadcast_ss(&tsr__fp16_table[v]);
 }
 
 /* 16 nibble bytes of two blocks -> [lo q0, hi q0 | lo q1, hi q1] as values 0..15 (q1 NULL: zeros). */
@@ -89,21 +97,21 @@ static int zp_offset(tsr_type t) {
 }
 
 /* A row's blocks b, b + 1 (two false: b only) as unsigned values; their scales. */
-INLINE __m512i blk2(tsr_type t, const char *row, int64_t b, bool two, float *d0, float *d1) {
+INLINE __m512i blk2(tsr_type t, const char *row, int64_t b, bool two, __m256 *d0, __m256 *d1) {
     switch (t) {
     case TSR_TYPE_Q8_0: {
         const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row + b;
-        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        *d0 = bcast_f16(&q[0].d), *d1 = two ? bcast_f16(&q[1].d) : _mm256_setzero_ps();
         return _mm512_xor_si512(two ? load2x256(q[0].qs, q[1].qs) : load1x256(q[0].qs), _mm512_set1_epi8((char)0x80));
     }
     case TSR_TYPE_Q4_0: {
         const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
-        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        *d0 = bcast_f16(&q[0].d), *d1 = two ? bcast_f16(&q[1].d) : _mm256_setzero_ps();
         return nib2(q[0].qs, two ? q[1].qs : NULL);
     }
     case TSR_TYPE_Q5_0: {
         const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)row + b;
-        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        *d0 = bcast_f16(&q[0].d), *d1 = two ? bcast_f16(&q[1].d) : _mm256_setzero_ps();
         uint32_t h0, h1 = 0;
         memcpy(&h0, q[0].qh, 4);
         if (two)
@@ -113,7 +121,7 @@ INLINE __m512i blk2(tsr_type t, const char *row, int64_t b, bool two, float *d0,
     }
     default: { /* TSR_TYPE_Q4_1 */
         const tsr_block_q4_1 *q = (const tsr_block_q4_1 *)row + b;
-        *d0 = F16F(q[0].d), *d1 = two ? F16F(q[1].d) : 0.0f;
+        *d0 = bcast_f16(&q[0].d), *d1 = two ? bcast_f16(&q[1].d) : _mm256_setzero_ps();
         return nib2(q[0].qs, two ? q[1].qs : NULL);
     }
     }
@@ -123,19 +131,20 @@ INLINE __m512i blk2(tsr_type t, const char *row, int64_t b, bool two, float *d0,
 INLINE void pair32(tsr_type t, int R, const char *x, size_t xs, size_t pfo, const void *vy, int64_t b, bool two,
                    __m256 *acc, float *summs) {
     __m512i q;
-    float dy0, dy1 = 0.0f, sy0 = 0.0f, sy1 = 0.0f;
+    __m256 dy0, dy1 = _mm256_setzero_ps();
+    float sy0 = 0.0f, sy1 = 0.0f;
     if (t == TSR_TYPE_Q4_1) {
         const tsr_block_q8_1 *y = (const tsr_block_q8_1 *)vy + b;
         q = two ? load2x256(y[0].qs, y[1].qs) : load1x256(y[0].qs);
-        dy0 = F16F(y[0].d), sy0 = F16F(y[0].s);
+        dy0 = bcast_f16(&y[0].d), sy0 = F16F(y[0].s);
         if (two)
-            dy1 = F16F(y[1].d), sy1 = F16F(y[1].s);
+            dy1 = bcast_f16(&y[1].d), sy1 = F16F(y[1].s);
     } else {
         const tsr_block_q8_0 *y = (const tsr_block_q8_0 *)vy + b;
         q = two ? load2x256(y[0].qs, y[1].qs) : load1x256(y[0].qs);
-        dy0 = F16F(y[0].d);
+        dy0 = bcast_f16(&y[0].d);
         if (two)
-            dy1 = F16F(y[1].d);
+            dy1 = bcast_f16(&y[1].d);
     }
     const __m512i neg = neg_sums(zp_offset(t), q);
     UNROLL
@@ -145,7 +154,7 @@ INLINE void pair32(tsr_type t, int R, const char *x, size_t xs, size_t pfo, cons
         _mm_prefetch(pf, _MM_HINT_T0);
         if (2 * blk_bytes(t) > 64)
             _mm_prefetch(pf + 64, _MM_HINT_T0);
-        float d0, d1;
+        __m256 d0, d1;
         const __m512i p = _mm512_dpbusd_epi32(neg, blk2(t, row, b, two, &d0, &d1), q);
         if (t == TSR_TYPE_Q4_1) { /* one block at a time (ggml's order) */
             const tsr_block_q4_1 *w = (const tsr_block_q4_1 *)row + b;
@@ -153,7 +162,8 @@ INLINE void pair32(tsr_type t, int R, const char *x, size_t xs, size_t pfo, cons
             if (two)
                 summs[r] += F16F(w[1].m) * sy1;
         }
-        acc[r] = two ? fma_pair(acc[r], d0 * dy0, d1 * dy1, p) : fma_one(acc[r], d0 * dy0, p);
+        acc[r] = two ? fma_pair(acc[r], _mm256_mul_ps(d0, dy0), _mm256_mul_ps(d1, dy1), p)
+                     : fma_one(acc[r], _mm256_mul_ps(d0, dy0), p);
     }
 }
 
