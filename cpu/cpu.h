@@ -115,7 +115,7 @@ void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 #ifdef TSR_HAVE_AVX2_BUILD
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
-/* gemv-avx2.c: the multi-row matrix-vector products, and q8s_from_float. */
+/* gemv-avx2.c: the multi-row matrix-vector products. */
 void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k);
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD

@@ -114,7 +114,7 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
     if (path == MM_GEMV) { /* GEMV_CHUNKS chunks per thread, of whole 8-row groups */
         const int64_t per = (nr0 + GEMV_CHUNKS * p->nth - 1) / (GEMV_CHUNKS * p->nth);
-        const int64_t blk0 = (per + 7) / 8 * 8, nc0 = (nr0 + blk0 - 1) / blk0;
+        const int64_t blk0 = (per > 0 ? per + 7 : 8) / 8 * 8, nc0 = (nr0 + blk0 - 1) / blk0;
         for (int64_t c = p->ith; c < nc0; c = atomic_fetch_add(&p->stream->chunk, 1)) {
             const int64_t i0s = c * blk0, i0e = i0s + blk0 < nr0 ? i0s + blk0 : nr0;
             k->gemv[a->type](a->ne[0], i0e - i0s, (const char *)a->data + i0s * (int64_t)a->nb[1], a->nb[1], wdata,
