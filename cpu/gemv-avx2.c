@@ -5,7 +5,7 @@
  * Q8_1, Q8_K). Each result is the same bits as vec-avx2.c's dot product of
  * that row (test-cpu-kernels checks it): the same integer lane sums per
  * block (maddubs of unsigned values below 64 with the signed activations,
- * the offset of Q4_0 / Q5_0 taken out in integers; Q8_0 by the sign trick),
+ * the offset of Q4_0 / Q5_0 taken out in integers),
  * the same float steps block after block, the same horizontal sum. What the
  * rows share (the activations' loads, scales and offset sums) is done once
  * for all of them, and the rows prefetch GEMV_PF rows ahead.
@@ -50,25 +50,18 @@ INLINE __m256i dot4(__m256i u, __m256i y) {
 
 static inline int64_t blk_bytes(tsr_type t) {
     switch (t) {
-    case TSR_TYPE_Q8_0: return sizeof(tsr_block_q8_0);
     case TSR_TYPE_Q4_0: return sizeof(tsr_block_q4_0);
     case TSR_TYPE_Q5_0: return sizeof(tsr_block_q5_0);
     default: return sizeof(tsr_block_q4_1);
     }
 }
 
-/* ---- Q8_0, Q4_0, Q5_0 (x Q8_0), Q4_1 (x Q8_1): one block per step ------------- */
+/* ---- Q4_0, Q5_0 (x Q8_0), Q4_1 (x Q8_1): one block per step ------------------- */
 
 /* Block b of a row against the activation values yq (neg: -offset * their
  * lane sums): the integer sums of the lanes, and the block's scale. */
 INLINE __m256i blk1(tsr_type t, const char *row, int64_t b, __m256i yq, __m256i neg, __m256 *dx) {
     switch (t) {
-    case TSR_TYPE_Q8_0: {
-        const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row + b;
-        *dx = bcast_f16(&q->d);
-        const __m256i v = _mm256_loadu_si256((const __m256i *)q->qs);
-        return dot4(_mm256_sign_epi8(v, v), _mm256_sign_epi8(yq, v));
-    }
     case TSR_TYPE_Q4_0: {
         const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
         *dx = bcast_f16(&q->d);
@@ -256,7 +249,6 @@ static inline size_t pf_offset(int64_t i, int R, int64_t m, size_t xs) {
         if (i < m)                                                                                              \
             rows_of(T, 1, k, x + (size_t)i * xs, xs, 0, vy, s + i);                                             \
     }
-GEMV(gemv_q8_0, TSR_TYPE_Q8_0)
 GEMV(gemv_q4_0, TSR_TYPE_Q4_0)
 GEMV(gemv_q5_0, TSR_TYPE_Q5_0)
 GEMV(gemv_q4_1, TSR_TYPE_Q4_1)
@@ -264,7 +256,10 @@ GEMV(gemv_q4_k, TSR_TYPE_Q4_K)
 GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
 
 void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
-    k->gemv[TSR_TYPE_Q8_0] = gemv_q8_0;
+    /* Q8_0 is left to the dot (one row after another, the hardware's
+     * prefetch): 34 bytes a block leave it bandwidth-bound, and its rows
+     * side by side read slower from DRAM here (measured: 23-27 against 29-30
+     * GB/s on one thread; tg128 SmolLM2 Q8_0 134 -> 117 t/s). */
     k->gemv[TSR_TYPE_Q4_0] = gemv_q4_0;
     k->gemv[TSR_TYPE_Q5_0] = gemv_q5_0;
     k->gemv[TSR_TYPE_Q4_1] = gemv_q4_1;
