@@ -5,15 +5,18 @@
  * the weight type's dot type (Q8_0, Q8_1, Q8_K, as for the dots).
  *
  * Each result is the same bits as the kernel table's dot product of that
- * row (test-cpu-kernels checks it), so decode gives what it gave before, and
- * what llama.cpp's AVX2 kernels give: per block the exact integer sums of
+ * row (test-cpu-kernels checks it), so decode gives what the dots gave (the
+ * order of ggml's AVX2 kernels): per block the exact integer sums of
  * each 32-bit lane's four products, then in float, block after block, one
  * 256-bit accumulator acc += (dx * dy) * sums (for Q4_1 a separate sum of
  * m * s; for Q4_K / Q6_K the sub-block scales applied in integers, one
  * float step per super-block), and the horizontal sum of hsum_ps256.
  * What the rows share is done once for all of them (the activations'
  * loads, scales and offset sums), the rows' instructions are independent
- * (8 accumulators in registers), and the rows prefetch GEMV_PF rows ahead.
+ * (8 accumulators in registers; Q4_K / Q6_K go row after row within a
+ * super-block, their scales and sums would spill), and the rows prefetch
+ * GEMV_PF rows ahead: several rows read side by side defeat the hardware
+ * prefetcher (without it 6-11 GB/s from DRAM on one thread, with it 25-45).
  *
  * The integers: two 32-value blocks fill a 512-bit vector; the weights
  * become UNSIGNED bytes u (the nibbles, 5- or 6-bit values, or Q8_0's
