@@ -67,6 +67,13 @@ typedef struct tsr_cpu_kernels {
      * rows of gemm_type[wt]. */
     bool gemm_q8s[TSR_TYPE_COUNT];
     void (*q8s_from_float)(const float *x, void *y, int64_t k);
+    /* Matrix-vector products (tsr__cpu_op_mul_mat uses them for one
+     * activation column; NULL: the dots): s[i] = dot(x row i, y) for i < m
+     * over k elements, x rows xs bytes apart in the weight type, read as
+     * stored; y one row of dot_type[wt]. Each s[i] is the same bits as
+     * vec_dot[wt] of that row (the reference), whatever m and the row's place,
+     * so results do not depend on the tiling or threads. */
+    void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, const void *x, size_t xs, const void *y, float *s);
     /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
     float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
 } tsr_cpu_kernels;
@@ -106,6 +113,8 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
 /* gemm-avx2.c: the 8-row interleaved VPMADDUBSW gemms (tsr_cpu_q8s activations). */
 void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k);
+/* gemv-avx2.c: the multi-row matrix-vector products. */
+void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k);
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
@@ -113,6 +122,8 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
 void tsr__cpu_gemm_f16_avx512(tsr_cpu_kernels *k);
 /* gemm-avx512.c: the 16-row interleaved VPDPBUSD gemms (needs VNNI). */
 void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k);
+/* gemv-avx512.c: the multi-row VPDPBUSD matrix-vector products (needs VNNI). */
+void tsr__cpu_gemv_avx512_vnni(tsr_cpu_kernels *k);
 #endif
 /* The kernels chosen for this CPU (TSR_CPU_KERNELS=scalar|avx2|avx512 in the
  * environment caps the choice, for tests). Thread-safe; filled once. */

@@ -350,14 +350,17 @@ void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap) {
     if (!have_avx2())
         return;
     tsr__cpu_kernels_avx2(k);
+    tsr__cpu_gemv_avx2(k);
     if (cap && strcmp(cap, "avx2") == 0)
         return;
 #ifdef TSR_HAVE_AVX512_BUILD
     bool vnni;
     if (have_avx512(&vnni)) {
         tsr__cpu_kernels_avx512(k, vnni);
-        if (vnni)
+        if (vnni) {
             tsr__cpu_gemm_avx512_vnni(k);
+            tsr__cpu_gemv_avx512_vnni(k);
+        }
     }
 #endif
 #else

@@ -242,6 +242,70 @@ static void check_gemm_extremes(const tsr_cpu_kernels *k) {
     }
 }
 
+/* The matrix-vector products (gemv) at awkward shapes: m = 1..17 weight
+ * rows (not multiples of the kernels' row groups), k from one block to
+ * 1536, k not a multiple of 64 or 256 where the type allows, a row stride
+ * that is not the row size; each result against a double dot of the
+ * dequantized rows, and bit for bit equal to the table's dot product of
+ * the same row (vec_dot), so that decode's results are the dots' and do not
+ * depend on the tiling or threads. */
+static void check_gemv(const tsr_cpu_kernels *k) {
+    static const int64_t ks[] = {32, 64, 96, 256, 320, 512, 576, 768, 1536};
+    enum { MMAX = 17 };
+    const uint64_t saved = rng; /* its own random data: the other checks see the same as without it */
+    for (int wt = 0; wt < TSR_TYPE_COUNT; wt++) {
+        if (!k->gemv[wt])
+            continue;
+        const tsr_type dt = k->dot_type[wt];
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            const int64_t kk = ks[ki];
+            if (kk % tsr_type_block_size((tsr_type)wt) || kk % tsr_type_block_size(dt))
+                continue;
+            const size_t xs = tsr_row_size((tsr_type)wt, kk) + 16;
+            char *qx = calloc(MMAX, xs), *qy = malloc(tsr_row_size(dt, kk));
+            float *f = malloc((size_t)kk * 4), *scratch = malloc((size_t)kk * 8);
+            float out[MMAX + 1], ref[MMAX], dot[MMAX];
+            double mag[MMAX];
+            for (int64_t i = 0; i < MMAX; i++) {
+                for (int64_t l = 0; l < kk; l++) f[l] = frand() * (1.0f + (float)i);
+                tsr__type_traits((tsr_type)wt)->from_float(f, qx + (size_t)i * xs, kk);
+            }
+            for (int64_t l = 0; l < kk; l++) f[l] = frand() * 2.0f;
+            k->from_float[dt](f, qy, kk);
+            tsr__cpu_gemm_ref((tsr_type)wt, dt, kk, MMAX, 1, qx, xs, qy, 0, ref, 1, scratch);
+            for (int64_t i = 0; i < MMAX; i++) { /* the magnitude of the products, for the tolerance */
+                float *xd = scratch, *yd = scratch + kk;
+                tsr__type_traits((tsr_type)wt)->to_float(qx + (size_t)i * xs, xd, kk);
+                tsr__type_traits(dt)->to_float(qy, yd, kk);
+                mag[i] = 0;
+                for (int64_t l = 0; l < kk; l++) mag[i] += fabs((double)xd[l] * yd[l]);
+                k->vec_dot[wt](kk, &dot[i], qx + (size_t)i * xs, qy);
+            }
+            for (int64_t m = 1; m <= MMAX; m++) {
+                for (int q = 0; q <= MMAX; q++) out[q] = NAN;
+                k->gemv[wt](kk, m, qx, xs, qy, out);
+                int bad = 0;
+                for (int64_t i = 0; i < m && !bad; i++) {
+                    /* Q8_1's stored sum is rounded to half: allow for it */
+                    const double tol =
+                        1e-5 * mag[i] + (dt == TSR_TYPE_Q8_1 ? 2e-3 * mag[i] / sqrt((double)kk + 1) : 0) + 1e-6;
+                    bad = !(fabs(out[i] - ref[i]) <= tol) || memcmp(&out[i], &dot[i], sizeof dot[i]);
+                    CHECK(fabs(out[i] - ref[i]) <= tol, "%s gemv %s k=%lld m=%lld row %lld: %.7g, reference %.7g",
+                          k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)i, out[i],
+                          ref[i]);
+                    CHECK(memcmp(&out[i], &dot[i], sizeof dot[i]) == 0,
+                          "%s gemv %s k=%lld m=%lld row %lld: %.9g, the dot %.9g", k->name,
+                          tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)i, out[i], dot[i]);
+                }
+                CHECK(isnan(out[m]), "%s gemv %s k=%lld m=%lld wrote past its results", k->name,
+                      tsr_type_name((tsr_type)wt), (long long)kk, (long long)m);
+            }
+            free(qx), free(qy), free(f), free(scratch);
+        }
+    }
+    rng = saved;
+}
+
 /* exp/silu helpers over their whole range, -inf and overflow included. */
 static void check_math(const tsr_cpu_kernels *k) {
     enum { N = 2003 };
@@ -359,6 +423,7 @@ int main(void) {
         check_math(&k);
         check_gemm(&k);
         check_gemm_extremes(&k);
+        check_gemv(&k);
     }
     check_bad_indices();
     check_threadpool(1);

@@ -1,0 +1,268 @@
+/*
+ * gemv-avx2.c - the matrix-vector products of decode (one activation
+ * column) with AVX2: 4 weight rows at a time, read in their stored block
+ * format, against one activation row in the weight type's dot type (Q8_0,
+ * Q8_1, Q8_K). Each result is the same bits as vec-avx2.c's dot product of
+ * that row (test-cpu-kernels checks it): the same integer lane sums per
+ * block (maddubs of unsigned values below 64 with the signed activations,
+ * the offset of Q4_0 / Q5_0 taken out in integers),
+ * the same float steps block after block, the same horizontal sum. What the
+ * rows share (the activations' loads, scales and offset sums) is done once
+ * for all of them, and the rows prefetch GEMV_PF rows ahead.
+ */
+#include "cpu.h"
+#include "simd.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+
+#define UNROLL _Pragma("GCC unroll 16")
+#define INLINE static inline __attribute__((always_inline))
+
+#ifndef GEMV_R
+#define GEMV_R 4 /* rows at a time: 8 or 4 (4: Q4_1 +17%, the others the same; 16 registers) */
+#endif
+#ifndef GEMV_PF
+#define GEMV_PF 24 /* rows ahead to prefetch */
+#endif
+#define F16F(h) TSR_FP16_TO_FP32(h)
+#ifndef KROWS
+#define KROWS _Pragma("GCC unroll 1")
+#endif
+
+/* A F16 scale broadcast from the conversion table (a load, no shuffle). */
+INLINE __m256 bcast_f16(const void *h) {
+    uint16_t v;
+    memcpy(&v, h, 2);
+    return _mm256_broadcast_ss(&tsr__fp16_table[v]);
+}
+
+/* 32 nibbles of 16 bytes: low -> bytes 0..15, high -> 16..31 (one shift of the upper half). */
+INLINE __m256i nib32(const uint8_t *qs) {
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
+/* sum of each 32-bit lane's four products of unsigned u (below 64) and signed y */
+INLINE __m256i dot4(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+static inline int64_t blk_bytes(tsr_type t) {
+    switch (t) {
+    case TSR_TYPE_Q4_0: return sizeof(tsr_block_q4_0);
+    case TSR_TYPE_Q5_0: return sizeof(tsr_block_q5_0);
+    default: return sizeof(tsr_block_q4_1);
+    }
+}
+
+/* ---- Q4_0, Q5_0 (x Q8_0), Q4_1 (x Q8_1): one block per step ------------------- */
+
+/* Block b of a row against the activation values yq (neg: -offset * their
+ * lane sums): the integer sums of the lanes, and the block's scale. */
+INLINE __m256i blk1(tsr_type t, const char *row, int64_t b, __m256i yq, __m256i neg, __m256 *dx) {
+    switch (t) {
+    case TSR_TYPE_Q4_0: {
+        const tsr_block_q4_0 *q = (const tsr_block_q4_0 *)row + b;
+        *dx = bcast_f16(&q->d);
+        return _mm256_add_epi32(neg, dot4(nib32(q->qs), yq));
+    }
+    case TSR_TYPE_Q5_0: {
+        const tsr_block_q5_0 *q = (const tsr_block_q5_0 *)row + b;
+        *dx = bcast_f16(&q->d);
+        const __m256i u = _mm256_or_si256(nib32(q->qs),
+                                          _mm256_and_si256(bits_to_bytes32(q->qh), _mm256_set1_epi8(0x10)));
+        return _mm256_add_epi32(neg, dot4(u, yq));
+    }
+    default: { /* TSR_TYPE_Q4_1 */
+        const tsr_block_q4_1 *q = (const tsr_block_q4_1 *)row + b;
+        *dx = bcast_f16(&q->d);
+        return dot4(nib32(q->qs), yq);
+    }
+    }
+}
+
+INLINE void rows32(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    __m256 acc[8];
+    float summs[8];
+    UNROLL
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), summs[r] = 0.0f;
+    const int off = t == TSR_TYPE_Q4_0 ? 8 : t == TSR_TYPE_Q5_0 ? 16 : 0;
+    for (int64_t b = 0; b < k / 32; b++) {
+        __m256i yq;
+        __m256 dy;
+        float sy = 0.0f;
+        if (t == TSR_TYPE_Q4_1) {
+            const tsr_block_q8_1 *y = (const tsr_block_q8_1 *)vy + b;
+            yq = _mm256_loadu_si256((const __m256i *)y->qs), dy = bcast_f16(&y->d), sy = F16F(y->s);
+        } else {
+            const tsr_block_q8_0 *y = (const tsr_block_q8_0 *)vy + b;
+            yq = _mm256_loadu_si256((const __m256i *)y->qs), dy = bcast_f16(&y->d);
+        }
+        const __m256i neg = off ? _mm256_sub_epi32(_mm256_setzero_si256(), dot4(_mm256_set1_epi8((char)off), yq))
+                                : _mm256_setzero_si256();
+        UNROLL
+        for (int r = 0; r < R; r++) {
+            const char *row = x + (size_t)r * xs;
+            if ((b * blk_bytes(t)) % 64 < blk_bytes(t)) /* a new cache line */
+                _mm_prefetch(row + pfo + b * blk_bytes(t) + 64, _MM_HINT_T0);
+            __m256 dx;
+            const __m256i isum = blk1(t, row, b, yq, neg, &dx);
+            if (t == TSR_TYPE_Q4_1)
+                summs[r] += F16F(((const tsr_block_q4_1 *)row + b)->m) * sy;
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy), _mm256_cvtepi32_ps(isum), acc[r]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < R; r++) s[r] = t == TSR_TYPE_Q4_1 ? hsum_ps256(acc[r]) + summs[r] : hsum_ps256(acc[r]);
+}
+
+/* ---- Q4_K and Q6_K (x Q8_K): super-blocks of 256, as vec-avx2.c's dots ----------- */
+
+/* The 8 six-bit scales (bytes 0..7) and minimums (8..15). */
+INLINE __m128i q4k_scales(const uint8_t *sc) {
+    uint32_t u[3], w[4];
+    memcpy(u, sc, 12);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    w[0] = u[0] & m6;
+    w[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);
+    w[2] = u[1] & m6;
+    w[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4);
+    return _mm_loadu_si128((const __m128i *)w);
+}
+
+/* 16-bit lane k of v in every lane */
+INLINE __m256i bcast16(__m128i v, int k) {
+    const __m128i b = _mm_shuffle_epi8(v, _mm_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k))));
+    return _mm256_set_m128i(b, b);
+}
+
+INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    __m256 acc[8];
+    float accm[8];
+    UNROLL
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = 0.0f;
+    for (int64_t sb = 0; sb < k / 256; sb++) {
+        const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                          _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+        KROWS
+        for (int r = 0; r < R; r++) {
+            const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
+            const __m128i sm = q4k_scales(q->scales);
+            __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
+            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
+            accm[r] += y->d * F16F(q->dmin) * (float)_mm_cvtsi128_si32(pm);
+            const __m128i sc = _mm_cvtepu8_epi16(sm);
+            __m256i sumi = _mm256_setzero_si256();
+            for (int j = 0; j < 4; j++) {
+                if (j < 3)
+                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * 144 + 64 * j, _MM_HINT_T0);
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
+                const __m256i lo = _mm256_and_si256(bits, _mm256_set1_epi8(0x0F));
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0x0F));
+                const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
+                const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j), pl));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j + 1), ph));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]) - accm[r];
+}
+
+INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    __m256 acc[8];
+    UNROLL
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < k / 256; sb++) {
+        const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
+        KROWS
+        for (int r = 0; r < R; r++) {
+            const tsr_block_q6_K *q = (const tsr_block_q6_K *)(x + (size_t)r * xs) + sb;
+            __m256i sumi = _mm256_setzero_si256();
+            for (int c = 0; c < 2; c++) {
+                const uint8_t *ql = q->ql + 64 * c, *qh = q->qh + 32 * c;
+                const int8_t *q8 = y->qs + 128 * c, *sc = q->scales + 8 * c;
+                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 128 * c, _MM_HINT_T0);
+                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 128 * c + 64, _MM_HINT_T0);
+                const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
+                const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);
+                __m256i v[4];
+                v[0] = _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16(_mm256_and_si256(bh, m2), 4));
+                v[1] = _mm256_or_si256(_mm256_and_si256(b2, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 2), m2), 4));
+                v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
+                v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
+                for (int g = 0; g < 4; g++) {
+                    const __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
+                    const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[g], y8), _mm256_maddubs_epi16(m32, y8));
+                    const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sv, p));
+                }
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]);
+}
+
+INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *y, float *s) {
+    if (t == TSR_TYPE_Q4_K)
+        rows_q4k(R, k, x, xs, pfo, y, s);
+    else if (t == TSR_TYPE_Q6_K)
+        rows_q6k(R, k, x, xs, pfo, y, s);
+    else
+        rows32(t, R, k, x, xs, pfo, y, s);
+}
+
+/* The first GEMV_PF rows of a call into L2 (the rows then prefetch GEMV_PF rows ahead). */
+static inline void ramp(const char *x, int64_t m, size_t xs) {
+    const size_t n = (size_t)(m < GEMV_PF ? m : GEMV_PF) * xs;
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
+}
+
+/* The prefetch distance: GEMV_PF rows ahead, within the call's rows. */
+static inline size_t pf_offset(int64_t i, int R, int64_t m, size_t xs) {
+    const int64_t ahead = m - i - R < GEMV_PF ? m - i - R : GEMV_PF;
+    return ahead > 0 ? (size_t)ahead * xs : 0;
+}
+
+#define GEMV(name, T)                                                                                           \
+    static void name(int64_t k, int64_t m, const void *vx, size_t xs, const void *vy, float *s) {               \
+        const char *x = vx;                                                                                     \
+        ramp(x, m, xs);                                                                                         \
+        int64_t i = 0;                                                                                          \
+        for (; GEMV_R == 8 && i + 8 <= m; i += 8)                                                               \
+            rows_of(T, 8, k, x + (size_t)i * xs, xs, pf_offset(i, 8, m, xs), vy, s + i);                        \
+        for (; i + 4 <= m; i += 4) rows_of(T, 4, k, x + (size_t)i * xs, xs, pf_offset(i, 4, m, xs), vy, s + i); \
+        if (i + 2 <= m)                                                                                         \
+            rows_of(T, 2, k, x + (size_t)i * xs, xs, pf_offset(i, 2, m, xs), vy, s + i), i += 2;                \
+        if (i < m)                                                                                              \
+            rows_of(T, 1, k, x + (size_t)i * xs, xs, 0, vy, s + i);                                             \
+    }
+GEMV(gemv_q4_0, TSR_TYPE_Q4_0)
+GEMV(gemv_q5_0, TSR_TYPE_Q5_0)
+GEMV(gemv_q4_1, TSR_TYPE_Q4_1)
+GEMV(gemv_q4_k, TSR_TYPE_Q4_K)
+GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
+
+void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
+    /* Q8_0 is left to the dot (one row after another, the hardware's
+     * prefetch): 34 bytes a block leave it bandwidth-bound, and its rows
+     * side by side read slower from DRAM here (measured: 23-27 against 29-30
+     * GB/s on one thread; tg128 SmolLM2 Q8_0 134 -> 117 t/s). */
+    k->gemv[TSR_TYPE_Q4_0] = gemv_q4_0;
+    k->gemv[TSR_TYPE_Q5_0] = gemv_q5_0;
+    k->gemv[TSR_TYPE_Q4_1] = gemv_q4_1;
+    k->gemv[TSR_TYPE_Q4_K] = gemv_q4_k;
+    k->gemv[TSR_TYPE_Q6_K] = gemv_q6_k;
+}
