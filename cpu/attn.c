@@ -7,25 +7,23 @@
  *  - For each block of BK keys: the mask rows are read first and a block
  *    every row of which is fully masked (causal future, unused padding
  *    cells) is skipped before any K/V is touched; then scores = Q x K^T as
- *    a small matmul (K block transposed to F32 once), scale + mask + row max,
- *    online softmax in F32 (rescale the accumulator when the max grows),
- *    and O += P x V (V block converted to F32 once).
- *  - With few rows per task (decode) the scores use the dot kernels on the
- *    stored K rows instead (no conversion to pay per key), and when there
- *    are too few tasks for the threads the keys are split too: each split
- *    writes an unnormalized partial (O, max, sum) per row and, after a
- *    barrier, the partials are merged.
- * The block kernels (gemm_f32, scale_add_max, exp_sum) come from the
+ *    a small matmul against the stored K rows (gemm_f32_nt: F16 rows are
+ *    converted once per block inside it, other types to F32 rows first),
+ *    scale + mask + row max, online softmax in F32 (rescale the accumulator
+ *    when the max grows), and O += P x V (F16 V read in place).
+ *  - When there are too few tasks for the threads (decode) the keys are
+ *    split too: each split writes an unnormalized partial (O, max, sum) per
+ *    row and, after a barrier, the partials are merged.
+ * The block kernels (gemm_f32, gemm_f32_nt, scale_add_max, exp_sum) come from the
  * per-CPU kernel table, so the scalar table is the reference variant.
  */
 #include "cpu.h"
 
 #include <math.h>
 
-#define RB_MAX 256   /* query rows per task: each converted K/V block serves them all */
-#define RB_MIN 64    /* ... but at least this many, when there are rows enough */
-#define BK 64        /* keys per block */
-#define DIRECT_MAX 4 /* at most this many rows per task: scores by vec_dot on K rows */
+#define RB_MAX 256 /* query rows per task: each converted K/V block serves them all */
+#define RB_MIN 64  /* ... but at least this many, when there are rows enough */
+#define BK 64      /* keys per block */
 
 typedef struct plan {
     int64_t group;    /* query heads per KV head */
@@ -34,14 +32,13 @@ typedef struct plan {
     int64_t n_tasks;  /* n_seq * n_head_kv * ceil(rows / rb) */
     int64_t n_split;  /* key ranges per task */
     int64_t kv_split; /* keys per range (a multiple of BK) */
-    bool direct;
 } plan;
 
 /* Big row blocks (K/V traffic and conversion shrink with the rows served
  * per block) unless that leaves threads idle; too few tasks even then
  * (decode): split the keys. The plan is made for PLAN_THREADS threads
  * whatever the real count, so that the rows per task (which pick the score
- * kernel) and the key splits (which set the order the partials are merged
+ * blocks) and the key splits (which set the order the partials are merged
  * in) depend on the shapes alone: the result is the same for any number of
  * threads. The tasks are handed out dynamically to the threads there are. */
 #define PLAN_THREADS 16
@@ -59,7 +56,6 @@ static void make_plan(const tsr_tensor *dst, int nth_real, plan *pl) {
     if (pl->rb < 1)
         pl->rb = 1;
     pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
-    pl->direct = pl->rb <= DIRECT_MAX;
     const int64_t n_blk = (kt->ne[1] + BK - 1) / BK;
     pl->n_split = 1;
     if (pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
@@ -75,18 +71,11 @@ static void make_plan(const tsr_tensor *dst, int nth_real, plan *pl) {
 /* ---- work buffer ------------------------------------------------------------- */
 
 typedef struct scratch {
-    char *qconv;             /* rb query rows in K's dot type (direct) */
-    float *qf, *kt, *vb, *s; /* rb x dk, dk x BK, BK x dv, rb x BK */
+    float *qf, *kb, *vb, *s; /* rb x dk, BK x dk, BK x dv, rb x BK */
     float *o, *m, *l, *mtmp; /* rb x dv, rb, rb, rb x BK (converted mask rows) */
-    float *ktmp;             /* one K row as F32 */
 } scratch;
 
 static size_t fbytes(int64_t n) { return tsr__pad((size_t)n * sizeof(float), TSR_ALIGN); }
-
-static size_t qconv_row(const tsr_tensor *dst) {
-    const tsr_type dt = tsr__cpu_kernels()->dot_type[dst->src[1]->type];
-    return tsr__pad(tsr_row_size(dt, dst->src[0]->ne[0]), 4);
-}
 
 static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, char *base) {
     const int64_t dk = dst->src[0]->ne[0], dv = dst->src[2]->ne[0], rb = pl->rb;
@@ -97,16 +86,14 @@ static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, cha
             sc->field = (T)(base + off); \
         off += (bytes);                  \
     } while (0)
-    TAKE(qconv, char *, tsr__pad(qconv_row(dst) * (size_t)rb, TSR_ALIGN));
     TAKE(qf, float *, fbytes(rb * dk));
-    TAKE(kt, float *, fbytes(dk * BK));
+    TAKE(kb, float *, fbytes(dk * BK));
     TAKE(vb, float *, fbytes(BK * dv));
     TAKE(s, float *, fbytes(rb * BK));
     TAKE(o, float *, fbytes(rb * dv));
     TAKE(m, float *, fbytes(rb));
     TAKE(l, float *, fbytes(rb));
     TAKE(mtmp, float *, fbytes(rb * BK));
-    TAKE(ktmp, float *, fbytes(dk > dv ? dk : dv));
 #undef TAKE
     return off;
 }
@@ -156,12 +143,9 @@ static void row_at(const plan *pl, const task *t, int64_t r, int64_t *iq, int64_
     *h = t->hk * pl->group + idx % pl->group;
 }
 
-static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
-                   const scratch *sc) {
+static void load_q(const tsr_tensor *dst, const plan *pl, const task *t, const scratch *sc) {
     const tsr_tensor *q = dst->src[0];
-    const tsr_type dt = p->k->dot_type[dst->src[1]->type];
     const int64_t dk = q->ne[0];
-    const size_t qrow = qconv_row(dst);
     for (int64_t r = 0; r < t->nr; r++) {
         int64_t iq, h;
         row_at(pl, t, r, &iq, &h);
@@ -173,8 +157,6 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
             memcpy(qf, row, (size_t)dk * sizeof(float));
         else
             for (int64_t i = 0; i < dk; i++) memcpy(&qf[i], row + i * (int64_t)q->nb[0], 4);
-        if (pl->direct)
-            p->k->from_float[dt](qf, sc->qconv + (size_t)r * qrow, dk);
     }
 }
 
@@ -253,29 +235,18 @@ static const char *kv_row(const tsr_tensor *x, int64_t j, const task *t) {
 }
 
 /* S[r][0..n) = q_r . k_j for the block's keys. */
-static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t, int64_t j0,
-                   int64_t n, const scratch *sc) {
+static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const task *t, int64_t j0, int64_t n,
+                   const scratch *sc) {
     const tsr_tensor *kt = dst->src[1];
     const tsr_cpu_kernels *k = p->k;
     const int64_t dk = kt->ne[0];
-    if (pl->direct) {
-        const size_t qrow = qconv_row(dst);
-        const tsr_vec_dot_fn dot = k->vec_dot[kt->type];
-        for (int64_t j = 0; j < n; j++) {
-            const char *krow = kv_row(kt, j0 + j, t);
-            for (int64_t r = 0; r < t->nr; r++) dot(dk, &sc->s[r * BK + j], krow, sc->qconv + (size_t)r * qrow);
-        }
+    if (kt->type == TSR_TYPE_F32 || kt->type == TSR_TYPE_F16) { /* read in place */
+        const size_t esz = kt->type == TSR_TYPE_F32 ? 4 : 2;
+        k->gemm_f32_nt(t->nr, n, dk, sc->qf, dk, kv_row(kt, j0, t), esz == 2, (int64_t)(kt->nb[1] / esz), sc->s, BK);
         return;
     }
-    for (int64_t j = 0; j < n; j++) { /* K block transposed: dk rows of BK keys */
-        const float *x = sc->ktmp;
-        if (kt->type == TSR_TYPE_F32)
-            x = (const float *)kv_row(kt, j0 + j, t);
-        else
-            k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->ktmp, dk);
-        for (int64_t d = 0; d < dk; d++) sc->kt[d * BK + j] = x[d];
-    }
-    k->gemm_f32(t->nr, n, dk, sc->qf, dk, sc->kt, false, BK, sc->s, BK, false);
+    for (int64_t j = 0; j < n; j++) k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->kb + j * dk, dk);
+    k->gemm_f32_nt(t->nr, n, dk, sc->qf, dk, sc->kb, false, dk, sc->s, BK);
 }
 
 /* Online softmax of the block's scores, row by row; S becomes P. */
@@ -328,7 +299,7 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
     const int64_t dv = dst->src[2]->ne[0];
     const float *mrow[RB_MAX];
     bool dead[RB_MAX];
-    load_q(p, dst, pl, t, sc);
+    load_q(dst, pl, t, sc);
     memset(sc->o, 0, (size_t)(t->nr * dv) * sizeof(float));
     for (int64_t r = 0; r < t->nr; r++) {
         sc->m[r] = -INFINITY;
@@ -338,7 +309,7 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
         const int64_t n = t->j1 - j0 < BK ? t->j1 - j0 : BK;
         if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead))
             continue;
-        scores(p, dst, pl, t, j0, n, sc);
+        scores(p, dst, t, j0, n, sc);
         softmax_block(p, dst, t, n, sc, mrow, dead);
         v_block(p, dst, t, j0, n, sc);
     }

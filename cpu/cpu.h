@@ -51,6 +51,10 @@ typedef struct tsr_cpu_kernels {
      * B F32 or (b_f16) F16, converted in registers. */
     void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc);
+    /* ... and C[m x n] = A[m x k] * B^T for B n rows of k (F32 or F16), ldb
+     * apart: the scores of query rows A against key rows B. */
+    void (*gemm_f32_nt)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc);
     /* Register-tiled matmul for batches (tsr__cpu_op_mul_mat uses it for >= 2
      * activation columns; NULL: none): s[j * ss + i] = dot(x row i, y row j)
      * for i < m, j < n over k elements; x rows xs bytes apart (weight type),

@@ -836,39 +836,63 @@ static inline __m256 load_fp16_part(const uint16_t *p, int64_t n) {
     return load_fp16x8(t);
 }
 
+/* The loops over the accumulator arrays must be unrolled, or GCC -O2 keeps
+ * the arrays on the stack (a load and a store around every FMA). */
+#define UNROLL8 _Pragma("GCC unroll 8")
+
 /* MR rows x up to 16 columns of C: the 2*MR accumulators stay in registers
- * over the whole k loop, each B row loaded once per MR rows. */
+ * over the whole k loop, each B row loaded once per MR rows. b_f16 and full
+ * (n == 16) are constants where it is inlined, so the k loop has no branch. */
 static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
-                                                            const void *vb, bool b_f16, int64_t ldb, float *c,
-                                                            int64_t ldc, bool acc) {
+                                                            const void *vb, bool b_f16, bool full, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
     const __m256i m0 = lanes8(n), m1 = lanes8(n > 8 ? n - 8 : 0);
     __m256 c0[6], c1[6];
-    for (int i = 0; i < mr; i++) {
-        c0[i] = acc ? _mm256_maskload_ps(c + i * ldc, m0) : _mm256_setzero_ps();
-        c1[i] = acc ? _mm256_maskload_ps(c + i * ldc + 8, m1) : _mm256_setzero_ps();
+    UNROLL8 for (int i = 0; i < mr; i++) {
+        if (!acc)
+            c0[i] = c1[i] = _mm256_setzero_ps();
+        else if (full)
+            c0[i] = _mm256_loadu_ps(c + i * ldc), c1[i] = _mm256_loadu_ps(c + i * ldc + 8);
+        else
+            c0[i] = _mm256_maskload_ps(c + i * ldc, m0), c1[i] = _mm256_maskload_ps(c + i * ldc + 8, m1);
     }
     for (int64_t l = 0; l < k; l++) {
         __m256 b0, b1;
         if (b_f16) { /* F16C: whole 8-lane loads only where all 8 are in the row */
             const uint16_t *bl = (const uint16_t *)vb + l * ldb;
-            b0 = n >= 8 ? load_fp16x8(bl) : load_fp16_part(bl, n);
-            b1 = n >= 16 ? load_fp16x8(bl + 8) : load_fp16_part(bl + 8, n - 8);
+            b0 = full || n >= 8 ? load_fp16x8(bl) : load_fp16_part(bl, n);
+            b1 = full || n >= 16 ? load_fp16x8(bl + 8) : load_fp16_part(bl + 8, n - 8);
         } else {
             const float *bl = (const float *)vb + l * ldb;
-            b0 = _mm256_maskload_ps(bl, m0);
-            b1 = _mm256_maskload_ps(bl + 8, m1);
+            b0 = full ? _mm256_loadu_ps(bl) : _mm256_maskload_ps(bl, m0);
+            b1 = full ? _mm256_loadu_ps(bl + 8) : _mm256_maskload_ps(bl + 8, m1);
         }
-        for (int i = 0; i < mr; i++) {
+        UNROLL8 for (int i = 0; i < mr; i++) {
             const __m256 av = _mm256_broadcast_ss(a + i * lda + l);
             c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
             c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
         }
     }
-    for (int i = 0; i < mr; i++) {
-        _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
-        _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+    UNROLL8 for (int i = 0; i < mr; i++) {
+        if (full) {
+            _mm256_storeu_ps(c + i * ldc, c0[i]);
+            _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+        } else {
+            _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
+            _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+        }
     }
 }
+
+#define GEMM_TILES(f16, full)                                                       \
+    switch (m - i < 6 ? m - i : 6) {                                                \
+    case 1: gemm_tile(1, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 2: gemm_tile(2, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 3: gemm_tile(3, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 4: gemm_tile(4, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 5: gemm_tile(5, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    default: gemm_tile(6, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break; \
+    }
 
 static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc) {
@@ -878,13 +902,72 @@ static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
             const float *ai = a + i * lda;
             const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
             float *ci = c + i * ldc + j;
-            switch (m - i < 6 ? m - i : 6) {
-            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            default: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            if (b_f16 && nj == 16)
+                GEMM_TILES(true, true)
+            else if (b_f16)
+                GEMM_TILES(true, false)
+            else if (nj == 16)
+                GEMM_TILES(false, true)
+            else
+                GEMM_TILES(false, false)
+        }
+    }
+}
+#undef GEMM_TILES
+
+/* The 8 sums of v[0..8) (each over its 8 lanes) as one vector, in order:
+ * neighbours, pairs, then halves added alike for every vector. */
+static inline __m256 sum8x8(const __m256 *v) {
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k: 8 rows of B at a time are
+ * packed (F16 converted) as 8 x 8 floats per 8 of k, then per row of A 8
+ * accumulators of 8 lanes over k and one sum8x8. Each result is summed in
+ * the same order whatever its place in the tile. */
+#define NT_KMAX 1024
+static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc) {
+    _Alignas(32) float pk[NT_KMAX * 8];
+    for (int64_t j = 0; j < n; j += 8) {
+        const int64_t nj = n - j < 8 ? n - j : 8;
+        for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
+            const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 7) / 8;
+            const int64_t nfull = kc / 8;
+            for (int p = 0; p < 8; p++) {
+                const int64_t at = (j + (p < nj ? p : nj - 1)) * ldb + l0, left = kc - 8 * nfull;
+                float *dst = pk + p * 8;
+                if (b_f16) {
+                    const uint16_t *src = (const uint16_t *)b + at;
+                    for (int64_t q = 0; q < nfull; q++) _mm256_store_ps(dst + q * 64, load_fp16x8(src + 8 * q));
+                    if (left)
+                        _mm256_store_ps(dst + nfull * 64, load_fp16_part(src + 8 * nfull, left));
+                } else {
+                    const float *src = (const float *)b + at;
+                    for (int64_t q = 0; q < nfull; q++) _mm256_store_ps(dst + q * 64, _mm256_loadu_ps(src + 8 * q));
+                    if (left)
+                        _mm256_store_ps(dst + nfull * 64, _mm256_maskload_ps(src + 8 * nfull, lanes8(left)));
+                }
+            }
+            for (int64_t i = 0; i < m; i++) {
+                const float *ai = a + i * lda + l0;
+                __m256 acc[8];
+                UNROLL8 for (int p = 0; p < 8; p++) acc[p] = _mm256_setzero_ps();
+                for (int64_t q = 0; q < nc; q++) {
+                    const int64_t left = kc - 8 * q;
+                    const __m256 av = left >= 8 ? _mm256_loadu_ps(ai + 8 * q)
+                                                : _mm256_maskload_ps(ai + 8 * q, lanes8(left));
+                    const float *bq = pk + q * 64;
+                    UNROLL8 for (int p = 0; p < 8; p++)
+                        acc[p] = _mm256_fmadd_ps(av, _mm256_load_ps(bq + p * 8), acc[p]);
+                }
+                __m256 r = sum8x8(acc);
+                const __m256i mj = lanes8(nj);
+                if (l0 > 0)
+                    r = _mm256_add_ps(_mm256_maskload_ps(c + i * ldc + j, mj), r);
+                _mm256_maskstore_ps(c + i * ldc + j, mj, r);
             }
         }
     }
@@ -917,6 +1000,7 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
     k->gemm_f32 = gemm_f32;
+    k->gemm_f32_nt = gemm_f32_nt;
     k->scale_add_max = scale_add_max;
     k->name = "avx2";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;

@@ -260,6 +260,11 @@ static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, siz
 
 static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
 
+/* The loops over the accumulator arrays must be unrolled, or GCC -O2 keeps
+ * the arrays on the stack (a load and a store around every FMA). */
+#define UNROLL8 _Pragma("GCC unroll 8")
+#define UNROLL16 _Pragma("GCC unroll 16")
+
 /* MR rows x up to 32 columns of C, the 2*MR accumulators in registers over
  * the whole k loop; each B row is loaded once per MR rows. */
 static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
@@ -267,7 +272,7 @@ static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, i
                                                             int64_t ldc, bool acc) {
     const __mmask16 m0 = lanes16(n), m1 = lanes16(n > 16 ? n - 16 : 0);
     __m512 c0[8], c1[8];
-    for (int i = 0; i < mr; i++) {
+    UNROLL8 for (int i = 0; i < mr; i++) {
         c0[i] = acc ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
         c1[i] = acc ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
     }
@@ -282,17 +287,31 @@ static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, i
             b0 = _mm512_maskz_loadu_ps(m0, bl);
             b1 = _mm512_maskz_loadu_ps(m1, bl + 16);
         }
-        for (int i = 0; i < mr; i++) {
+        UNROLL8 for (int i = 0; i < mr; i++) {
             const __m512 av = _mm512_set1_ps(a[i * lda + l]);
             c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
             c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
         }
     }
-    for (int i = 0; i < mr; i++) {
+    UNROLL8 for (int i = 0; i < mr; i++) {
         _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
         _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1[i]);
     }
 }
+
+/* The tile for mr rows with B's type a constant, so that the k loop has no
+ * branch. */
+#define GEMM_TILES(f16)                                                       \
+    switch (m - i < 8 ? m - i : 8) {                                          \
+    case 1: gemm_tile(1, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+    case 2: gemm_tile(2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+    case 3: gemm_tile(3, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+    case 4: gemm_tile(4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+    case 5: gemm_tile(5, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+    case 6: gemm_tile(6, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+    case 7: gemm_tile(7, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+    default: gemm_tile(8, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
+    }
 
 static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc) {
@@ -302,15 +321,69 @@ static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
             const float *ai = a + i * lda;
             const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
             float *ci = c + i * ldc + j;
-            switch (m - i < 8 ? m - i : 8) {
-            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 6: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 7: gemm_tile(7, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            default: gemm_tile(8, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            if (b_f16)
+                GEMM_TILES(true)
+            else
+                GEMM_TILES(false)
+        }
+    }
+}
+#undef GEMM_TILES
+
+/* The 16 sums of v[0..16) (each over its 16 lanes) as one vector, in the
+ * lane order out[4k + t] = sum(v[4t + k]): halves, quarters, pairs, then
+ * neighbours added in the same order for every vector. */
+static inline __m512 sum16x16(const __m512 *v) {
+    __m512 w[8], y[4], z[2];
+    UNROLL8 for (int i = 0; i < 8; i++) w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                                                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    UNROLL8 for (int i = 0; i < 4; i++) y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                                                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+    UNROLL8 for (int i = 0; i < 2; i++) z[i] = _mm512_add_ps(_mm512_shuffle_ps(y[2 * i], y[2 * i + 1], 0x44),
+                                                             _mm512_shuffle_ps(y[2 * i], y[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k: 16 rows of B at a time are
+ * packed (F16 converted) as 16 x 16 floats per 16 of k, then per row of A
+ * 16 accumulators of 16 lanes over k and one sum16x16. Each result is summed
+ * in the same order whatever its place in the tile. */
+#define NT_KMAX 1024
+static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc) {
+    _Alignas(64) float pk[NT_KMAX * 16];
+    for (int64_t j = 0; j < n; j += 16) {
+        const int64_t nj = n - j < 16 ? n - j : 16;
+        for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
+            const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 15) / 16;
+            for (int p = 0; p < 16; p++) { /* accumulator p: B row (p % 4) * 4 + p / 4 (sum16x16's order) */
+                const int64_t key = (p % 4) * 4 + p / 4, at = (j + (key < nj ? key : nj - 1)) * ldb + l0;
+                float *dst = pk + p * 16;
+                if (b_f16) {
+                    const uint16_t *src = (const uint16_t *)b + at;
+                    for (int64_t q = 0; q < nc; q++)
+                        _mm512_store_ps(dst + q * 256,
+                                        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes16(kc - 16 * q), src + 16 * q)));
+                } else {
+                    const float *src = (const float *)b + at;
+                    for (int64_t q = 0; q < nc; q++)
+                        _mm512_store_ps(dst + q * 256, _mm512_maskz_loadu_ps(lanes16(kc - 16 * q), src + 16 * q));
+                }
+            }
+            for (int64_t i = 0; i < m; i++) {
+                const float *ai = a + i * lda + l0;
+                __m512 acc[16];
+                UNROLL16 for (int p = 0; p < 16; p++) acc[p] = _mm512_setzero_ps();
+                for (int64_t q = 0; q < nc; q++) {
+                    const __m512 av = _mm512_maskz_loadu_ps(lanes16(kc - 16 * q), ai + 16 * q);
+                    const float *bq = pk + q * 256;
+                    UNROLL16 for (int p = 0; p < 16; p++)
+                        acc[p] = _mm512_fmadd_ps(av, _mm512_load_ps(bq + p * 16), acc[p]);
+                }
+                __m512 r = sum16x16(acc);
+                if (l0 > 0)
+                    r = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes16(nj), c + i * ldc + j), r);
+                _mm512_mask_storeu_ps(c + i * ldc + j, lanes16(nj), r);
             }
         }
     }
@@ -391,6 +464,7 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->sgemm_dot_f16 = sgemm_dot_f16;
     k->sgemm_dot4_f16 = sgemm_dot4_f16;
     k->gemm_f32 = gemm_f32;
+    k->gemm_f32_nt = gemm_f32_nt;
     k->scale_add_max = scale_add_max;
     /* the paired 8-bit dots need VPDPBUSD; they sum in ggml's AVX2 order */
     if (!vnni)

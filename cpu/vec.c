@@ -202,6 +202,18 @@ static void gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_
     }
 }
 
+static void gemm_f32_nt_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                            int64_t ldb, float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float sum = 0;
+            for (int64_t l = 0; l < k; l++)
+                sum += a[i * lda + l] *
+                       (b_f16 ? TSR_FP16_TO_FP32(((const uint16_t *)b)[j * ldb + l]) : ((const float *)b)[j * ldb + l]);
+            c[i * ldc + j] = sum;
+        }
+}
+
 static float scale_add_max_ref(int64_t n, float *y, float scale, const float *mask) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
@@ -285,6 +297,7 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum_ref;
     k->silu_mul = silu_mul_ref;
     k->gemm_f32 = gemm_f32_ref;
+    k->gemm_f32_nt = gemm_f32_nt_ref;
     k->q8s_from_float = tsr__cpu_q8s_from_float_ref;
     k->scale_add_max = scale_add_max_ref;
     k->from_float[TSR_TYPE_F16] = f16_from_float_ref;

@@ -186,6 +186,73 @@ static void check_gemm(const tsr_cpu_kernels *k) {
     }
 }
 
+/* The fused attention's block matmuls: C = A * B (gemm_f32, with and
+ * without accumulating into C) and C = A * B^T (gemm_f32_nt), B F32 or F16
+ * rows wider than used, against double sums; every result must also be the
+ * one a 1 x 1 call gives (no dependence on the place in the tile). */
+static void check_attn_gemm(const tsr_cpu_kernels *k) {
+    static const int64_t ms[] = {1, 3, 8, 9, 17}, ns[] = {1, 15, 16, 17, 33, 64}, ks[] = {0, 1, 7, 16, 64, 100, 1100};
+    enum { MMAX = 17, NMAX = 64, KMAX = 1100, PAD = 5 };
+    float *a = malloc(sizeof(float) * MMAX * KMAX), *bf = malloc(sizeof(float) * KMAX * (KMAX + PAD));
+    uint16_t *bh = malloc(sizeof(uint16_t) * KMAX * (KMAX + PAD));
+    float *c = malloc(sizeof(float) * MMAX * (NMAX + PAD)), *c0 = malloc(sizeof(float) * MMAX * (NMAX + PAD));
+    for (int64_t i = 0; i < MMAX * KMAX; i++) a[i] = frand();
+    for (int64_t i = 0; i < KMAX * (KMAX + PAD); i++) {
+        bh[i] = tsr__fp32_to_fp16(frand());
+        bf[i] = TSR_FP16_TO_FP32(bh[i]);
+    }
+    for (int nt = 0; nt < 2; nt++)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                        const int64_t m = ms[mi], n = ns[ni], kk = ks[ki], ldc = n + PAD;
+                        const int64_t ldb = nt ? kk + PAD : n + PAD; /* B rows: keys (nt) or k (plain) */
+                        const void *b = f16 ? (const void *)bh : (const void *)bf;
+                        const int acc = !nt && kk % 2; /* accumulate into C for some shapes */
+                        bool bad = false;
+                        for (int64_t i = 0; i < MMAX * ldc; i++) c[i] = c0[i] = (float)(i % 7) - 3.0f;
+                        if (nt)
+                            k->gemm_f32_nt(m, n, kk, a, kk, b, f16, ldb, c, ldc);
+                        else
+                            k->gemm_f32(m, n, kk, a, kk, b, f16, ldb, c, ldc, acc);
+                        for (int64_t i = 0; i < MMAX && !bad; i++)
+                            for (int64_t j = 0; j < ldc && !bad; j++) {
+                                const float got = c[i * ldc + j];
+                                if (i >= m || j >= n) {
+                                    bad = got != c0[i * ldc + j];
+                                    CHECK(!bad, "%s gemm_f32%s m=%lld n=%lld k=%lld wrote outside C", k->name,
+                                          nt ? "_nt" : "", (long long)m, (long long)n, (long long)kk);
+                                    continue;
+                                }
+                                double ref = acc ? c0[i * ldc + j] : 0, mag = fabs(ref);
+                                for (int64_t l = 0; l < kk; l++) {
+                                    const double x = (double)a[i * kk + l] * (nt ? bf[j * ldb + l] : bf[l * ldb + j]);
+                                    ref += x, mag += fabs(x);
+                                }
+                                float one = c0[i * ldc + j];
+                                if (nt)
+                                    k->gemm_f32_nt(1, 1, kk, a + i * kk, kk,
+                                                   f16 ? (const void *)(bh + j * ldb) : (const void *)(bf + j * ldb),
+                                                   f16, ldb, &one, 1);
+                                else
+                                    k->gemm_f32(1, 1, kk, a + i * kk, kk,
+                                                f16 ? (const void *)(bh + j) : (const void *)(bf + j), f16, ldb, &one,
+                                                1, acc);
+                                bad = !(fabs(got - ref) <= 1e-5 * mag + 1e-6) || memcmp(&got, &one, sizeof got) != 0;
+                                CHECK(fabs(got - ref) <= 1e-5 * mag + 1e-6,
+                                      "%s gemm_f32%s%s m=%lld n=%lld k=%lld (%lld,%lld): %.7g, reference %.7g", k->name,
+                                      nt ? "_nt" : "", f16 ? " f16" : "", (long long)m, (long long)n, (long long)kk,
+                                      (long long)i, (long long)j, got, ref);
+                                CHECK(memcmp(&got, &one, sizeof got) == 0,
+                                      "%s gemm_f32%s%s m=%lld n=%lld k=%lld (%lld,%lld): %.9g in the tile, %.9g alone",
+                                      k->name, nt ? "_nt" : "", f16 ? " f16" : "", (long long)m, (long long)n,
+                                      (long long)kk, (long long)i, (long long)j, got, one);
+                            }
+                    }
+    free(a), free(bf), free(bh), free(c), free(c0);
+}
+
 /* exp/silu helpers over their whole range, -inf and overflow included. */
 static void check_math(const tsr_cpu_kernels *k) {
     enum { N = 2003 };
@@ -298,6 +365,7 @@ int main(void) {
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
         check_math(&k);
         check_gemm(&k);
+        check_attn_gemm(&k);
     }
     check_bad_indices();
     check_threadpool(1);
