@@ -915,6 +915,17 @@ static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
 }
 #undef GEMM_TILES
 
+/* The same on B packed as 16 floats per row (gemm_f32_nt). */
+#define GEMM_TILES_PK(full)                                                           \
+    switch (m - i < 6 ? m - i : 6) {                                                  \
+    case 1: gemm_tile(1, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 2: gemm_tile(2, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 3: gemm_tile(3, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 4: gemm_tile(4, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 5: gemm_tile(5, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    default: gemm_tile(6, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break; \
+    }
+
 /* The 8 sums of v[0..8) (each over its 8 lanes) as one vector, in order:
  * neighbours, pairs, then halves added alike for every vector. */
 static inline __m256 sum8x8(const __m256 *v) {
@@ -923,14 +934,78 @@ static inline __m256 sum8x8(const __m256 *v) {
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-/* C[m x n] = A[m x k] * B^T for B n rows of k: 8 rows of B at a time are
- * packed (F16 converted) as 8 x 8 floats per 8 of k, then per row of A 8
- * accumulators of 8 lanes over k and one sum8x8. Each result is summed in
- * the same order whatever its place in the tile. */
+/* Transposes the 8 x 8 block r in place. */
+static inline void transpose8(__m256 *r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* Rows [j, j + 8) of B (past n: the last row again), elements [l, l + 8)
+ * (past k: zeros), as F32. */
+static inline void load_b8(__m256 *r, const void *b, bool b_f16, int64_t ldb, int64_t j, int64_t nj, int64_t l,
+                           int64_t k) {
+    for (int t = 0; t < 8; t++) {
+        const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l;
+        if (b_f16)
+            r[t] = k - l >= 8 ? load_fp16x8((const uint16_t *)b + at) : load_fp16_part((const uint16_t *)b + at, k - l);
+        else
+            r[t] = _mm256_maskload_ps((const float *)b + at, lanes8(k - l));
+    }
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k.
+ *  - Few rows (m < NT_TILE_M): 8 rows of B at a time are packed (F16
+ *    converted) as 8 x 8 floats per 8 of k, then per row of A 8
+ *    accumulators of 8 lanes over k and one sum8x8.
+ *  - Else 16 rows of B are packed transposed (k x 16, 8 x 8 blocks turned in
+ *    registers) and gemm_tile runs on them: no lane sums, each B value
+ *    loaded once per 6 rows of A.
+ * Each result is summed in the same order whatever its place in the tile
+ * and n (the order depends on k, and on m only through the choice above). */
 #define NT_KMAX 1024
+#define NT_TILE_M 6
 static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                         int64_t ldb, float *c, int64_t ldc) {
-    _Alignas(32) float pk[NT_KMAX * 8];
+    _Alignas(32) float pk[NT_KMAX * 16];
+    if (m >= NT_TILE_M) {
+        for (int64_t j = 0; j < n; j += 16) {
+            const int64_t nj = n - j < 16 ? n - j : 16;
+            for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: the rest added to C */
+                const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX;
+                for (int h = 0; h < 2; h++)
+                    for (int64_t l = 0; l < kc; l += 8) {
+                        __m256 r[8];
+                        load_b8(r, b, b_f16, ldb, j + 8 * h, nj - 8 * h > 0 ? nj - 8 * h : 1, l0 + l, k);
+                        transpose8(r);
+                        for (int d = 0; d < 8; d++) _mm256_store_ps(pk + (l + d) * 16 + 8 * h, r[d]);
+                    }
+                const float *al = a + l0;
+                const bool acc = l0 > 0, full = nj == 16;
+                for (int64_t i = 0; i < m; i += 6) {
+                    const float *ai = al + i * lda;
+                    float *ci = c + i * ldc + j;
+                    if (full)
+                        GEMM_TILES_PK(true)
+                    else
+                        GEMM_TILES_PK(false)
+                }
+            }
+        }
+        return;
+    }
     for (int64_t j = 0; j < n; j += 8) {
         const int64_t nj = n - j < 8 ? n - j : 8;
         for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */

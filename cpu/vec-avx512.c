@@ -344,14 +344,85 @@ static inline __m512 sum16x16(const __m512 *v) {
     return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
 }
 
-/* C[m x n] = A[m x k] * B^T for B n rows of k: 16 rows of B at a time are
- * packed (F16 converted) as 16 x 16 floats per 16 of k, then per row of A
- * 16 accumulators of 16 lanes over k and one sum16x16. Each result is summed
- * in the same order whatever its place in the tile. */
-#define NT_KMAX 1024
+/* Transposes the 16 x 16 block r (in place): four rounds, each swapping one
+ * bit of the row index with the same bit of the column index. */
+static inline void transpose16(__m512 *r) {
+    UNROLL8 for (int s = 0; s < 4; s++) {
+        const int bit = 1 << s;
+        int lo[16], hi[16];
+        for (int c = 0; c < 16; c++) {
+            lo[c] = c & bit ? 16 + c - bit : c;
+            hi[c] = c & bit ? 16 + c : c + bit;
+        }
+        const __m512i il = _mm512_loadu_si512(lo), ih = _mm512_loadu_si512(hi);
+        UNROLL16 for (int i = 0; i < 16; i++) {
+            if (i & bit)
+                continue;
+            const __m512 x = r[i], y = r[i + bit];
+            r[i] = _mm512_permutex2var_ps(x, il, y);
+            r[i + bit] = _mm512_permutex2var_ps(x, ih, y);
+        }
+    }
+}
+
+/* Rows [j, j + 16) of B (past n: the last row again), elements [l, l + 16)
+ * (past k: zeros), as F32. */
+static inline void load_b16(__m512 *r, const void *b, bool b_f16, int64_t ldb, int64_t j, int64_t nj, int64_t l,
+                            int64_t k) {
+    const __mmask16 ml = lanes16(k - l);
+    UNROLL16 for (int t = 0; t < 16; t++) {
+        const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l;
+        r[t] = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, (const uint16_t *)b + at))
+                     : _mm512_maskz_loadu_ps(ml, (const float *)b + at);
+    }
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k.
+ *  - Few rows (m < NT_TILE_M): 16 rows of B at a time are packed (F16
+ *    converted) as 16 x 16 floats per 16 of k, then per row of A 16
+ *    accumulators of 16 lanes over k and one sum16x16.
+ *  - Else 32 rows of B are packed transposed (k x 32, 16 x 16 blocks turned
+ *    in registers) and gemm_tile runs on them: no lane sums, each B value
+ *    loaded once per 8 rows of A.
+ * Each result is summed in the same order whatever its place in the tile
+ * and n (the order depends on k, and on m only through the choice above). */
+#define NT_KMAX 512
+#define NT_TILE_M 8
 static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                         int64_t ldb, float *c, int64_t ldc) {
-    _Alignas(64) float pk[NT_KMAX * 16];
+    _Alignas(64) float pk[NT_KMAX * 32];
+    if (m >= NT_TILE_M) {
+        for (int64_t j = 0; j < n; j += 32) {
+            const int64_t nj = n - j < 32 ? n - j : 32;
+            for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: the rest added to C */
+                const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX;
+                for (int h = 0; h < 2; h++)
+                    for (int64_t l = 0; l < kc; l += 16) {
+                        __m512 r[16];
+                        load_b16(r, b, b_f16, ldb, j + 16 * h, nj - 16 * h > 0 ? nj - 16 * h : 1, l0 + l, k);
+                        transpose16(r);
+                        UNROLL16 for (int d = 0; d < 16; d++) _mm512_store_ps(pk + (l + d) * 32 + 16 * h, r[d]);
+                    }
+                const float *al = a + l0;
+                for (int64_t i = 0; i < m; i += 8) {
+                    const float *ai = al + i * lda;
+                    float *ci = c + i * ldc + j;
+                    const bool acc = l0 > 0;
+                    switch (m - i < 8 ? m - i : 8) {
+                    case 1: gemm_tile(1, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 2: gemm_tile(2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 3: gemm_tile(3, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 4: gemm_tile(4, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 5: gemm_tile(5, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 6: gemm_tile(6, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 7: gemm_tile(7, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    default: gemm_tile(8, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    }
+                }
+            }
+        }
+        return;
+    }
     for (int64_t j = 0; j < n; j += 16) {
         const int64_t nj = n - j < 16 ? n - j : 16;
         for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */

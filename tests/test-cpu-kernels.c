@@ -189,7 +189,8 @@ static void check_gemm(const tsr_cpu_kernels *k) {
 /* The fused attention's block matmuls: C = A * B (gemm_f32, with and
  * without accumulating into C) and C = A * B^T (gemm_f32_nt), B F32 or F16
  * rows wider than used, against double sums; every result must also be the
- * one a 1 x 1 call gives (no dependence on the place in the tile). */
+ * one a 1 x 1 call gives (gemm_f32_nt: a call for the same rows and that key
+ * alone): no dependence on the place in the tile. */
 static void check_attn_gemm(const tsr_cpu_kernels *k) {
     static const int64_t ms[] = {1, 3, 8, 9, 17}, ns[] = {1, 15, 16, 17, 33, 64}, ks[] = {0, 1, 7, 16, 64, 100, 1100};
     enum { MMAX = 17, NMAX = 64, KMAX = 1100, PAD = 5 };
@@ -230,12 +231,13 @@ static void check_attn_gemm(const tsr_cpu_kernels *k) {
                                     const double x = (double)a[i * kk + l] * (nt ? bf[j * ldb + l] : bf[l * ldb + j]);
                                     ref += x, mag += fabs(x);
                                 }
-                                float one = c0[i * ldc + j];
-                                if (nt)
-                                    k->gemm_f32_nt(1, 1, kk, a + i * kk, kk,
+                                float one = c0[i * ldc + j], col[MMAX];
+                                if (nt) { /* the same rows against key j alone (the order may depend on m) */
+                                    k->gemm_f32_nt(m, 1, kk, a, kk,
                                                    f16 ? (const void *)(bh + j * ldb) : (const void *)(bf + j * ldb),
-                                                   f16, ldb, &one, 1);
-                                else
+                                                   f16, ldb, col, 1);
+                                    one = col[i];
+                                } else
                                     k->gemm_f32(1, 1, kk, a + i * kk, kk,
                                                 f16 ? (const void *)(bh + j) : (const void *)(bf + j), f16, ldb, &one,
                                                 1, acc);
