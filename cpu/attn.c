@@ -32,6 +32,7 @@ typedef struct plan {
     int64_t n_tasks;  /* n_seq * n_head_kv * ceil(rows / rb) */
     int64_t n_split;  /* key ranges per task */
     int64_t kv_split; /* keys per range (a multiple of BK) */
+    int64_t n_kv;     /* keys [0, n_kv) are looked at: past them every mask row is -inf */
 } plan;
 
 /* Big row blocks (K/V traffic and conversion shrink with the rows served
@@ -42,8 +43,7 @@ typedef struct plan {
  * in) depend on the shapes alone: the result is the same for any number of
  * threads. The tasks are handed out dynamically to the threads there are. */
 #define PLAN_THREADS 16
-static void make_plan(const tsr_tensor *dst, int nth_real, plan *pl) {
-    (void)nth_real;
+static void make_plan(const tsr_tensor *dst, int64_t n_kv, plan *pl) {
     const int nth = PLAN_THREADS;
     const tsr_tensor *q = dst->src[0], *kt = dst->src[1];
     pl->group = q->ne[2] / kt->ne[2];
@@ -56,7 +56,8 @@ static void make_plan(const tsr_tensor *dst, int nth_real, plan *pl) {
     if (pl->rb < 1)
         pl->rb = 1;
     pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
-    const int64_t n_blk = (kt->ne[1] + BK - 1) / BK;
+    pl->n_kv = n_kv;
+    const int64_t n_blk = (n_kv + BK - 1) / BK;
     pl->n_split = 1;
     if (pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
         const int64_t n = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
@@ -65,7 +66,7 @@ static void make_plan(const tsr_tensor *dst, int nth_real, plan *pl) {
     pl->kv_split = (n_blk + pl->n_split - 1) / pl->n_split * BK;
     if (pl->kv_split < BK)
         pl->kv_split = BK;
-    pl->n_split = kt->ne[1] > 0 ? (kt->ne[1] + pl->kv_split - 1) / pl->kv_split : 1;
+    pl->n_split = n_kv > 0 ? (n_kv + pl->kv_split - 1) / pl->kv_split : 1;
 }
 
 /* ---- work buffer ------------------------------------------------------------- */
@@ -108,7 +109,8 @@ static size_t partial_bytes(const tsr_tensor *dst, const plan *pl) {
 
 size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) {
     plan pl;
-    make_plan(dst, nth, &pl);
+    (void)nth;
+    make_plan(dst, dst->src[1]->ne[1], &pl); /* the most partials: every key range */
     return partial_bytes(dst, &pl) + (size_t)nth * per_thread(dst, &pl, NULL, NULL);
 }
 
@@ -128,7 +130,7 @@ static void task_at(const tsr_tensor *dst, const plan *pl, int64_t item, task *t
     t->hk = (it / n_rb) % kt->ne[2];
     t->s = it / (n_rb * kt->ne[2]);
     t->j0 = sp * pl->kv_split;
-    t->j1 = t->j0 + pl->kv_split < kt->ne[1] ? t->j0 + pl->kv_split : kt->ne[1];
+    t->j1 = t->j0 + pl->kv_split < pl->n_kv ? t->j0 + pl->kv_split : pl->n_kv;
 }
 
 /* Address off bytes into x's data. A zero-sized tensor (heads of no
@@ -356,9 +358,52 @@ static void merge_row(const tsr_tensor *dst, const plan *pl, const float *partia
     for (int64_t i = 0; i < dv; i++) out[i] *= inv;
 }
 
+/* Keys past the last one any query row may see (its mask not -inf there):
+ * with few query rows (decode), the cache's padding cells and the unused
+ * cells past the sequences are -inf in every row, and neither a split nor a
+ * block should go to them. Found from the mask's values, the same for every
+ * thread count. Many rows: all keys (the masked blocks are skipped anyway). */
+#define LIVE_SCAN_ROWS 64
+static int64_t live_keys(const tsr_tensor *dst) {
+    const tsr_tensor *q = dst->src[0], *mask = dst->src[3];
+    const int64_t n_kv = dst->src[1]->ne[1];
+    if (!mask || !mask->data || n_kv == 0)
+        return n_kv;
+    const int64_t nq = q->ne[1], nh = mask->ne[2] < q->ne[2] ? mask->ne[2] : q->ne[2],
+                  ns = mask->ne[3] < q->ne[3] ? mask->ne[3] : q->ne[3];
+    if (nq * nh * ns > LIVE_SCAN_ROWS)
+        return n_kv;
+    const bool f16 = mask->type != TSR_TYPE_F32;
+    const uint32_t ninf = f16 ? 0xFC00u : 0xFF800000u;
+    int64_t end = 0;
+    for (int64_t s = 0; s < ns; s++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < nq; i++) {
+                const char *row = at(mask,
+                                     i * (int64_t)mask->nb[1] + h * (int64_t)mask->nb[2] + s * (int64_t)mask->nb[3]);
+                int64_t j = n_kv;
+                for (; j > end; j--) {
+                    const char *e = row + (j - 1) * (int64_t)mask->nb[0];
+                    uint32_t v;
+                    if (f16) {
+                        uint16_t hv;
+                        memcpy(&hv, e, 2);
+                        v = hv;
+                    } else
+                        memcpy(&v, e, 4);
+                    if (v != ninf)
+                        break;
+                }
+                end = j > end ? j : end;
+                if (end == n_kv)
+                    return n_kv;
+            }
+    return end;
+}
+
 void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     plan pl;
-    make_plan(dst, p->nth, &pl);
+    make_plan(dst, live_keys(dst), &pl);
     const size_t pb = partial_bytes(dst, &pl), pf = partial_floats(dst, &pl);
     scratch sc;
     const size_t pt = per_thread(dst, &pl, NULL, NULL);
