@@ -36,30 +36,37 @@ typedef struct plan {
 } plan;
 
 /* Big row blocks (K/V traffic and conversion shrink with the rows served
- * per block) unless that leaves threads idle; too few tasks even then
- * (decode): split the keys. The plan is made for PLAN_THREADS threads
+ * per block) unless that leaves threads idle. A task holds whole tokens
+ * (all heads of the group), and from BK / 2 tokens on a multiple of BK of
+ * them: then causal masks cut through one key block per task, not two.
+ * Too few tasks even then (decode): split the keys (each split costs a
+ * partial per row and a merge). The plan is made for PLAN_THREADS threads
  * whatever the real count, so that the rows per task (which pick the score
- * blocks) and the key splits (which set the order the partials are merged
- * in) depend on the shapes alone: the result is the same for any number of
- * threads. The tasks are handed out dynamically to the threads there are. */
+ * kernel's path) and the key splits (which set the order the partials are
+ * merged in) depend on the shapes (and the mask's values) alone: the result
+ * is the same for any number of threads. The tasks are handed out
+ * dynamically to the threads there are. */
 #define PLAN_THREADS 16
 static void make_plan(const tsr_tensor *dst, int64_t n_kv, plan *pl) {
     const int nth = PLAN_THREADS;
     const tsr_tensor *q = dst->src[0], *kt = dst->src[1];
     pl->group = q->ne[2] / kt->ne[2];
     pl->rows = pl->group * q->ne[1];
-    const int64_t groups = q->ne[3] * kt->ne[2];
+    const int64_t groups = q->ne[3] * kt->ne[2], g = pl->group > 0 ? pl->group : 1;
     const int64_t want = (pl->rows * groups + 2 * (int64_t)nth - 1) / (2 * (int64_t)nth);
-    pl->rb = want > RB_MAX ? RB_MAX : want < RB_MIN ? RB_MIN : want;
-    if (pl->rb > pl->rows)
-        pl->rb = pl->rows;
-    if (pl->rb < 1)
-        pl->rb = 1;
+    int64_t rb = want > RB_MAX ? RB_MAX : want < RB_MIN ? RB_MIN : want;
+    int64_t tq = (rb + g - 1) / g; /* tokens per task */
+    if (tq >= BK / 2 && ((tq + BK - 1) / BK) * BK * g <= RB_MAX)
+        tq = (tq + BK - 1) / BK * BK;
+    rb = tq * g;
+    if (rb > pl->rows)
+        rb = pl->rows;
+    pl->rb = rb < 1 ? 1 : rb;
     pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
     pl->n_kv = n_kv;
     const int64_t n_blk = (n_kv + BK - 1) / BK;
     pl->n_split = 1;
-    if (pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
+    if (pl->n_tasks > 0 && pl->n_tasks < (int64_t)nth && n_blk > 1) {
         const int64_t n = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
         pl->n_split = n < n_blk ? n : n_blk;
     }
@@ -119,17 +126,21 @@ size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) {
 typedef struct task {
     int64_t s, hk, r0, nr; /* sequence, KV head, first row of the group, rows */
     int64_t j0, j1;        /* key range */
+    int64_t slot;          /* partial: task * n_split + split */
 } task;
 
 static void task_at(const tsr_tensor *dst, const plan *pl, int64_t item, task *t) {
     const tsr_tensor *kt = dst->src[1];
-    const int64_t it = item / pl->n_split, sp = item % pl->n_split;
+    /* the tasks of one key range next to each other: the KV heads of a cell
+     * share its cache rows, so with splits (decode) their reads meet in cache */
+    const int64_t it = item % pl->n_tasks, sp = item / pl->n_tasks;
     const int64_t n_rb = (pl->rows + pl->rb - 1) / pl->rb;
     t->r0 = (it % n_rb) * pl->rb;
     t->nr = pl->rows - t->r0 < pl->rb ? pl->rows - t->r0 : pl->rb;
     t->hk = (it / n_rb) % kt->ne[2];
     t->s = it / (n_rb * kt->ne[2]);
     t->j0 = sp * pl->kv_split;
+    t->slot = it * pl->n_split + sp;
     t->j1 = t->j0 + pl->kv_split < pl->n_kv ? t->j0 + pl->kv_split : pl->n_kv;
 }
 
@@ -168,19 +179,21 @@ static void load_q(const tsr_tensor *dst, const plan *pl, const task *t, const s
 enum { SEG_ZERO, SEG_DEAD, SEG_MIXED };
 
 static int classify(const char *src, int64_t n, size_t esz) {
-    uint32_t any = 0, not_ninf = 0;
-    if (esz == 2) {
-        const uint16_t *h = (const uint16_t *)src;
-        for (int64_t j = 0; j < n; j++) {
-            any |= h[j];
-            not_ninf |= h[j] ^ 0xFC00u;
-        }
-    } else {
-        const uint32_t *w = (const uint32_t *)src;
-        for (int64_t j = 0; j < n; j++) {
-            any |= w[j];
-            not_ninf |= w[j] ^ 0xFF800000u;
-        }
+    const uint64_t ninf = esz == 2 ? 0xFC00FC00FC00FC00u : 0xFF800000FF800000u;
+    const int64_t bytes = n * (int64_t)esz;
+    uint64_t any = 0, not_ninf = 0;
+    int64_t b = 0;
+    for (; b + 8 <= bytes; b += 8) { /* 8 bytes at a time */
+        uint64_t w;
+        memcpy(&w, src + b, 8);
+        any |= w;
+        not_ninf |= w ^ ninf;
+    }
+    for (; b < bytes; b += (int64_t)esz) {
+        uint32_t w = 0;
+        memcpy(&w, src + b, esz);
+        any |= w;
+        not_ninf |= w ^ (uint32_t)ninf;
     }
     return !any ? SEG_ZERO : !not_ninf ? SEG_DEAD : SEG_MIXED;
 }
@@ -251,7 +264,12 @@ static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const tas
     k->gemm_f32_nt(t->nr, n, dk, sc->qf, dk, sc->kb, false, dk, sc->s, BK);
 }
 
-/* Online softmax of the block's scores, row by row; S becomes P. */
+/* Online softmax of the block's scores, row by row; S becomes P. The
+ * running max m of a row is raised only when a score passes it by more than
+ * SLACK: the exps stay below e^SLACK (P, l and O alike, the same ratios),
+ * and the accumulator is rescaled rarely instead of at nearly every block
+ * of a causal prompt. The first block of a row needs no rescale at all. */
+#define SLACK 8.0f
 static void softmax_block(const tsr_compute_params *p, const tsr_tensor *dst, const task *t, int64_t n,
                           const scratch *sc, const float *const *mrow, const bool *dead) {
     const float scale = tsr__get_f32_param(dst, 0);
@@ -263,15 +281,15 @@ static void softmax_block(const tsr_compute_params *p, const tsr_tensor *dst, co
             memset(s, 0, (size_t)n * sizeof *s);
             continue;
         }
-        const float mold = sc->m[r], mnew = mx > mold ? mx : mold;
+        const float mold = sc->m[r], mnew = mold == -INFINITY || mx > mold + SLACK ? mx : mold;
         const float sum = (float)p->k->exp_sum(n, s, mnew);
-        if (mnew != mold) {
-            const float alpha = mold == -INFINITY ? 0.0f : expf(mold - mnew);
+        if (mnew != mold && mold != -INFINITY) { /* -inf: nothing summed yet, O and l are 0 */
+            const float alpha = expf(mold - mnew);
             float *o = sc->o + r * dv;
             for (int64_t i = 0; i < dv; i++) o[i] *= alpha;
             sc->l[r] *= alpha;
-            sc->m[r] = mnew;
         }
+        sc->m[r] = mnew;
         sc->l[r] += sum;
     }
 }
@@ -296,6 +314,23 @@ static float *dst_row(const tsr_tensor *dst, const plan *pl, const task *t, int6
                      t->s * (int64_t)dst->nb[3]);
 }
 
+/* With few rows a block's work is short next to fetching its K and V rows
+ * (strided: one head's part of each cell), which the hardware prefetchers
+ * do not run ahead of: fetch the next block's rows while this one runs. */
+#define PREFETCH_ROWS 16
+static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_t n) {
+    for (int z = 1; z <= 2; z++) {
+        const tsr_tensor *x = dst->src[z];
+        const size_t bytes = tsr_row_size(x->type, x->ne[0]);
+        if (!x->data)
+            continue;
+        for (int64_t j = 0; j < n; j++) {
+            const char *row = kv_row(x, j0 + j, t);
+            for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+        }
+    }
+}
+
 static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
                      const scratch *sc, float *partial) {
     const int64_t dv = dst->src[2]->ne[0];
@@ -309,6 +344,8 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
     }
     for (int64_t j0 = t->j0; j0 < t->j1; j0 += BK) {
         const int64_t n = t->j1 - j0 < BK ? t->j1 - j0 : BK;
+        if (t->nr <= PREFETCH_ROWS && j0 + BK < t->j1)
+            prefetch_kv(dst, t, j0 + BK, t->j1 - j0 - BK < BK ? t->j1 - j0 - BK : BK);
         if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead))
             continue;
         scores(p, dst, t, j0, n, sc);
@@ -334,7 +371,7 @@ static void merge_row(const tsr_tensor *dst, const plan *pl, const float *partia
     const size_t pf = partial_floats(dst, pl);
     const float *base = partials + (size_t)it * pl->n_split * pf;
     task t;
-    task_at(dst, pl, it * pl->n_split, &t);
+    task_at(dst, pl, it, &t); /* item it: task it, split 0 */
     float mx = -INFINITY, l = 0;
     for (int64_t sp = 0; sp < pl->n_split; sp++) {
         const float m = base[sp * pf + pl->rb * dv + r];
@@ -416,7 +453,7 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     for (int64_t c = p->ith; c < n_items; c = atomic_fetch_add(&p->stream->chunk, 1)) {
         task t;
         task_at(dst, &pl, c, &t);
-        run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)c * pf : NULL);
+        run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)t.slot * pf : NULL);
     }
     if (!partials)
         return;
@@ -425,7 +462,7 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     tsr__cpu_split(pl.n_tasks * pl.rb, p->ith, p->nth, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         task t;
-        task_at(dst, &pl, (i / pl.rb) * pl.n_split, &t);
+        task_at(dst, &pl, i / pl.rb, &t);
         if (i % pl.rb < t.nr)
             merge_row(dst, &pl, partials, i / pl.rb, i % pl.rb);
     }
