@@ -14,7 +14,7 @@
  *  - When there are too few tasks for the threads (decode) the keys are
  *    split too: each split writes an unnormalized partial (O, max, sum) per
  *    row and, after a barrier, the partials are merged.
- * The block kernels (gemm_f32, gemm_f32_nt, scale_add_max, exp_sum) come from the
+ * The block kernels (gemm_f32, gemm_f32_nt, softmax_step) come from the
  * per-CPU kernel table, so the scalar table is the reference variant.
  */
 #include "cpu.h"
@@ -276,20 +276,18 @@ static void softmax_block(const tsr_compute_params *p, const tsr_tensor *dst, co
     const int64_t dv = dst->src[2]->ne[0];
     for (int64_t r = 0; r < t->nr; r++) {
         float *s = sc->s + r * BK;
-        const float mx = dead[r] ? -INFINITY : p->k->scale_add_max(n, s, scale, mrow[r]);
-        if (mx == -INFINITY) { /* fully masked here: no weight */
+        if (dead[r]) { /* fully masked here: no weight */
             memset(s, 0, (size_t)n * sizeof *s);
             continue;
         }
-        const float mold = sc->m[r], mnew = mold == -INFINITY || mx > mold + SLACK ? mx : mold;
-        const float sum = (float)p->k->exp_sum(n, s, mnew);
-        if (mnew != mold && mold != -INFINITY) { /* -inf: nothing summed yet, O and l are 0 */
-            const float alpha = expf(mold - mnew);
+        const float mold = sc->m[r];
+        const float sum = p->k->softmax_step(n, s, scale, mrow[r], &sc->m[r], SLACK);
+        if (sc->m[r] != mold && mold != -INFINITY) { /* -inf: nothing summed yet, O and l are 0 */
+            const float alpha = expf(mold - sc->m[r]);
             float *o = sc->o + r * dv;
             for (int64_t i = 0; i < dv; i++) o[i] *= alpha;
             sc->l[r] *= alpha;
         }
-        sc->m[r] = mnew;
         sc->l[r] += sum;
     }
 }

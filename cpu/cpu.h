@@ -71,8 +71,12 @@ typedef struct tsr_cpu_kernels {
      * rows of gemm_type[wt]. */
     bool gemm_q8s[TSR_TYPE_COUNT];
     void (*q8s_from_float)(const float *x, void *y, int64_t k);
-    /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
-    float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
+    /* One step of the fused attention's online softmax over a row of scores:
+     * y = y * scale + mask (mask may be NULL); with mx = max(y), the running
+     * max *m becomes mx where *m is -inf or mx > *m + slack; then y =
+     * exp(y - *m) and the sum of y is returned. A row all -inf (or n == 0)
+     * leaves *m, gives y = 0 and returns 0. */
+    float (*softmax_step)(int64_t n, float *y, float scale, const float *mask, float *m, float slack);
     /* F16 x F16 dots of matmuls with >= 2 activation columns, summed as ggml's
      * llamafile tinyBLAS does there (one accumulator of sgemm_kn lanes, FMA
      * over k in steps of sgemm_kn, then one horizontal sum); ggml uses it when

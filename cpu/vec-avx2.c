@@ -1048,27 +1048,71 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
     }
 }
 
-static float scale_add_max(int64_t n, float *y, float scale, const float *mask) {
+/* The online softmax step (see cpu.h) of a row; up to 64 scores stay in
+ * registers between the max and the exps. */
+static float softmax_step(int64_t n, float *y, float scale, const float *mask, float *m, float slack) {
     const __m256 s = _mm256_set1_ps(scale);
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(y + i), s);
-        if (mask)
-            v = _mm256_add_ps(v, _mm256_loadu_ps(mask + i));
-        _mm256_storeu_ps(y + i, v);
-        mx = _mm256_max_ps(mx, v);
+    if (n > 64) { /* two passes through y */
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
+            mx = y[i] > mx ? y[i] : mx;
+        }
+        if (mx == -INFINITY) {
+            memset(y, 0, (size_t)n * sizeof *y);
+            return 0;
+        }
+        if (*m == -INFINITY || mx > *m + slack)
+            *m = mx;
+        const __m256 mv = _mm256_set1_ps(*m);
+        __m256 acc = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(y + i), mv));
+            _mm256_storeu_ps(y + i, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        if (i < n) {
+            const __m256 e = exp8(_mm256_sub_ps(load_part(y + i, n - i, -INFINITY), mv));
+            _mm256_maskstore_ps(y + i, lanes8(n - i), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        return hsum_ps256(acc);
+    }
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 v[8], mx = ninf;
+    const int nv = (int)((n + 7) / 8);
+    UNROLL8 for (int q = 0; q < 8; q++) {
+        v[q] = ninf;
+        if (q < nv) { /* lanes past n: -inf */
+            const __m256i k = lanes8(n - 8 * q);
+            v[q] = _mm256_mul_ps(_mm256_maskload_ps(y + 8 * q, k), s);
+            if (mask)
+                v[q] = _mm256_add_ps(v[q], _mm256_maskload_ps(mask + 8 * q, k));
+            v[q] = _mm256_blendv_ps(ninf, v[q], _mm256_castsi256_ps(k));
+            mx = _mm256_max_ps(mx, v[q]);
+        }
     }
     __m128 r = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     r = _mm_max_ps(r, _mm_movehl_ps(r, r));
     r = _mm_max_ss(r, _mm_movehdup_ps(r));
-    float m = _mm_cvtss_f32(r);
-    for (; i < n; i++) {
-        y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
-        if (y[i] > m)
-            m = y[i];
+    const float x = _mm_cvtss_f32(r);
+    if (x == -INFINITY) {
+        memset(y, 0, (size_t)n * sizeof *y);
+        return 0;
     }
-    return m;
+    if (*m == -INFINITY || x > *m + slack)
+        *m = x;
+    const __m256 mv = _mm256_set1_ps(*m);
+    __m256 acc = _mm256_setzero_ps();
+    UNROLL8 for (int q = 0; q < 8; q++) {
+        if (q < nv) {
+            const __m256 e = exp8(_mm256_sub_ps(v[q], mv));
+            acc = _mm256_add_ps(acc, e);
+            _mm256_maskstore_ps(y + 8 * q, lanes8(n - 8 * q), e);
+        }
+    }
+    return hsum_ps256(acc);
 }
 
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
@@ -1076,7 +1120,7 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->silu_mul = silu_mul;
     k->gemm_f32 = gemm_f32;
     k->gemm_f32_nt = gemm_f32_nt;
-    k->scale_add_max = scale_add_max;
+    k->softmax_step = softmax_step;
     k->name = "avx2";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_BF16] = dot_bf16;

@@ -460,20 +460,6 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
     }
 }
 
-static float scale_add_max(int64_t n, float *y, float scale, const float *mask) {
-    const __m512 s = _mm512_set1_ps(scale);
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = lanes16(n - i);
-        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), s);
-        if (mask)
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mask + i));
-        _mm512_mask_storeu_ps(y + i, m, v);
-        mx = _mm512_mask_max_ps(mx, m, mx, v);
-    }
-    return _mm512_reduce_max_ps(mx);
-}
-
 /* e^x for 16 floats, as ggml's AVX-512 ggml_v_expf (its last step scales by
  * 2^n with VSCALEFPS, which rounds differently from the AVX2 variant's
  * k + k*j): the softmax and SiLU of llama.cpp on AVX-512 machines. */
@@ -495,6 +481,64 @@ static inline __m512 exp16(__m512 x) {
     const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
                                             _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
     return _mm512_mask_blend_ps(d, res, alt);
+}
+
+/* The online softmax step (see cpu.h) of a row; up to 64 scores stay in
+ * registers between the max and the exps. */
+static float softmax_step(int64_t n, float *y, float scale, const float *mask, float *m, float slack) {
+    const __m512 s = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    if (n > 64) { /* two passes through y */
+        __m512 mx = ninf;
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = lanes16(n - i);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), s);
+            if (mask)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, mask + i));
+            _mm512_mask_storeu_ps(y + i, k, v);
+            mx = _mm512_mask_max_ps(mx, k, mx, v);
+        }
+        const float x = _mm512_reduce_max_ps(mx);
+        if (x == -INFINITY) {
+            memset(y, 0, (size_t)n * sizeof *y);
+            return 0;
+        }
+        if (*m == -INFINITY || x > *m + slack)
+            *m = x;
+        const __m512 mv = _mm512_set1_ps(*m);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = lanes16(n - i);
+            const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, y + i), mv));
+            _mm512_mask_storeu_ps(y + i, k, e);
+            acc = _mm512_add_ps(acc, e);
+        }
+        return _mm512_reduce_add_ps(acc);
+    }
+    __m512 v[4], mx = ninf;
+    UNROLL8 for (int q = 0; q < 4; q++) { /* lanes past n: -inf */
+        const __mmask16 k = lanes16(n - 16 * q > 0 ? n - 16 * q : 0);
+        v[q] = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + 16 * q), s);
+        if (mask)
+            v[q] = _mm512_add_ps(v[q], _mm512_maskz_loadu_ps(k, mask + 16 * q));
+        v[q] = _mm512_mask_mov_ps(ninf, k, v[q]);
+        mx = _mm512_max_ps(mx, v[q]);
+    }
+    const float x = _mm512_reduce_max_ps(mx);
+    if (x == -INFINITY) {
+        memset(y, 0, (size_t)n * sizeof *y);
+        return 0;
+    }
+    if (*m == -INFINITY || x > *m + slack)
+        *m = x;
+    const __m512 mv = _mm512_set1_ps(*m);
+    __m512 acc = _mm512_setzero_ps();
+    UNROLL8 for (int q = 0; q < 4; q++) {
+        const __mmask16 k = lanes16(n - 16 * q > 0 ? n - 16 * q : 0);
+        const __m512 e = exp16(_mm512_sub_ps(v[q], mv));
+        _mm512_mask_storeu_ps(y + 16 * q, k, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
 }
 
 /* y = silu(x) * g (g NULL: silu), as ggml_vec_swiglu_f32 / ggml_v_silu. */
@@ -536,7 +580,7 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->sgemm_dot4_f16 = sgemm_dot4_f16;
     k->gemm_f32 = gemm_f32;
     k->gemm_f32_nt = gemm_f32_nt;
-    k->scale_add_max = scale_add_max;
+    k->softmax_step = softmax_step;
     /* the paired 8-bit dots need VPDPBUSD; they sum in ggml's AVX2 order */
     if (!vnni)
         return;

@@ -192,6 +192,7 @@ static void check_gemm(const tsr_cpu_kernels *k) {
  * one a 1 x 1 call gives (gemm_f32_nt: a call for the same rows and that key
  * alone): no dependence on the place in the tile. */
 static void check_attn_gemm(const tsr_cpu_kernels *k) {
+    const uint64_t rng0 = rng; /* the other checks see the numbers they always did */
     static const int64_t ms[] = {1, 3, 8, 9, 17}, ns[] = {1, 15, 16, 17, 33, 64}, ks[] = {0, 1, 7, 16, 64, 100, 1100};
     enum { MMAX = 17, NMAX = 64, KMAX = 1100, PAD = 5 };
     float *a = malloc(sizeof(float) * MMAX * KMAX), *bf = malloc(sizeof(float) * KMAX * (KMAX + PAD));
@@ -253,6 +254,58 @@ static void check_attn_gemm(const tsr_cpu_kernels *k) {
                             }
                     }
     free(a), free(bf), free(bh), free(c), free(c0);
+    rng = rng0;
+}
+
+/* The fused attention's online softmax step against a double reference:
+ * lengths around the 64 kept in registers, masks with -inf (also whole
+ * rows), and running maxes below, inside and above the slack. */
+static void check_softmax_step(const tsr_cpu_kernels *k) {
+    const uint64_t rng0 = rng; /* the other checks see the numbers they always did */
+    static const int64_t ns[] = {0, 1, 7, 8, 15, 16, 17, 33, 63, 64, 65, 100};
+    static const float m0s[] = {-INFINITY, -3.0f, 0.5f, 9.0f};
+    enum { N = 100 };
+    float y[N + 4], mask[N], x[N];
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (int mk = 0; mk < 4; mk++) /* no mask, zeros, some -inf, all -inf */
+            for (size_t mi = 0; mi < sizeof m0s / sizeof m0s[0]; mi++) {
+                const int64_t n = ns[ni];
+                const float scale = 0.125f, slack = 2.0f;
+                for (int64_t i = 0; i < n; i++) {
+                    x[i] = frand() * 40.0f;
+                    mask[i] = mk == 1 ? 0.0f : mk == 3 || (mk == 2 && i % 3 == 1) ? -INFINITY : frand();
+                }
+                for (int64_t i = 0; i < N + 4; i++) y[i] = i < n ? x[i] : 7.0f;
+                float m = m0s[mi];
+                const float sum = k->softmax_step(n, y, scale, mk ? mask : NULL, &m, slack);
+                double mx = -INFINITY;
+                for (int64_t i = 0; i < n; i++) {
+                    const double v = (double)x[i] * scale + (mk ? mask[i] : 0.0);
+                    mx = v > mx ? v : mx;
+                }
+                const double want_m = mx == -INFINITY ? m0s[mi] : m0s[mi] == -INFINITY || mx > m0s[mi] + slack ? mx : m0s[mi];
+                CHECK(m == (float)want_m, "%s softmax_step n=%lld mask %d m0 %g: max %g, want %g", k->name, (long long)n, mk,
+                      m0s[mi], m, want_m);
+                double ref = 0;
+                bool bad = false, past = false;
+                for (int64_t i = 0; i < n; i++) {
+                    const double v = (double)x[i] * scale + (mk ? mask[i] : 0.0);
+                    const double e = mx == -INFINITY || v == -INFINITY ? 0.0 : exp(v - want_m);
+                    /* float rounding of the exponent: about an ulp of |v| and of |v - m| */
+                    const double tol = (e > 0 ? e * (4e-7 + 1.2e-7 * (fabs(v) + fabs(v - want_m))) : 0) + 1e-30;
+                    ref += e;
+                    if (!bad) {
+                        bad = !(fabs(y[i] - e) <= tol);
+                        CHECK(!bad, "%s softmax_step n=%lld mask %d m0 %g: y[%lld] %g, want %g", k->name, (long long)n,
+                              mk, m0s[mi], (long long)i, y[i], e);
+                    }
+                }
+                for (int64_t i = n; i < N + 4; i++) past |= y[i] != 7.0f;
+                CHECK(!past, "%s softmax_step n=%lld: wrote past the row", k->name, (long long)n);
+                CHECK(fabs(sum - ref) <= 1e-5 * ref, "%s softmax_step n=%lld mask %d m0 %g: sum %.7g, want %.7g", k->name,
+                      (long long)n, mk, m0s[mi], sum, ref);
+            }
+    rng = rng0;
 }
 
 /* exp/silu helpers over their whole range, -inf and overflow included. */
@@ -368,6 +421,7 @@ int main(void) {
         check_math(&k);
         check_gemm(&k);
         check_attn_gemm(&k);
+        check_softmax_step(&k);
     }
     check_bad_indices();
     check_threadpool(1);
