@@ -265,59 +265,63 @@ static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF 
 #define UNROLL8 _Pragma("GCC unroll 8")
 #define UNROLL16 _Pragma("GCC unroll 16")
 
-/* MR rows x up to 32 columns of C, the 2*MR accumulators in registers over
- * the whole k loop; each B row is loaded once per MR rows. */
-static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
-                                                            const void *vb, bool b_f16, int64_t ldb, float *c,
-                                                            int64_t ldc, bool acc) {
-    const __mmask16 m0 = lanes16(n), m1 = lanes16(n > 16 ? n - 16 : 0);
-    __m512 c0[8], c1[8];
-    UNROLL8 for (int i = 0; i < mr; i++) {
-        c0[i] = acc ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
-        c1[i] = acc ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
-    }
+/* mr rows x up to 16 * nv columns of C (nv 2 or 4), the mr * nv accumulators
+ * in registers over the whole k loop; each B row is loaded once per mr
+ * rows. Each element sums over k in order, whatever the tile. */
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int nv, int64_t n, int64_t k, const float *a,
+                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
+    __mmask16 mk[4];
+    __m512 cc[8][4];
+    UNROLL8 for (int v = 0; v < nv; v++) mk[v] = lanes16(n > 16 * v ? n - 16 * v : 0);
+    UNROLL8 for (int i = 0; i < mr; i++) UNROLL8 for (int v = 0; v < nv; v++)
+        cc[i][v] = acc ? _mm512_maskz_loadu_ps(mk[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
     for (int64_t l = 0; l < k; l++) {
-        __m512 b0, b1;
-        if (b_f16) {
-            const uint16_t *bl = (const uint16_t *)vb + l * ldb;
-            b0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, bl));
-            b1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, bl + 16));
-        } else {
-            const float *bl = (const float *)vb + l * ldb;
-            b0 = _mm512_maskz_loadu_ps(m0, bl);
-            b1 = _mm512_maskz_loadu_ps(m1, bl + 16);
-        }
+        __m512 bv[4];
+        UNROLL8 for (int v = 0; v < nv; v++)
+            bv[v] = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[v], (const uint16_t *)vb + l * ldb + 16 * v))
+                          : _mm512_maskz_loadu_ps(mk[v], (const float *)vb + l * ldb + 16 * v);
         UNROLL8 for (int i = 0; i < mr; i++) {
             const __m512 av = _mm512_set1_ps(a[i * lda + l]);
-            c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
-            c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+            UNROLL8 for (int v = 0; v < nv; v++) cc[i][v] = _mm512_fmadd_ps(av, bv[v], cc[i][v]);
         }
     }
-    UNROLL8 for (int i = 0; i < mr; i++) {
-        _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
-        _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1[i]);
-    }
+    UNROLL8 for (int i = 0; i < mr; i++) UNROLL8 for (int v = 0; v < nv; v++)
+        _mm512_mask_storeu_ps(c + i * ldc + 16 * v, mk[v], cc[i][v]);
 }
 
-/* The tile for mr rows with B's type a constant, so that the k loop has no
- * branch. */
-#define GEMM_TILES(f16)                                                       \
-    switch (m - i < 8 ? m - i : 8) {                                          \
-    case 1: gemm_tile(1, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
-    case 2: gemm_tile(2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
-    case 3: gemm_tile(3, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
-    case 4: gemm_tile(4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
-    case 5: gemm_tile(5, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
-    case 6: gemm_tile(6, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
-    case 7: gemm_tile(7, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
-    default: gemm_tile(8, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
-    }
+/* The tile for the rows left with B's type a constant, so that the k loop
+ * has no branch: 8 rows x 32 columns, or 6 x 64 where 48 or more columns
+ * are left (each B load then serves 6 rows of 4 vectors). */
+#define GEMM_TILES(f16)                                                              \
+    if (nv == 4)                                                                     \
+        switch (m - i < 6 ? m - i : 6) {                                             \
+        case 1: gemm_tile(1, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 2: gemm_tile(2, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 3: gemm_tile(3, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 4: gemm_tile(4, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 5: gemm_tile(5, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        default: gemm_tile(6, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
+        }                                                                            \
+    else                                                                             \
+        switch (m - i < 8 ? m - i : 8) {                                             \
+        case 1: gemm_tile(1, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 2: gemm_tile(2, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 3: gemm_tile(3, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 4: gemm_tile(4, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 5: gemm_tile(5, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 6: gemm_tile(6, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 7: gemm_tile(7, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        default: gemm_tile(8, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
+        }
 
 static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc) {
-    for (int64_t j = 0; j < n; j += 32) {
-        const int64_t nj = n - j < 32 ? n - j : 32;
-        for (int64_t i = 0; i < m; i += 8) {
+    for (int64_t j = 0; j < n;) {
+        const int nv = n - j >= 48 && m <= 6 ? 4 : 2;
+        const int64_t nj = n - j < 16 * nv ? n - j : 16 * nv;
+        const int rows = nv == 4 ? 6 : 8;
+        for (int64_t i = 0; i < m; i += rows) {
             const float *ai = a + i * lda;
             const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
             float *ci = c + i * ldc + j;
@@ -326,6 +330,7 @@ static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
             else
                 GEMM_TILES(false)
         }
+        j += nj;
     }
 }
 #undef GEMM_TILES
@@ -409,14 +414,14 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
                     float *ci = c + i * ldc + j;
                     const bool acc = l0 > 0;
                     switch (m - i < 8 ? m - i : 8) {
-                    case 1: gemm_tile(1, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
-                    case 2: gemm_tile(2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
-                    case 3: gemm_tile(3, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
-                    case 4: gemm_tile(4, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
-                    case 5: gemm_tile(5, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
-                    case 6: gemm_tile(6, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
-                    case 7: gemm_tile(7, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
-                    default: gemm_tile(8, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 1: gemm_tile(1, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 2: gemm_tile(2, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 3: gemm_tile(3, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 4: gemm_tile(4, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 5: gemm_tile(5, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 6: gemm_tile(6, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 7: gemm_tile(7, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    default: gemm_tile(8, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
                     }
                 }
             }
@@ -427,18 +432,14 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
         const int64_t nj = n - j < 16 ? n - j : 16;
         for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
             const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 15) / 16;
-            for (int p = 0; p < 16; p++) { /* accumulator p: B row (p % 4) * 4 + p / 4 (sum16x16's order) */
-                const int64_t key = (p % 4) * 4 + p / 4, at = (j + (key < nj ? key : nj - 1)) * ldb + l0;
-                float *dst = pk + p * 16;
-                if (b_f16) {
-                    const uint16_t *src = (const uint16_t *)b + at;
-                    for (int64_t q = 0; q < nc; q++)
-                        _mm512_store_ps(dst + q * 256,
-                                        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(lanes16(kc - 16 * q), src + 16 * q)));
-                } else {
-                    const float *src = (const float *)b + at;
-                    for (int64_t q = 0; q < nc; q++)
-                        _mm512_store_ps(dst + q * 256, _mm512_maskz_loadu_ps(lanes16(kc - 16 * q), src + 16 * q));
+            for (int64_t q = 0; q < nc; q++) { /* keys in order (a steady stride per load) */
+                const __mmask16 ml = lanes16(kc - 16 * q);
+                float *dst = pk + q * 256;
+                UNROLL16 for (int t = 0; t < 16; t++) { /* key t: accumulator (t % 4) * 4 + t / 4 (sum16x16's order) */
+                    const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l0 + 16 * q;
+                    const __m512 v = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, (const uint16_t *)b + at))
+                                           : _mm512_maskz_loadu_ps(ml, (const float *)b + at);
+                    _mm512_store_ps(dst + ((t % 4) * 4 + t / 4) * 16, v);
                 }
             }
             for (int64_t i = 0; i < m; i++) {
