@@ -1010,22 +1010,18 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
         const int64_t nj = n - j < 8 ? n - j : 8;
         for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
             const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 7) / 8;
-            const int64_t nfull = kc / 8;
-            for (int p = 0; p < 8; p++) {
-                const int64_t at = (j + (p < nj ? p : nj - 1)) * ldb + l0, left = kc - 8 * nfull;
-                float *dst = pk + p * 8;
-                if (b_f16) {
-                    const uint16_t *src = (const uint16_t *)b + at;
-                    for (int64_t q = 0; q < nfull; q++) _mm256_store_ps(dst + q * 64, load_fp16x8(src + 8 * q));
-                    if (left)
-                        _mm256_store_ps(dst + nfull * 64, load_fp16_part(src + 8 * nfull, left));
-                } else {
-                    const float *src = (const float *)b + at;
-                    for (int64_t q = 0; q < nfull; q++) _mm256_store_ps(dst + q * 64, _mm256_loadu_ps(src + 8 * q));
-                    if (left)
-                        _mm256_store_ps(dst + nfull * 64, _mm256_maskload_ps(src + 8 * nfull, lanes8(left)));
-                }
-            }
+            const int64_t nfull = kc / 8, left = kc - 8 * nfull;
+            int64_t at[8];
+            for (int p = 0; p < 8; p++) at[p] = (j + (p < nj ? p : nj - 1)) * ldb + l0;
+            for (int64_t q = 0; q < nfull; q++) /* keys in order (a steady stride per load) */
+                UNROLL8 for (int p = 0; p < 8; p++)
+                    _mm256_store_ps(pk + q * 64 + p * 8, b_f16 ? load_fp16x8((const uint16_t *)b + at[p] + 8 * q)
+                                                               : _mm256_loadu_ps((const float *)b + at[p] + 8 * q));
+            if (left)
+                for (int p = 0; p < 8; p++)
+                    _mm256_store_ps(pk + nfull * 64 + p * 8,
+                                    b_f16 ? load_fp16_part((const uint16_t *)b + at[p] + 8 * nfull, left)
+                                          : _mm256_maskload_ps((const float *)b + at[p] + 8 * nfull, lanes8(left)));
             for (int64_t i = 0; i < m; i++) {
                 const float *ai = a + i * lda + l0;
                 __m256 acc[8];
