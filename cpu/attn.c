@@ -9,11 +9,13 @@
  *    cells) is skipped before any K/V is touched; then scores = Q x K^T as
  *    a small matmul against the stored K rows (gemm_f32_nt: F16 rows are
  *    converted once per block inside it, other types to F32 rows first),
- *    scale + mask + row max, online softmax in F32 (rescale the accumulator
- *    when the max grows), and O += P x V (F16 V read in place).
+ *    then one softmax_step per row (scale + mask + row max + exps, online
+ *    softmax in F32: the accumulator is rescaled when the max moves), and
+ *    O += P x V (gemm_f32, F16 V read in place).
  *  - When there are too few tasks for the threads (decode) the keys are
  *    split too: each split writes an unnormalized partial (O, max, sum) per
- *    row and, after a barrier, the partials are merged.
+ *    row and, after a barrier, the partials are merged. With few query rows
+ *    only the keys some mask row sees are split (live_keys).
  * The block kernels (gemm_f32, gemm_f32_nt, softmax_step) come from the
  * per-CPU kernel table, so the scalar table is the reference variant.
  */
