@@ -391,7 +391,7 @@ static inline void load_b16(__m512 *r, const void *b, bool b_f16, int64_t ldb, i
  *    loaded once per 8 rows of A.
  * Each result is summed in the same order whatever its place in the tile
  * and n (the order depends on k, and on m only through the choice above). */
-#define NT_KMAX 512
+#define NT_KMAX 128 /* k per pass: the pack (k x 32 floats, on the stack) stays at 16 KiB */
 #define NT_TILE_M 8
 static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                         int64_t ldb, float *c, int64_t ldc) {
