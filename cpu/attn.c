@@ -7,25 +7,25 @@
  *  - For each block of BK keys: the mask rows are read first and a block
  *    every row of which is fully masked (causal future, unused padding
  *    cells) is skipped before any K/V is touched; then scores = Q x K^T as
- *    a small matmul (K block transposed to F32 once), scale + mask + row max,
- *    online softmax in F32 (rescale the accumulator when the max grows),
- *    and O += P x V (V block converted to F32 once).
- *  - With few rows per task (decode) the scores use the dot kernels on the
- *    stored K rows instead (no conversion to pay per key), and when there
- *    are too few tasks for the threads the keys are split too: each split
- *    writes an unnormalized partial (O, max, sum) per row and, after a
- *    barrier, the partials are merged.
- * The block kernels (gemm_f32, scale_add_max, exp_sum) come from the
+ *    a small matmul against the stored K rows (gemm_f32_nt: F16 rows are
+ *    converted once per block inside it, other types to F32 rows first),
+ *    then one softmax_step per row (scale + mask + row max + exps, online
+ *    softmax in F32: the accumulator is rescaled when the max moves), and
+ *    O += P x V (gemm_f32, F16 V read in place).
+ *  - When there are too few tasks for the threads (decode) the keys are
+ *    split too: each split writes an unnormalized partial (O, max, sum) per
+ *    row and, after a barrier, the partials are merged. With few query rows
+ *    only the keys some mask row sees are split (live_keys).
+ * The block kernels (gemm_f32, gemm_f32_nt, softmax_step) come from the
  * per-CPU kernel table, so the scalar table is the reference variant.
  */
 #include "cpu.h"
 
 #include <math.h>
 
-#define RB_MAX 256   /* query rows per task: each converted K/V block serves them all */
-#define RB_MIN 64    /* ... but at least this many, when there are rows enough */
-#define BK 64        /* keys per block */
-#define DIRECT_MAX 4 /* at most this many rows per task: scores by vec_dot on K rows */
+#define RB_MAX 256 /* query rows per task: each converted K/V block serves them all */
+#define RB_MIN 64  /* ... but at least this many, when there are rows enough */
+#define BK 64      /* keys per block */
 
 typedef struct plan {
     int64_t group;    /* query heads per KV head */
@@ -34,59 +34,58 @@ typedef struct plan {
     int64_t n_tasks;  /* n_seq * n_head_kv * ceil(rows / rb) */
     int64_t n_split;  /* key ranges per task */
     int64_t kv_split; /* keys per range (a multiple of BK) */
-    bool direct;
+    int64_t n_kv;     /* keys [0, n_kv) are looked at: past them every mask row is -inf */
 } plan;
 
 /* Big row blocks (K/V traffic and conversion shrink with the rows served
- * per block) unless that leaves threads idle; too few tasks even then
- * (decode): split the keys. The plan is made for PLAN_THREADS threads
+ * per block) unless that leaves threads idle. A task holds whole tokens
+ * (all heads of the group), and from BK / 2 tokens on a multiple of BK of
+ * them: then causal masks cut through one key block per task, not two.
+ * Too few tasks even then (decode): split the keys (each split costs a
+ * partial per row and a merge). The plan is made for PLAN_THREADS threads
  * whatever the real count, so that the rows per task (which pick the score
- * kernel) and the key splits (which set the order the partials are merged
- * in) depend on the shapes alone: the result is the same for any number of
- * threads. The tasks are handed out dynamically to the threads there are. */
+ * kernel's path) and the key splits (which set the order the partials are
+ * merged in) depend on the shapes (and the mask's values) alone: the result
+ * is the same for any number of threads. The tasks are handed out
+ * dynamically to the threads there are. */
 #define PLAN_THREADS 16
-static void make_plan(const tsr_tensor *dst, int nth_real, plan *pl) {
-    (void)nth_real;
+static void make_plan(const tsr_tensor *dst, int64_t n_kv, plan *pl) {
     const int nth = PLAN_THREADS;
     const tsr_tensor *q = dst->src[0], *kt = dst->src[1];
     pl->group = q->ne[2] / kt->ne[2];
     pl->rows = pl->group * q->ne[1];
-    const int64_t groups = q->ne[3] * kt->ne[2];
+    const int64_t groups = q->ne[3] * kt->ne[2], g = pl->group > 0 ? pl->group : 1;
     const int64_t want = (pl->rows * groups + 2 * (int64_t)nth - 1) / (2 * (int64_t)nth);
-    pl->rb = want > RB_MAX ? RB_MAX : want < RB_MIN ? RB_MIN : want;
-    if (pl->rb > pl->rows)
-        pl->rb = pl->rows;
-    if (pl->rb < 1)
-        pl->rb = 1;
+    int64_t rb = want > RB_MAX ? RB_MAX : want < RB_MIN ? RB_MIN : want;
+    int64_t tq = (rb + g - 1) / g; /* tokens per task */
+    if (tq >= BK / 2 && ((tq + BK - 1) / BK) * BK * g <= RB_MAX)
+        tq = (tq + BK - 1) / BK * BK;
+    rb = tq * g;
+    if (rb > pl->rows)
+        rb = pl->rows;
+    pl->rb = rb < 1 ? 1 : rb;
     pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
-    pl->direct = pl->rb <= DIRECT_MAX;
-    const int64_t n_blk = (kt->ne[1] + BK - 1) / BK;
+    pl->n_kv = n_kv;
+    const int64_t n_blk = (n_kv + BK - 1) / BK;
     pl->n_split = 1;
-    if (pl->n_tasks > 0 && pl->n_tasks < 4 * (int64_t)nth && n_blk > 1) {
+    if (pl->n_tasks > 0 && pl->n_tasks < (int64_t)nth && n_blk > 1) {
         const int64_t n = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
         pl->n_split = n < n_blk ? n : n_blk;
     }
     pl->kv_split = (n_blk + pl->n_split - 1) / pl->n_split * BK;
     if (pl->kv_split < BK)
         pl->kv_split = BK;
-    pl->n_split = kt->ne[1] > 0 ? (kt->ne[1] + pl->kv_split - 1) / pl->kv_split : 1;
+    pl->n_split = n_kv > 0 ? (n_kv + pl->kv_split - 1) / pl->kv_split : 1;
 }
 
 /* ---- work buffer ------------------------------------------------------------- */
 
 typedef struct scratch {
-    char *qconv;             /* rb query rows in K's dot type (direct) */
-    float *qf, *kt, *vb, *s; /* rb x dk, dk x BK, BK x dv, rb x BK */
+    float *qf, *kb, *vb, *s; /* rb x dk, BK x dk, BK x dv, rb x BK */
     float *o, *m, *l, *mtmp; /* rb x dv, rb, rb, rb x BK (converted mask rows) */
-    float *ktmp;             /* one K row as F32 */
 } scratch;
 
 static size_t fbytes(int64_t n) { return tsr__pad((size_t)n * sizeof(float), TSR_ALIGN); }
-
-static size_t qconv_row(const tsr_tensor *dst) {
-    const tsr_type dt = tsr__cpu_kernels()->dot_type[dst->src[1]->type];
-    return tsr__pad(tsr_row_size(dt, dst->src[0]->ne[0]), 4);
-}
 
 static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, char *base) {
     const int64_t dk = dst->src[0]->ne[0], dv = dst->src[2]->ne[0], rb = pl->rb;
@@ -97,16 +96,14 @@ static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, cha
             sc->field = (T)(base + off); \
         off += (bytes);                  \
     } while (0)
-    TAKE(qconv, char *, tsr__pad(qconv_row(dst) * (size_t)rb, TSR_ALIGN));
     TAKE(qf, float *, fbytes(rb * dk));
-    TAKE(kt, float *, fbytes(dk * BK));
+    TAKE(kb, float *, fbytes(dk * BK));
     TAKE(vb, float *, fbytes(BK * dv));
     TAKE(s, float *, fbytes(rb * BK));
     TAKE(o, float *, fbytes(rb * dv));
     TAKE(m, float *, fbytes(rb));
     TAKE(l, float *, fbytes(rb));
     TAKE(mtmp, float *, fbytes(rb * BK));
-    TAKE(ktmp, float *, fbytes(dk > dv ? dk : dv));
 #undef TAKE
     return off;
 }
@@ -121,7 +118,8 @@ static size_t partial_bytes(const tsr_tensor *dst, const plan *pl) {
 
 size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) {
     plan pl;
-    make_plan(dst, nth, &pl);
+    (void)nth;
+    make_plan(dst, dst->src[1]->ne[1], &pl); /* the most partials: every key range */
     return partial_bytes(dst, &pl) + (size_t)nth * per_thread(dst, &pl, NULL, NULL);
 }
 
@@ -130,18 +128,22 @@ size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) {
 typedef struct task {
     int64_t s, hk, r0, nr; /* sequence, KV head, first row of the group, rows */
     int64_t j0, j1;        /* key range */
+    int64_t slot;          /* partial: task * n_split + split */
 } task;
 
 static void task_at(const tsr_tensor *dst, const plan *pl, int64_t item, task *t) {
     const tsr_tensor *kt = dst->src[1];
-    const int64_t it = item / pl->n_split, sp = item % pl->n_split;
+    /* the tasks of one key range next to each other: the KV heads of a cell
+     * share its cache rows, so with splits (decode) their reads meet in cache */
+    const int64_t it = item % pl->n_tasks, sp = item / pl->n_tasks;
     const int64_t n_rb = (pl->rows + pl->rb - 1) / pl->rb;
     t->r0 = (it % n_rb) * pl->rb;
     t->nr = pl->rows - t->r0 < pl->rb ? pl->rows - t->r0 : pl->rb;
     t->hk = (it / n_rb) % kt->ne[2];
     t->s = it / (n_rb * kt->ne[2]);
     t->j0 = sp * pl->kv_split;
-    t->j1 = t->j0 + pl->kv_split < kt->ne[1] ? t->j0 + pl->kv_split : kt->ne[1];
+    t->slot = it * pl->n_split + sp;
+    t->j1 = t->j0 + pl->kv_split < pl->n_kv ? t->j0 + pl->kv_split : pl->n_kv;
 }
 
 /* Address off bytes into x's data. A zero-sized tensor (heads of no
@@ -156,12 +158,9 @@ static void row_at(const plan *pl, const task *t, int64_t r, int64_t *iq, int64_
     *h = t->hk * pl->group + idx % pl->group;
 }
 
-static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
-                   const scratch *sc) {
+static void load_q(const tsr_tensor *dst, const plan *pl, const task *t, const scratch *sc) {
     const tsr_tensor *q = dst->src[0];
-    const tsr_type dt = p->k->dot_type[dst->src[1]->type];
     const int64_t dk = q->ne[0];
-    const size_t qrow = qconv_row(dst);
     for (int64_t r = 0; r < t->nr; r++) {
         int64_t iq, h;
         row_at(pl, t, r, &iq, &h);
@@ -173,8 +172,6 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
             memcpy(qf, row, (size_t)dk * sizeof(float));
         else
             for (int64_t i = 0; i < dk; i++) memcpy(&qf[i], row + i * (int64_t)q->nb[0], 4);
-        if (pl->direct)
-            p->k->from_float[dt](qf, sc->qconv + (size_t)r * qrow, dk);
     }
 }
 
@@ -184,19 +181,21 @@ static void load_q(const tsr_compute_params *p, const tsr_tensor *dst, const pla
 enum { SEG_ZERO, SEG_DEAD, SEG_MIXED };
 
 static int classify(const char *src, int64_t n, size_t esz) {
-    uint32_t any = 0, not_ninf = 0;
-    if (esz == 2) {
-        const uint16_t *h = (const uint16_t *)src;
-        for (int64_t j = 0; j < n; j++) {
-            any |= h[j];
-            not_ninf |= h[j] ^ 0xFC00u;
-        }
-    } else {
-        const uint32_t *w = (const uint32_t *)src;
-        for (int64_t j = 0; j < n; j++) {
-            any |= w[j];
-            not_ninf |= w[j] ^ 0xFF800000u;
-        }
+    const uint64_t ninf = esz == 2 ? 0xFC00FC00FC00FC00u : 0xFF800000FF800000u;
+    const int64_t bytes = n * (int64_t)esz;
+    uint64_t any = 0, not_ninf = 0;
+    int64_t b = 0;
+    for (; b + 8 <= bytes; b += 8) { /* 8 bytes at a time */
+        uint64_t w;
+        memcpy(&w, src + b, 8);
+        any |= w;
+        not_ninf |= w ^ ninf;
+    }
+    for (; b < bytes; b += (int64_t)esz) {
+        uint32_t w = 0;
+        memcpy(&w, src + b, esz);
+        any |= w;
+        not_ninf |= w ^ (uint32_t)ninf;
     }
     return !any ? SEG_ZERO : !not_ninf ? SEG_DEAD : SEG_MIXED;
 }
@@ -253,51 +252,43 @@ static const char *kv_row(const tsr_tensor *x, int64_t j, const task *t) {
 }
 
 /* S[r][0..n) = q_r . k_j for the block's keys. */
-static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t, int64_t j0,
-                   int64_t n, const scratch *sc) {
+static void scores(const tsr_compute_params *p, const tsr_tensor *dst, const task *t, int64_t j0, int64_t n,
+                   const scratch *sc) {
     const tsr_tensor *kt = dst->src[1];
     const tsr_cpu_kernels *k = p->k;
     const int64_t dk = kt->ne[0];
-    if (pl->direct) {
-        const size_t qrow = qconv_row(dst);
-        const tsr_vec_dot_fn dot = k->vec_dot[kt->type];
-        for (int64_t j = 0; j < n; j++) {
-            const char *krow = kv_row(kt, j0 + j, t);
-            for (int64_t r = 0; r < t->nr; r++) dot(dk, &sc->s[r * BK + j], krow, sc->qconv + (size_t)r * qrow);
-        }
+    if (kt->type == TSR_TYPE_F32 || kt->type == TSR_TYPE_F16) { /* read in place */
+        const size_t esz = kt->type == TSR_TYPE_F32 ? 4 : 2;
+        k->gemm_f32_nt(t->nr, n, dk, sc->qf, dk, kv_row(kt, j0, t), esz == 2, (int64_t)(kt->nb[1] / esz), sc->s, BK);
         return;
     }
-    for (int64_t j = 0; j < n; j++) { /* K block transposed: dk rows of BK keys */
-        const float *x = sc->ktmp;
-        if (kt->type == TSR_TYPE_F32)
-            x = (const float *)kv_row(kt, j0 + j, t);
-        else
-            k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->ktmp, dk);
-        for (int64_t d = 0; d < dk; d++) sc->kt[d * BK + j] = x[d];
-    }
-    k->gemm_f32(t->nr, n, dk, sc->qf, dk, sc->kt, false, BK, sc->s, BK, false);
+    for (int64_t j = 0; j < n; j++) k->to_float[kt->type](kv_row(kt, j0 + j, t), sc->kb + j * dk, dk);
+    k->gemm_f32_nt(t->nr, n, dk, sc->qf, dk, sc->kb, false, dk, sc->s, BK);
 }
 
-/* Online softmax of the block's scores, row by row; S becomes P. */
+/* Online softmax of the block's scores, row by row; S becomes P. The
+ * running max m of a row is raised only when a score passes it by more than
+ * SLACK: the exps stay below e^SLACK (P, l and O alike, the same ratios),
+ * and the accumulator is rescaled rarely instead of at nearly every block
+ * of a causal prompt. The first block of a row needs no rescale at all. */
+#define SLACK 8.0f
 static void softmax_block(const tsr_compute_params *p, const tsr_tensor *dst, const task *t, int64_t n,
                           const scratch *sc, const float *const *mrow, const bool *dead) {
     const float scale = tsr__get_f32_param(dst, 0);
     const int64_t dv = dst->src[2]->ne[0];
     for (int64_t r = 0; r < t->nr; r++) {
         float *s = sc->s + r * BK;
-        const float mx = dead[r] ? -INFINITY : p->k->scale_add_max(n, s, scale, mrow[r]);
-        if (mx == -INFINITY) { /* fully masked here: no weight */
+        if (dead[r]) { /* fully masked here: no weight */
             memset(s, 0, (size_t)n * sizeof *s);
             continue;
         }
-        const float mold = sc->m[r], mnew = mx > mold ? mx : mold;
-        const float sum = (float)p->k->exp_sum(n, s, mnew);
-        if (mnew != mold) {
-            const float alpha = mold == -INFINITY ? 0.0f : expf(mold - mnew);
+        const float mold = sc->m[r];
+        const float sum = p->k->softmax_step(n, s, scale, mrow[r], &sc->m[r], SLACK);
+        if (sc->m[r] != mold && mold != -INFINITY) { /* -inf: nothing summed yet, O and l are 0 */
+            const float alpha = expf(mold - sc->m[r]);
             float *o = sc->o + r * dv;
             for (int64_t i = 0; i < dv; i++) o[i] *= alpha;
             sc->l[r] *= alpha;
-            sc->m[r] = mnew;
         }
         sc->l[r] += sum;
     }
@@ -323,12 +314,29 @@ static float *dst_row(const tsr_tensor *dst, const plan *pl, const task *t, int6
                      t->s * (int64_t)dst->nb[3]);
 }
 
+/* With few rows a block's work is short next to fetching its K and V rows
+ * (strided: one head's part of each cell), which the hardware prefetchers
+ * do not run ahead of: fetch the next block's rows while this one runs. */
+#define PREFETCH_ROWS 16
+static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_t n) {
+    for (int z = 1; z <= 2; z++) {
+        const tsr_tensor *x = dst->src[z];
+        const size_t bytes = tsr_row_size(x->type, x->ne[0]);
+        if (!x->data)
+            continue;
+        for (int64_t j = 0; j < n; j++) {
+            const char *row = kv_row(x, j0 + j, t);
+            for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+        }
+    }
+}
+
 static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
                      const scratch *sc, float *partial) {
     const int64_t dv = dst->src[2]->ne[0];
     const float *mrow[RB_MAX];
     bool dead[RB_MAX];
-    load_q(p, dst, pl, t, sc);
+    load_q(dst, pl, t, sc);
     memset(sc->o, 0, (size_t)(t->nr * dv) * sizeof(float));
     for (int64_t r = 0; r < t->nr; r++) {
         sc->m[r] = -INFINITY;
@@ -336,9 +344,11 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
     }
     for (int64_t j0 = t->j0; j0 < t->j1; j0 += BK) {
         const int64_t n = t->j1 - j0 < BK ? t->j1 - j0 : BK;
+        if (t->nr <= PREFETCH_ROWS && j0 + BK < t->j1)
+            prefetch_kv(dst, t, j0 + BK, t->j1 - j0 - BK < BK ? t->j1 - j0 - BK : BK);
         if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead))
             continue;
-        scores(p, dst, pl, t, j0, n, sc);
+        scores(p, dst, t, j0, n, sc);
         softmax_block(p, dst, t, n, sc, mrow, dead);
         v_block(p, dst, t, j0, n, sc);
     }
@@ -361,7 +371,7 @@ static void merge_row(const tsr_tensor *dst, const plan *pl, const float *partia
     const size_t pf = partial_floats(dst, pl);
     const float *base = partials + (size_t)it * pl->n_split * pf;
     task t;
-    task_at(dst, pl, it * pl->n_split, &t);
+    task_at(dst, pl, it, &t); /* item it: task it, split 0 */
     float mx = -INFINITY, l = 0;
     for (int64_t sp = 0; sp < pl->n_split; sp++) {
         const float m = base[sp * pf + pl->rb * dv + r];
@@ -385,9 +395,52 @@ static void merge_row(const tsr_tensor *dst, const plan *pl, const float *partia
     for (int64_t i = 0; i < dv; i++) out[i] *= inv;
 }
 
+/* Keys past the last one any query row may see (its mask not -inf there):
+ * with few query rows (decode), the cache's padding cells and the unused
+ * cells past the sequences are -inf in every row, and neither a split nor a
+ * block should go to them. Found from the mask's values, the same for every
+ * thread count. Many rows: all keys (the masked blocks are skipped anyway). */
+#define LIVE_SCAN_ROWS 64
+static int64_t live_keys(const tsr_tensor *dst) {
+    const tsr_tensor *q = dst->src[0], *mask = dst->src[3];
+    const int64_t n_kv = dst->src[1]->ne[1];
+    if (!mask || !mask->data || n_kv == 0)
+        return n_kv;
+    const int64_t nq = q->ne[1], nh = mask->ne[2] < q->ne[2] ? mask->ne[2] : q->ne[2],
+                  ns = mask->ne[3] < q->ne[3] ? mask->ne[3] : q->ne[3];
+    if (nq * nh * ns > LIVE_SCAN_ROWS)
+        return n_kv;
+    const bool f16 = mask->type != TSR_TYPE_F32;
+    const uint32_t ninf = f16 ? 0xFC00u : 0xFF800000u;
+    int64_t end = 0;
+    for (int64_t s = 0; s < ns; s++)
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t i = 0; i < nq; i++) {
+                const char *row = at(mask,
+                                     i * (int64_t)mask->nb[1] + h * (int64_t)mask->nb[2] + s * (int64_t)mask->nb[3]);
+                int64_t j = n_kv;
+                for (; j > end; j--) {
+                    const char *e = row + (j - 1) * (int64_t)mask->nb[0];
+                    uint32_t v;
+                    if (f16) {
+                        uint16_t hv;
+                        memcpy(&hv, e, 2);
+                        v = hv;
+                    } else
+                        memcpy(&v, e, 4);
+                    if (v != ninf)
+                        break;
+                }
+                end = j > end ? j : end;
+                if (end == n_kv)
+                    return n_kv;
+            }
+    return end;
+}
+
 void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     plan pl;
-    make_plan(dst, p->nth, &pl);
+    make_plan(dst, live_keys(dst), &pl);
     const size_t pb = partial_bytes(dst, &pl), pf = partial_floats(dst, &pl);
     scratch sc;
     const size_t pt = per_thread(dst, &pl, NULL, NULL);
@@ -400,7 +453,7 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     for (int64_t c = p->ith; c < n_items; c = atomic_fetch_add(&p->stream->chunk, 1)) {
         task t;
         task_at(dst, &pl, c, &t);
-        run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)c * pf : NULL);
+        run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)t.slot * pf : NULL);
     }
     if (!partials)
         return;
@@ -409,7 +462,7 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     tsr__cpu_split(pl.n_tasks * pl.rb, p->ith, p->nth, &r0, &r1);
     for (int64_t i = r0; i < r1; i++) {
         task t;
-        task_at(dst, &pl, (i / pl.rb) * pl.n_split, &t);
+        task_at(dst, &pl, i / pl.rb, &t);
         if (i % pl.rb < t.nr)
             merge_row(dst, &pl, partials, i / pl.rb, i % pl.rb);
     }

@@ -51,6 +51,10 @@ typedef struct tsr_cpu_kernels {
      * B F32 or (b_f16) F16, converted in registers. */
     void (*gemm_f32)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc);
+    /* ... and C[m x n] = A[m x k] * B^T for B n rows of k (F32 or F16), ldb
+     * apart: the scores of query rows A against key rows B. */
+    void (*gemm_f32_nt)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc);
     /* Register-tiled matmul for batches (tsr__cpu_op_mul_mat uses it for >= 2
      * activation columns; NULL: none): s[j * ss + i] = dot(x row i, y row j)
      * for i < m, j < n over k elements; x rows xs bytes apart (weight type),
@@ -74,8 +78,12 @@ typedef struct tsr_cpu_kernels {
      * vec_dot[wt] of that row (the reference), whatever m and the row's place,
      * so results do not depend on the tiling or threads. */
     void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, const void *x, size_t xs, const void *y, float *s);
-    /* y = y * scale + mask (mask may be NULL); returns max(y) (-inf when n == 0). */
-    float (*scale_add_max)(int64_t n, float *y, float scale, const float *mask);
+    /* One step of the fused attention's online softmax over a row of scores:
+     * y = y * scale + mask (mask may be NULL); with mx = max(y), the running
+     * max *m becomes mx where *m is -inf or mx > *m + slack; then y =
+     * exp(y - *m) and the sum of y is returned. A row all -inf (or n == 0)
+     * leaves *m, gives y = 0 and returns 0. */
+    float (*softmax_step)(int64_t n, float *y, float scale, const float *mask, float *m, float slack);
 } tsr_cpu_kernels;
 
 /* Per-thread scratch of a gemm call with k elements per row: 8 or 16 rows

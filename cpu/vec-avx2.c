@@ -705,39 +705,63 @@ static inline __m256 load_fp16_part(const uint16_t *p, int64_t n) {
     return load_fp16x8(t);
 }
 
+/* The loops over the accumulator arrays must be unrolled, or GCC -O2 keeps
+ * the arrays on the stack (a load and a store around every FMA). */
+#define UNROLL8 _Pragma("GCC unroll 8")
+
 /* MR rows x up to 16 columns of C: the 2*MR accumulators stay in registers
- * over the whole k loop, each B row loaded once per MR rows. */
+ * over the whole k loop, each B row loaded once per MR rows. b_f16 and full
+ * (n == 16) are constants where it is inlined, so the k loop has no branch. */
 static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
-                                                            const void *vb, bool b_f16, int64_t ldb, float *c,
-                                                            int64_t ldc, bool acc) {
+                                                            const void *vb, bool b_f16, bool full, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
     const __m256i m0 = lanes8(n), m1 = lanes8(n > 8 ? n - 8 : 0);
     __m256 c0[6], c1[6];
-    for (int i = 0; i < mr; i++) {
-        c0[i] = acc ? _mm256_maskload_ps(c + i * ldc, m0) : _mm256_setzero_ps();
-        c1[i] = acc ? _mm256_maskload_ps(c + i * ldc + 8, m1) : _mm256_setzero_ps();
+    UNROLL8 for (int i = 0; i < mr; i++) {
+        if (!acc)
+            c0[i] = c1[i] = _mm256_setzero_ps();
+        else if (full)
+            c0[i] = _mm256_loadu_ps(c + i * ldc), c1[i] = _mm256_loadu_ps(c + i * ldc + 8);
+        else
+            c0[i] = _mm256_maskload_ps(c + i * ldc, m0), c1[i] = _mm256_maskload_ps(c + i * ldc + 8, m1);
     }
     for (int64_t l = 0; l < k; l++) {
         __m256 b0, b1;
         if (b_f16) { /* F16C: whole 8-lane loads only where all 8 are in the row */
             const uint16_t *bl = (const uint16_t *)vb + l * ldb;
-            b0 = n >= 8 ? load_fp16x8(bl) : load_fp16_part(bl, n);
-            b1 = n >= 16 ? load_fp16x8(bl + 8) : load_fp16_part(bl + 8, n - 8);
+            b0 = full || n >= 8 ? load_fp16x8(bl) : load_fp16_part(bl, n);
+            b1 = full || n >= 16 ? load_fp16x8(bl + 8) : load_fp16_part(bl + 8, n - 8);
         } else {
             const float *bl = (const float *)vb + l * ldb;
-            b0 = _mm256_maskload_ps(bl, m0);
-            b1 = _mm256_maskload_ps(bl + 8, m1);
+            b0 = full ? _mm256_loadu_ps(bl) : _mm256_maskload_ps(bl, m0);
+            b1 = full ? _mm256_loadu_ps(bl + 8) : _mm256_maskload_ps(bl + 8, m1);
         }
-        for (int i = 0; i < mr; i++) {
+        UNROLL8 for (int i = 0; i < mr; i++) {
             const __m256 av = _mm256_broadcast_ss(a + i * lda + l);
             c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
             c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
         }
     }
-    for (int i = 0; i < mr; i++) {
-        _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
-        _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+    UNROLL8 for (int i = 0; i < mr; i++) {
+        if (full) {
+            _mm256_storeu_ps(c + i * ldc, c0[i]);
+            _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+        } else {
+            _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
+            _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+        }
     }
 }
+
+#define GEMM_TILES(f16, full)                                                       \
+    switch (m - i < 6 ? m - i : 6) {                                                \
+    case 1: gemm_tile(1, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 2: gemm_tile(2, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 3: gemm_tile(3, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 4: gemm_tile(4, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 5: gemm_tile(5, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    default: gemm_tile(6, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break; \
+    }
 
 static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc) {
@@ -747,46 +771,221 @@ static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t ld
             const float *ai = a + i * lda;
             const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
             float *ci = c + i * ldc + j;
-            switch (m - i < 6 ? m - i : 6) {
-            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            default: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
+            if (b_f16 && nj == 16)
+                GEMM_TILES(true, true)
+            else if (b_f16)
+                GEMM_TILES(true, false)
+            else if (nj == 16)
+                GEMM_TILES(false, true)
+            else
+                GEMM_TILES(false, false)
+        }
+    }
+}
+#undef GEMM_TILES
+
+/* The same on B packed as 16 floats per row (gemm_f32_nt). */
+#define GEMM_TILES_PK(full)                                                           \
+    switch (m - i < 6 ? m - i : 6) {                                                  \
+    case 1: gemm_tile(1, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 2: gemm_tile(2, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 3: gemm_tile(3, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 4: gemm_tile(4, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 5: gemm_tile(5, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    default: gemm_tile(6, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break; \
+    }
+
+/* The 8 sums of v[0..8) (each over its 8 lanes) as one vector, in order:
+ * neighbours, pairs, then halves added alike for every vector. */
+static inline __m256 sum8x8(const __m256 *v) {
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Transposes the 8 x 8 block r in place. */
+static inline void transpose8(__m256 *r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* Rows [j, j + 8) of B (past n: the last row again), elements [l, l + 8)
+ * (past k: zeros), as F32. */
+static inline void load_b8(__m256 *r, const void *b, bool b_f16, int64_t ldb, int64_t j, int64_t nj, int64_t l,
+                           int64_t k) {
+    for (int t = 0; t < 8; t++) {
+        const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l;
+        if (b_f16)
+            r[t] = k - l >= 8 ? load_fp16x8((const uint16_t *)b + at) : load_fp16_part((const uint16_t *)b + at, k - l);
+        else
+            r[t] = _mm256_maskload_ps((const float *)b + at, lanes8(k - l));
+    }
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k.
+ *  - Few rows (m < NT_TILE_M): 8 rows of B at a time are packed (F16
+ *    converted) as 8 x 8 floats per 8 of k, then per row of A 8
+ *    accumulators of 8 lanes over k and one sum8x8.
+ *  - Else 16 rows of B are packed transposed (k x 16, 8 x 8 blocks turned in
+ *    registers) and gemm_tile runs on them: no lane sums, each B value
+ *    loaded once per 6 rows of A.
+ * Each result is summed in the same order whatever its place in the tile
+ * and n (the order depends on k, and on m only through the choice above). */
+#define NT_KMAX 256 /* k per pass: the pack (k x 16 floats, on the stack) stays at 16 KiB */
+#define NT_TILE_M 6
+static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc) {
+    _Alignas(32) float pk[NT_KMAX * 16];
+    if (m >= NT_TILE_M) {
+        for (int64_t j = 0; j < n; j += 16) {
+            const int64_t nj = n - j < 16 ? n - j : 16;
+            for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: the rest added to C */
+                const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX;
+                for (int h = 0; h < 2; h++)
+                    for (int64_t l = 0; l < kc; l += 8) {
+                        __m256 r[8];
+                        load_b8(r, b, b_f16, ldb, j + 8 * h, nj - 8 * h > 0 ? nj - 8 * h : 1, l0 + l, k);
+                        transpose8(r);
+                        for (int d = 0; d < 8; d++) _mm256_store_ps(pk + (l + d) * 16 + 8 * h, r[d]);
+                    }
+                const float *al = a + l0;
+                const bool acc = l0 > 0, full = nj == 16;
+                for (int64_t i = 0; i < m; i += 6) {
+                    const float *ai = al + i * lda;
+                    float *ci = c + i * ldc + j;
+                    if (full)
+                        GEMM_TILES_PK(true)
+                    else
+                        GEMM_TILES_PK(false)
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t j = 0; j < n; j += 8) {
+        const int64_t nj = n - j < 8 ? n - j : 8;
+        for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
+            const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 7) / 8;
+            const int64_t nfull = kc / 8, left = kc - 8 * nfull;
+            int64_t at[8];
+            for (int p = 0; p < 8; p++) at[p] = (j + (p < nj ? p : nj - 1)) * ldb + l0;
+            for (int64_t q = 0; q < nfull; q++) /* keys in order (a steady stride per load) */
+                UNROLL8 for (int p = 0; p < 8; p++)
+                    _mm256_store_ps(pk + q * 64 + p * 8, b_f16 ? load_fp16x8((const uint16_t *)b + at[p] + 8 * q)
+                                                               : _mm256_loadu_ps((const float *)b + at[p] + 8 * q));
+            if (left)
+                for (int p = 0; p < 8; p++)
+                    _mm256_store_ps(pk + nfull * 64 + p * 8,
+                                    b_f16 ? load_fp16_part((const uint16_t *)b + at[p] + 8 * nfull, left)
+                                          : _mm256_maskload_ps((const float *)b + at[p] + 8 * nfull, lanes8(left)));
+            for (int64_t i = 0; i < m; i++) {
+                const float *ai = a + i * lda + l0;
+                __m256 acc[8];
+                UNROLL8 for (int p = 0; p < 8; p++) acc[p] = _mm256_setzero_ps();
+                for (int64_t q = 0; q < nc; q++) {
+                    const int64_t left = kc - 8 * q;
+                    const __m256 av = left >= 8 ? _mm256_loadu_ps(ai + 8 * q)
+                                                : _mm256_maskload_ps(ai + 8 * q, lanes8(left));
+                    const float *bq = pk + q * 64;
+                    UNROLL8 for (int p = 0; p < 8; p++)
+                        acc[p] = _mm256_fmadd_ps(av, _mm256_load_ps(bq + p * 8), acc[p]);
+                }
+                __m256 r = sum8x8(acc);
+                const __m256i mj = lanes8(nj);
+                if (l0 > 0)
+                    r = _mm256_add_ps(_mm256_maskload_ps(c + i * ldc + j, mj), r);
+                _mm256_maskstore_ps(c + i * ldc + j, mj, r);
             }
         }
     }
 }
 
-static float scale_add_max(int64_t n, float *y, float scale, const float *mask) {
+/* The online softmax step (see cpu.h) of a row; up to 64 scores stay in
+ * registers between the max and the exps. */
+static float softmax_step(int64_t n, float *y, float scale, const float *mask, float *m, float slack) {
     const __m256 s = _mm256_set1_ps(scale);
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(y + i), s);
-        if (mask)
-            v = _mm256_add_ps(v, _mm256_loadu_ps(mask + i));
-        _mm256_storeu_ps(y + i, v);
-        mx = _mm256_max_ps(mx, v);
+    if (n > 64) { /* two passes through y */
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
+            mx = y[i] > mx ? y[i] : mx;
+        }
+        if (mx == -INFINITY) {
+            memset(y, 0, (size_t)n * sizeof *y);
+            return 0;
+        }
+        if (*m == -INFINITY || mx > *m + slack)
+            *m = mx;
+        const __m256 mv = _mm256_set1_ps(*m);
+        __m256 acc = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(y + i), mv));
+            _mm256_storeu_ps(y + i, e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        if (i < n) {
+            const __m256 e = exp8(_mm256_sub_ps(load_part(y + i, n - i, -INFINITY), mv));
+            _mm256_maskstore_ps(y + i, lanes8(n - i), e);
+            acc = _mm256_add_ps(acc, e);
+        }
+        return hsum_ps256(acc);
+    }
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 v[8], mx = ninf;
+    const int nv = (int)((n + 7) / 8);
+    UNROLL8 for (int q = 0; q < 8; q++) {
+        v[q] = ninf;
+        if (q < nv) { /* lanes past n: -inf */
+            const __m256i k = lanes8(n - 8 * q);
+            v[q] = _mm256_mul_ps(_mm256_maskload_ps(y + 8 * q, k), s);
+            if (mask)
+                v[q] = _mm256_add_ps(v[q], _mm256_maskload_ps(mask + 8 * q, k));
+            v[q] = _mm256_blendv_ps(ninf, v[q], _mm256_castsi256_ps(k));
+            mx = _mm256_max_ps(mx, v[q]);
+        }
     }
     __m128 r = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     r = _mm_max_ps(r, _mm_movehl_ps(r, r));
     r = _mm_max_ss(r, _mm_movehdup_ps(r));
-    float m = _mm_cvtss_f32(r);
-    for (; i < n; i++) {
-        y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
-        if (y[i] > m)
-            m = y[i];
+    const float x = _mm_cvtss_f32(r);
+    if (x == -INFINITY) {
+        memset(y, 0, (size_t)n * sizeof *y);
+        return 0;
     }
-    return m;
+    if (*m == -INFINITY || x > *m + slack)
+        *m = x;
+    const __m256 mv = _mm256_set1_ps(*m);
+    __m256 acc = _mm256_setzero_ps();
+    UNROLL8 for (int q = 0; q < 8; q++) {
+        if (q < nv) {
+            const __m256 e = exp8(_mm256_sub_ps(v[q], mv));
+            acc = _mm256_add_ps(acc, e);
+            _mm256_maskstore_ps(y + 8 * q, lanes8(n - 8 * q), e);
+        }
+    }
+    return hsum_ps256(acc);
 }
 
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
     k->gemm_f32 = gemm_f32;
-    k->scale_add_max = scale_add_max;
+    k->gemm_f32_nt = gemm_f32_nt;
+    k->softmax_step = softmax_step;
     k->name = "avx2";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_BF16] = dot_bf16;

@@ -228,74 +228,205 @@ static void dot4_q4_1(int64_t n, float s[4], const void *vx, const void *vy, siz
 
 static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
 
-/* MR rows x up to 32 columns of C, the 2*MR accumulators in registers over
- * the whole k loop; each B row is loaded once per MR rows. */
-static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
-                                                            const void *vb, bool b_f16, int64_t ldb, float *c,
-                                                            int64_t ldc, bool acc) {
-    const __mmask16 m0 = lanes16(n), m1 = lanes16(n > 16 ? n - 16 : 0);
-    __m512 c0[8], c1[8];
-    for (int i = 0; i < mr; i++) {
-        c0[i] = acc ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
-        c1[i] = acc ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
-    }
+/* The loops over the accumulator arrays must be unrolled, or GCC -O2 keeps
+ * the arrays on the stack (a load and a store around every FMA). */
+#define UNROLL8 _Pragma("GCC unroll 8")
+#define UNROLL16 _Pragma("GCC unroll 16")
+
+/* mr rows x up to 16 * nv columns of C (nv 2 or 4), the mr * nv accumulators
+ * in registers over the whole k loop; each B row is loaded once per mr
+ * rows. Each element sums over k in order, whatever the tile. */
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int nv, int64_t n, int64_t k, const float *a,
+                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
+    __mmask16 mk[4];
+    __m512 cc[8][4];
+    UNROLL8 for (int v = 0; v < nv; v++) mk[v] = lanes16(n > 16 * v ? n - 16 * v : 0);
+    UNROLL8 for (int i = 0; i < mr; i++) UNROLL8 for (int v = 0; v < nv; v++)
+        cc[i][v] = acc ? _mm512_maskz_loadu_ps(mk[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
     for (int64_t l = 0; l < k; l++) {
-        __m512 b0, b1;
-        if (b_f16) {
-            const uint16_t *bl = (const uint16_t *)vb + l * ldb;
-            b0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, bl));
-            b1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, bl + 16));
-        } else {
-            const float *bl = (const float *)vb + l * ldb;
-            b0 = _mm512_maskz_loadu_ps(m0, bl);
-            b1 = _mm512_maskz_loadu_ps(m1, bl + 16);
-        }
-        for (int i = 0; i < mr; i++) {
+        __m512 bv[4];
+        UNROLL8 for (int v = 0; v < nv; v++)
+            bv[v] = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[v], (const uint16_t *)vb + l * ldb + 16 * v))
+                          : _mm512_maskz_loadu_ps(mk[v], (const float *)vb + l * ldb + 16 * v);
+        UNROLL8 for (int i = 0; i < mr; i++) {
             const __m512 av = _mm512_set1_ps(a[i * lda + l]);
-            c0[i] = _mm512_fmadd_ps(av, b0, c0[i]);
-            c1[i] = _mm512_fmadd_ps(av, b1, c1[i]);
+            UNROLL8 for (int v = 0; v < nv; v++) cc[i][v] = _mm512_fmadd_ps(av, bv[v], cc[i][v]);
         }
     }
-    for (int i = 0; i < mr; i++) {
-        _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
-        _mm512_mask_storeu_ps(c + i * ldc + 16, m1, c1[i]);
-    }
+    UNROLL8 for (int i = 0; i < mr; i++) UNROLL8 for (int v = 0; v < nv; v++)
+        _mm512_mask_storeu_ps(c + i * ldc + 16 * v, mk[v], cc[i][v]);
 }
+
+/* The tile for the rows left with B's type a constant, so that the k loop
+ * has no branch: 8 rows x 32 columns, or 6 x 64 where 48 or more columns
+ * are left (each B load then serves 6 rows of 4 vectors). */
+#define GEMM_TILES(f16)                                                              \
+    if (nv == 4)                                                                     \
+        switch (m - i < 6 ? m - i : 6) {                                             \
+        case 1: gemm_tile(1, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 2: gemm_tile(2, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 3: gemm_tile(3, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 4: gemm_tile(4, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 5: gemm_tile(5, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        default: gemm_tile(6, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
+        }                                                                            \
+    else                                                                             \
+        switch (m - i < 8 ? m - i : 8) {                                             \
+        case 1: gemm_tile(1, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 2: gemm_tile(2, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 3: gemm_tile(3, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 4: gemm_tile(4, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 5: gemm_tile(5, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 6: gemm_tile(6, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 7: gemm_tile(7, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        default: gemm_tile(8, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
+        }
 
 static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                      int64_t ldb, float *c, int64_t ldc, bool acc) {
-    for (int64_t j = 0; j < n; j += 32) {
-        const int64_t nj = n - j < 32 ? n - j : 32;
-        for (int64_t i = 0; i < m; i += 8) {
+    for (int64_t j = 0; j < n;) {
+        const int nv = n - j >= 48 && m <= 6 ? 4 : 2;
+        const int64_t nj = n - j < 16 * nv ? n - j : 16 * nv;
+        const int rows = nv == 4 ? 6 : 8;
+        for (int64_t i = 0; i < m; i += rows) {
             const float *ai = a + i * lda;
             const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
             float *ci = c + i * ldc + j;
-            switch (m - i < 8 ? m - i : 8) {
-            case 1: gemm_tile(1, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 2: gemm_tile(2, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 3: gemm_tile(3, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 4: gemm_tile(4, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 5: gemm_tile(5, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 6: gemm_tile(6, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            case 7: gemm_tile(7, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            default: gemm_tile(8, nj, k, ai, lda, bj, b_f16, ldb, ci, ldc, acc); break;
-            }
+            if (b_f16)
+                GEMM_TILES(true)
+            else
+                GEMM_TILES(false)
+        }
+        j += nj;
+    }
+}
+#undef GEMM_TILES
+
+/* The 16 sums of v[0..16) (each over its 16 lanes) as one vector, in the
+ * lane order out[4k + t] = sum(v[4t + k]): halves, quarters, pairs, then
+ * neighbours added in the same order for every vector. */
+static inline __m512 sum16x16(const __m512 *v) {
+    __m512 w[8], y[4], z[2];
+    UNROLL8 for (int i = 0; i < 8; i++) w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                                                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    UNROLL8 for (int i = 0; i < 4; i++) y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                                                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+    UNROLL8 for (int i = 0; i < 2; i++) z[i] = _mm512_add_ps(_mm512_shuffle_ps(y[2 * i], y[2 * i + 1], 0x44),
+                                                             _mm512_shuffle_ps(y[2 * i], y[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+}
+
+/* Transposes the 16 x 16 block r (in place): four rounds, each swapping one
+ * bit of the row index with the same bit of the column index. */
+static inline void transpose16(__m512 *r) {
+    UNROLL8 for (int s = 0; s < 4; s++) {
+        const int bit = 1 << s;
+        int lo[16], hi[16];
+        for (int c = 0; c < 16; c++) {
+            lo[c] = c & bit ? 16 + c - bit : c;
+            hi[c] = c & bit ? 16 + c : c + bit;
+        }
+        const __m512i il = _mm512_loadu_si512(lo), ih = _mm512_loadu_si512(hi);
+        UNROLL16 for (int i = 0; i < 16; i++) {
+            if (i & bit)
+                continue;
+            const __m512 x = r[i], y = r[i + bit];
+            r[i] = _mm512_permutex2var_ps(x, il, y);
+            r[i + bit] = _mm512_permutex2var_ps(x, ih, y);
         }
     }
 }
 
-static float scale_add_max(int64_t n, float *y, float scale, const float *mask) {
-    const __m512 s = _mm512_set1_ps(scale);
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 m = lanes16(n - i);
-        __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), s);
-        if (mask)
-            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, mask + i));
-        _mm512_mask_storeu_ps(y + i, m, v);
-        mx = _mm512_mask_max_ps(mx, m, mx, v);
+/* Rows [j, j + 16) of B (past n: the last row again), elements [l, l + 16)
+ * (past k: zeros), as F32. */
+static inline void load_b16(__m512 *r, const void *b, bool b_f16, int64_t ldb, int64_t j, int64_t nj, int64_t l,
+                            int64_t k) {
+    const __mmask16 ml = lanes16(k - l);
+    UNROLL16 for (int t = 0; t < 16; t++) {
+        const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l;
+        r[t] = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, (const uint16_t *)b + at))
+                     : _mm512_maskz_loadu_ps(ml, (const float *)b + at);
     }
-    return _mm512_reduce_max_ps(mx);
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k.
+ *  - Few rows (m < NT_TILE_M): 16 rows of B at a time are packed (F16
+ *    converted) as 16 x 16 floats per 16 of k, then per row of A 16
+ *    accumulators of 16 lanes over k and one sum16x16.
+ *  - Else 32 rows of B are packed transposed (k x 32, 16 x 16 blocks turned
+ *    in registers) and gemm_tile runs on them: no lane sums, each B value
+ *    loaded once per 8 rows of A.
+ * Each result is summed in the same order whatever its place in the tile
+ * and n (the order depends on k, and on m only through the choice above). */
+#define NT_KMAX 128 /* k per pass: the pack (k x 32 floats, on the stack) stays at 16 KiB */
+#define NT_TILE_M 8
+static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc) {
+    _Alignas(64) float pk[NT_KMAX * 32];
+    if (m >= NT_TILE_M) {
+        for (int64_t j = 0; j < n; j += 32) {
+            const int64_t nj = n - j < 32 ? n - j : 32;
+            for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: the rest added to C */
+                const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX;
+                for (int h = 0; h < 2; h++)
+                    for (int64_t l = 0; l < kc; l += 16) {
+                        __m512 r[16];
+                        load_b16(r, b, b_f16, ldb, j + 16 * h, nj - 16 * h > 0 ? nj - 16 * h : 1, l0 + l, k);
+                        transpose16(r);
+                        UNROLL16 for (int d = 0; d < 16; d++) _mm512_store_ps(pk + (l + d) * 32 + 16 * h, r[d]);
+                    }
+                const float *al = a + l0;
+                for (int64_t i = 0; i < m; i += 8) {
+                    const float *ai = al + i * lda;
+                    float *ci = c + i * ldc + j;
+                    const bool acc = l0 > 0;
+                    switch (m - i < 8 ? m - i : 8) {
+                    case 1: gemm_tile(1, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 2: gemm_tile(2, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 3: gemm_tile(3, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 4: gemm_tile(4, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 5: gemm_tile(5, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 6: gemm_tile(6, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 7: gemm_tile(7, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    default: gemm_tile(8, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    }
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t j = 0; j < n; j += 16) {
+        const int64_t nj = n - j < 16 ? n - j : 16;
+        for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
+            const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 15) / 16;
+            for (int64_t q = 0; q < nc; q++) { /* keys in order (a steady stride per load) */
+                const __mmask16 ml = lanes16(kc - 16 * q);
+                float *dst = pk + q * 256;
+                UNROLL16 for (int t = 0; t < 16; t++) { /* key t: accumulator (t % 4) * 4 + t / 4 (sum16x16's order) */
+                    const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l0 + 16 * q;
+                    const __m512 v = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, (const uint16_t *)b + at))
+                                           : _mm512_maskz_loadu_ps(ml, (const float *)b + at);
+                    _mm512_store_ps(dst + ((t % 4) * 4 + t / 4) * 16, v);
+                }
+            }
+            for (int64_t i = 0; i < m; i++) {
+                const float *ai = a + i * lda + l0;
+                __m512 acc[16];
+                UNROLL16 for (int p = 0; p < 16; p++) acc[p] = _mm512_setzero_ps();
+                for (int64_t q = 0; q < nc; q++) {
+                    const __m512 av = _mm512_maskz_loadu_ps(lanes16(kc - 16 * q), ai + 16 * q);
+                    const float *bq = pk + q * 256;
+                    UNROLL16 for (int p = 0; p < 16; p++)
+                        acc[p] = _mm512_fmadd_ps(av, _mm512_load_ps(bq + p * 16), acc[p]);
+                }
+                __m512 r = sum16x16(acc);
+                if (l0 > 0)
+                    r = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes16(nj), c + i * ldc + j), r);
+                _mm512_mask_storeu_ps(c + i * ldc + j, lanes16(nj), r);
+            }
+        }
+    }
 }
 
 /* e^x for 16 floats, as ggml's AVX-512 ggml_v_expf (its last step scales by
@@ -319,6 +450,64 @@ static inline __m512 exp16(__m512 x) {
     const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
                                             _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
     return _mm512_mask_blend_ps(d, res, alt);
+}
+
+/* The online softmax step (see cpu.h) of a row; up to 64 scores stay in
+ * registers between the max and the exps. */
+static float softmax_step(int64_t n, float *y, float scale, const float *mask, float *m, float slack) {
+    const __m512 s = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    if (n > 64) { /* two passes through y */
+        __m512 mx = ninf;
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = lanes16(n - i);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), s);
+            if (mask)
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, mask + i));
+            _mm512_mask_storeu_ps(y + i, k, v);
+            mx = _mm512_mask_max_ps(mx, k, mx, v);
+        }
+        const float x = _mm512_reduce_max_ps(mx);
+        if (x == -INFINITY) {
+            memset(y, 0, (size_t)n * sizeof *y);
+            return 0;
+        }
+        if (*m == -INFINITY || x > *m + slack)
+            *m = x;
+        const __m512 mv = _mm512_set1_ps(*m);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16) {
+            const __mmask16 k = lanes16(n - i);
+            const __m512 e = exp16(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, k, y + i), mv));
+            _mm512_mask_storeu_ps(y + i, k, e);
+            acc = _mm512_add_ps(acc, e);
+        }
+        return _mm512_reduce_add_ps(acc);
+    }
+    __m512 v[4], mx = ninf;
+    UNROLL8 for (int q = 0; q < 4; q++) { /* lanes past n: -inf */
+        const __mmask16 k = lanes16(n - 16 * q > 0 ? n - 16 * q : 0);
+        v[q] = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + 16 * q), s);
+        if (mask)
+            v[q] = _mm512_add_ps(v[q], _mm512_maskz_loadu_ps(k, mask + 16 * q));
+        v[q] = _mm512_mask_mov_ps(ninf, k, v[q]);
+        mx = _mm512_max_ps(mx, v[q]);
+    }
+    const float x = _mm512_reduce_max_ps(mx);
+    if (x == -INFINITY) {
+        memset(y, 0, (size_t)n * sizeof *y);
+        return 0;
+    }
+    if (*m == -INFINITY || x > *m + slack)
+        *m = x;
+    const __m512 mv = _mm512_set1_ps(*m);
+    __m512 acc = _mm512_setzero_ps();
+    UNROLL8 for (int q = 0; q < 4; q++) {
+        const __mmask16 k = lanes16(n - 16 * q > 0 ? n - 16 * q : 0);
+        const __m512 e = exp16(_mm512_sub_ps(v[q], mv));
+        _mm512_mask_storeu_ps(y + 16 * q, k, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    return _mm512_reduce_add_ps(acc);
 }
 
 /* y = silu(x) * g (g NULL: silu), as ggml_vec_swiglu_f32 / ggml_v_silu. */
@@ -357,7 +546,8 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->silu_mul = silu_mul;
     tsr__cpu_gemm_f16_avx512(k);
     k->gemm_f32 = gemm_f32;
-    k->scale_add_max = scale_add_max;
+    k->gemm_f32_nt = gemm_f32_nt;
+    k->softmax_step = softmax_step;
     /* the paired 8-bit dots need VPDPBUSD; they sum in ggml's AVX2 order */
     if (!vnni)
         return;

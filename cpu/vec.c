@@ -202,14 +202,33 @@ static void gemm_f32_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_
     }
 }
 
-static float scale_add_max_ref(int64_t n, float *y, float scale, const float *mask) {
-    float mx = -INFINITY;
+static void gemm_f32_nt_ref(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                            int64_t ldb, float *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float sum = 0;
+            for (int64_t l = 0; l < k; l++)
+                sum += a[i * lda + l] *
+                       (b_f16 ? TSR_FP16_TO_FP32(((const uint16_t *)b)[j * ldb + l]) : ((const float *)b)[j * ldb + l]);
+            c[i * ldc + j] = sum;
+        }
+}
+
+static float softmax_step_ref(int64_t n, float *y, float scale, const float *mask, float *m, float slack) {
+    float mx = -INFINITY, sum = 0;
     for (int64_t i = 0; i < n; i++) {
         y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
         if (y[i] > mx)
             mx = y[i];
     }
-    return mx;
+    if (mx == -INFINITY) {
+        memset(y, 0, (size_t)n * sizeof *y);
+        return 0;
+    }
+    if (*m == -INFINITY || mx > *m + slack)
+        *m = mx;
+    for (int64_t i = 0; i < n; i++) sum += (y[i] = expf(y[i] - *m));
+    return sum;
 }
 
 static void silu_mul_ref(int64_t n, float *y, const float *x, const float *g) {
@@ -285,8 +304,9 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum_ref;
     k->silu_mul = silu_mul_ref;
     k->gemm_f32 = gemm_f32_ref;
+    k->gemm_f32_nt = gemm_f32_nt_ref;
     k->q8s_from_float = tsr__cpu_q8s_from_float_ref;
-    k->scale_add_max = scale_add_max_ref;
+    k->softmax_step = softmax_step_ref;
     k->from_float[TSR_TYPE_F16] = f16_from_float_ref;
     k->from_float[TSR_TYPE_F32] = f32_from_float;
     k->vec_dot[TSR_TYPE_F32] = dot_f32;

@@ -306,6 +306,128 @@ static void check_gemv(const tsr_cpu_kernels *k) {
     rng = saved;
 }
 
+/* The fused attention's block matmuls: C = A * B (gemm_f32, with and
+ * without accumulating into C) and C = A * B^T (gemm_f32_nt), B F32 or F16
+ * rows wider than used, against double sums; every result must also be the
+ * one a 1 x 1 call gives (gemm_f32_nt: a call for the same rows and that key
+ * alone): no dependence on the place in the tile. */
+static void check_attn_gemm(const tsr_cpu_kernels *k) {
+    const uint64_t rng0 = rng; /* the other checks see the numbers they always did */
+    static const int64_t ms[] = {1, 3, 8, 9, 17}, ns[] = {1, 15, 16, 17, 33, 64}, ks[] = {0, 1, 7, 16, 64, 100, 1100};
+    enum { MMAX = 17, NMAX = 64, KMAX = 1100, PAD = 5 };
+    float *a = malloc(sizeof(float) * MMAX * KMAX), *bf = malloc(sizeof(float) * KMAX * (KMAX + PAD));
+    uint16_t *bh = malloc(sizeof(uint16_t) * KMAX * (KMAX + PAD));
+    float *c = malloc(sizeof(float) * MMAX * (NMAX + PAD)), *c0 = malloc(sizeof(float) * MMAX * (NMAX + PAD));
+    for (int64_t i = 0; i < MMAX * KMAX; i++) a[i] = frand();
+    for (int64_t i = 0; i < KMAX * (KMAX + PAD); i++) {
+        bh[i] = tsr__fp32_to_fp16(frand());
+        bf[i] = TSR_FP16_TO_FP32(bh[i]);
+    }
+    for (int nt = 0; nt < 2; nt++)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                        const int64_t m = ms[mi], n = ns[ni], kk = ks[ki], ldc = n + PAD;
+                        const int64_t ldb = nt ? kk + PAD : n + PAD; /* B rows: keys (nt) or k (plain) */
+                        const void *b = f16 ? (const void *)bh : (const void *)bf;
+                        const int acc = !nt && kk % 2; /* accumulate into C for some shapes */
+                        bool bad = false;
+                        for (int64_t i = 0; i < MMAX * ldc; i++) c[i] = c0[i] = (float)(i % 7) - 3.0f;
+                        if (nt)
+                            k->gemm_f32_nt(m, n, kk, a, kk, b, f16, ldb, c, ldc);
+                        else
+                            k->gemm_f32(m, n, kk, a, kk, b, f16, ldb, c, ldc, acc);
+                        for (int64_t i = 0; i < MMAX && !bad; i++)
+                            for (int64_t j = 0; j < ldc && !bad; j++) {
+                                const float got = c[i * ldc + j];
+                                if (i >= m || j >= n) {
+                                    bad = got != c0[i * ldc + j];
+                                    CHECK(!bad, "%s gemm_f32%s m=%lld n=%lld k=%lld wrote outside C", k->name,
+                                          nt ? "_nt" : "", (long long)m, (long long)n, (long long)kk);
+                                    continue;
+                                }
+                                double ref = acc ? c0[i * ldc + j] : 0, mag = fabs(ref);
+                                for (int64_t l = 0; l < kk; l++) {
+                                    const double x = (double)a[i * kk + l] * (nt ? bf[j * ldb + l] : bf[l * ldb + j]);
+                                    ref += x, mag += fabs(x);
+                                }
+                                float one = c0[i * ldc + j], col[MMAX];
+                                if (nt) { /* the same rows against key j alone (the order may depend on m) */
+                                    k->gemm_f32_nt(m, 1, kk, a, kk,
+                                                   f16 ? (const void *)(bh + j * ldb) : (const void *)(bf + j * ldb),
+                                                   f16, ldb, col, 1);
+                                    one = col[i];
+                                } else
+                                    k->gemm_f32(1, 1, kk, a + i * kk, kk,
+                                                f16 ? (const void *)(bh + j) : (const void *)(bf + j), f16, ldb, &one,
+                                                1, acc);
+                                bad = !(fabs(got - ref) <= 1e-5 * mag + 1e-6) || memcmp(&got, &one, sizeof got) != 0;
+                                CHECK(fabs(got - ref) <= 1e-5 * mag + 1e-6,
+                                      "%s gemm_f32%s%s m=%lld n=%lld k=%lld (%lld,%lld): %.7g, reference %.7g", k->name,
+                                      nt ? "_nt" : "", f16 ? " f16" : "", (long long)m, (long long)n, (long long)kk,
+                                      (long long)i, (long long)j, got, ref);
+                                CHECK(memcmp(&got, &one, sizeof got) == 0,
+                                      "%s gemm_f32%s%s m=%lld n=%lld k=%lld (%lld,%lld): %.9g in the tile, %.9g alone",
+                                      k->name, nt ? "_nt" : "", f16 ? " f16" : "", (long long)m, (long long)n,
+                                      (long long)kk, (long long)i, (long long)j, got, one);
+                            }
+                    }
+    free(a), free(bf), free(bh), free(c), free(c0);
+    rng = rng0;
+}
+
+/* The fused attention's online softmax step against a double reference:
+ * lengths around the 64 kept in registers, masks with -inf (also whole
+ * rows), and running maxes below, inside and above the slack. */
+static void check_softmax_step(const tsr_cpu_kernels *k) {
+    const uint64_t rng0 = rng; /* the other checks see the numbers they always did */
+    static const int64_t ns[] = {0, 1, 7, 8, 15, 16, 17, 33, 63, 64, 65, 100};
+    static const float m0s[] = {-INFINITY, -3.0f, 0.5f, 9.0f};
+    enum { N = 100 };
+    float y[N + 4], mask[N], x[N];
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+        for (int mk = 0; mk < 4; mk++) /* no mask, zeros, some -inf, all -inf */
+            for (size_t mi = 0; mi < sizeof m0s / sizeof m0s[0]; mi++) {
+                const int64_t n = ns[ni];
+                const float scale = 0.125f, slack = 2.0f;
+                for (int64_t i = 0; i < n; i++) {
+                    x[i] = frand() * 40.0f;
+                    mask[i] = mk == 1 ? 0.0f : mk == 3 || (mk == 2 && i % 3 == 1) ? -INFINITY : frand();
+                }
+                for (int64_t i = 0; i < N + 4; i++) y[i] = i < n ? x[i] : 7.0f;
+                float m = m0s[mi];
+                const float sum = k->softmax_step(n, y, scale, mk ? mask : NULL, &m, slack);
+                double mx = -INFINITY;
+                for (int64_t i = 0; i < n; i++) {
+                    const double v = (double)x[i] * scale + (mk ? mask[i] : 0.0);
+                    mx = v > mx ? v : mx;
+                }
+                const double want_m = mx == -INFINITY ? m0s[mi] : m0s[mi] == -INFINITY || mx > m0s[mi] + slack ? mx : m0s[mi];
+                CHECK(m == (float)want_m, "%s softmax_step n=%lld mask %d m0 %g: max %g, want %g", k->name, (long long)n, mk,
+                      m0s[mi], m, want_m);
+                double ref = 0;
+                bool bad = false, past = false;
+                for (int64_t i = 0; i < n; i++) {
+                    const double v = (double)x[i] * scale + (mk ? mask[i] : 0.0);
+                    const double e = mx == -INFINITY || v == -INFINITY ? 0.0 : exp(v - want_m);
+                    /* float rounding of the exponent: about an ulp of |v| and of |v - m| */
+                    const double tol = (e > 0 ? e * (4e-7 + 1.2e-7 * (fabs(v) + fabs(v - want_m))) : 0) + 1e-30;
+                    ref += e;
+                    if (!bad) {
+                        bad = !(fabs(y[i] - e) <= tol);
+                        CHECK(!bad, "%s softmax_step n=%lld mask %d m0 %g: y[%lld] %g, want %g", k->name, (long long)n,
+                              mk, m0s[mi], (long long)i, y[i], e);
+                    }
+                }
+                for (int64_t i = n; i < N + 4; i++) past |= y[i] != 7.0f;
+                CHECK(!past, "%s softmax_step n=%lld: wrote past the row", k->name, (long long)n);
+                CHECK(fabs(sum - ref) <= 1e-5 * ref, "%s softmax_step n=%lld mask %d m0 %g: sum %.7g, want %.7g", k->name,
+                      (long long)n, mk, m0s[mi], sum, ref);
+            }
+    rng = rng0;
+}
+
 /* exp/silu helpers over their whole range, -inf and overflow included. */
 static void check_math(const tsr_cpu_kernels *k) {
     enum { N = 2003 };
@@ -424,6 +546,8 @@ int main(void) {
         check_gemm(&k);
         check_gemm_extremes(&k);
         check_gemv(&k);
+        check_attn_gemm(&k);
+        check_softmax_step(&k);
     }
     check_bad_indices();
     check_threadpool(1);
