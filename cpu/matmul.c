@@ -10,7 +10,7 @@
 
 #define TILE_ROWS 16
 #define TILE_COLS 16
-#define GEMM_TILE_COLS 24  /* F16: a multiple of the AVX2 gemm's 3 and the AVX-512 gemm's 6 columns */
+#define GEMM_TILE_COLS 24   /* F16: a multiple of the AVX2 gemm's 3 and the AVX-512 gemm's 6 columns */
 #define QGEMM_TILE_COLS 128 /* quantized: each 16- or 8-row repack serves 128 columns */
 /* One column: row chunks per thread. One contiguous range each, so that the
  * gemv's prefetch runs through it (measured: tg128 SmolLM2 Q4_0 ~320 t/s
