@@ -28,13 +28,14 @@
 #define BK 64      /* keys per block */
 
 typedef struct plan {
-    int64_t group;    /* query heads per KV head */
-    int64_t rows;     /* query rows of one KV group: group * n_q */
-    int64_t rb;       /* rows per task */
-    int64_t n_tasks;  /* n_seq * n_head_kv * ceil(rows / rb) */
-    int64_t n_split;  /* key ranges per task */
-    int64_t kv_split; /* keys per range (a multiple of BK) */
-    int64_t n_kv;     /* keys [0, n_kv) are looked at: past them every mask row is -inf */
+    int64_t group;     /* query heads per KV head */
+    int64_t rows;      /* query rows of one KV group: group * n_q */
+    int64_t rb;        /* rows per task */
+    int64_t n_tasks;   /* n_seq * n_head_kv * ceil(rows / rb) */
+    int64_t n_split;   /* key ranges per task */
+    int64_t kv_split;  /* keys per range (a multiple of BK) */
+    int64_t n_kv;      /* keys [0, n_kv) are looked at: past them every mask row is -inf */
+    int64_t split_cap; /* n_split's bound for any n_kv up to this one (the work buffer's partials) */
 } plan;
 
 /* Big row blocks (K/V traffic and conversion shrink with the rows served
@@ -60,6 +61,8 @@ static void make_plan(const tsr_tensor *dst, int64_t n_kv, plan *pl) {
     int64_t tq = (rb + g - 1) / g; /* tokens per task */
     if (tq >= BK / 2 && ((tq + BK - 1) / BK) * BK * g <= RB_MAX)
         tq = (tq + BK - 1) / BK * BK;
+    if (tq * g > RB_MAX) /* g not dividing RB_MAX: whole tokens, at most RB_MAX rows (g > RB_MAX: one token) */
+        tq = RB_MAX / g > 0 ? RB_MAX / g : 1;
     rb = tq * g;
     if (rb > pl->rows)
         rb = pl->rows;
@@ -72,6 +75,9 @@ static void make_plan(const tsr_tensor *dst, int64_t n_kv, plan *pl) {
         const int64_t n = (4 * (int64_t)nth + pl->n_tasks - 1) / pl->n_tasks;
         pl->n_split = n < n_blk ? n : n_blk;
     }
+    /* fewer keys never give more splits than this (the rounding below can
+     * give more than the same for more keys) */
+    pl->split_cap = pl->n_split;
     pl->kv_split = (n_blk + pl->n_split - 1) / pl->n_split * BK;
     if (pl->kv_split < BK)
         pl->kv_split = BK;
@@ -83,6 +89,8 @@ static void make_plan(const tsr_tensor *dst, int64_t n_kv, plan *pl) {
 typedef struct scratch {
     float *qf, *kb, *vb, *s; /* rb x dk, BK x dk, BK x dv, rb x BK */
     float *o, *m, *l, *mtmp; /* rb x dv, rb, rb, rb x BK (converted mask rows) */
+    const float **mrow;      /* rb: a row's mask in the block (load_mask) */
+    bool *dead;              /* rb: the row is fully masked in the block */
 } scratch;
 
 static size_t fbytes(int64_t n) { return tsr__pad((size_t)n * sizeof(float), TSR_ALIGN); }
@@ -104,6 +112,8 @@ static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, cha
     TAKE(m, float *, fbytes(rb));
     TAKE(l, float *, fbytes(rb));
     TAKE(mtmp, float *, fbytes(rb * BK));
+    TAKE(mrow, const float **, tsr__pad((size_t)rb * sizeof(float *), TSR_ALIGN));
+    TAKE(dead, bool *, tsr__pad((size_t)rb, TSR_ALIGN));
 #undef TAKE
     return off;
 }
@@ -112,15 +122,16 @@ static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, cha
 static size_t partial_floats(const tsr_tensor *dst, const plan *pl) {
     return (size_t)pl->rb * (size_t)(dst->src[2]->ne[0] + 2);
 }
-static size_t partial_bytes(const tsr_tensor *dst, const plan *pl) {
-    return pl->n_split > 1 ? tsr__pad(partial_floats(dst, pl) * 4 * (size_t)(pl->n_tasks * pl->n_split), TSR_ALIGN) : 0;
+static size_t partials_of(const tsr_tensor *dst, const plan *pl, int64_t n_split) {
+    return n_split > 1 ? tsr__pad(partial_floats(dst, pl) * 4 * (size_t)(pl->n_tasks * n_split), TSR_ALIGN) : 0;
 }
+static size_t partial_bytes(const tsr_tensor *dst, const plan *pl) { return partials_of(dst, pl, pl->n_split); }
 
 size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth) {
     plan pl;
     (void)nth;
-    make_plan(dst, dst->src[1]->ne[1], &pl); /* the most partials: every key range */
-    return partial_bytes(dst, &pl) + (size_t)nth * per_thread(dst, &pl, NULL, NULL);
+    make_plan(dst, dst->src[1]->ne[1], &pl); /* the op plans for the live keys, at most these */
+    return partials_of(dst, &pl, pl.split_cap) + (size_t)nth * per_thread(dst, &pl, NULL, NULL);
 }
 
 /* ---- one task ---------------------------------------------------------------------- */
@@ -195,7 +206,7 @@ static int classify(const char *src, int64_t n, size_t esz) {
         uint32_t w = 0;
         memcpy(&w, src + b, esz);
         any |= w;
-        not_ninf |= w ^ (uint32_t)ninf;
+        not_ninf |= w ^ (esz == 2 ? 0xFC00u : 0xFF800000u); /* one element's -inf */
     }
     return !any ? SEG_ZERO : !not_ninf ? SEG_DEAD : SEG_MIXED;
 }
@@ -334,8 +345,8 @@ static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_
 static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
                      const scratch *sc, float *partial) {
     const int64_t dv = dst->src[2]->ne[0];
-    const float *mrow[RB_MAX];
-    bool dead[RB_MAX];
+    const float **mrow = sc->mrow;
+    bool *dead = sc->dead;
     load_q(dst, pl, t, sc);
     memset(sc->o, 0, (size_t)(t->nr * dv) * sizeof(float));
     for (int64_t r = 0; r < t->nr; r++) {

@@ -857,7 +857,8 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
                 for (int h = 0; h < 2; h++)
                     for (int64_t l = 0; l < kc; l += 8) {
                         __m256 r[8];
-                        load_b8(r, b, b_f16, ldb, j + 8 * h, nj - 8 * h > 0 ? nj - 8 * h : 1, l0 + l, k);
+                        load_b8(r, b, b_f16, ldb, nj > 8 * h ? j + 8 * h : j + nj - 1, /* past n: the last row */
+                                nj > 8 * h ? nj - 8 * h : 1, l0 + l, k);
                         transpose8(r);
                         for (int d = 0; d < 8; d++) _mm256_store_ps(pk + (l + d) * 16 + 8 * h, r[d]);
                     }

@@ -372,7 +372,8 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
                 for (int h = 0; h < 2; h++)
                     for (int64_t l = 0; l < kc; l += 16) {
                         __m512 r[16];
-                        load_b16(r, b, b_f16, ldb, j + 16 * h, nj - 16 * h > 0 ? nj - 16 * h : 1, l0 + l, k);
+                        load_b16(r, b, b_f16, ldb, nj > 16 * h ? j + 16 * h : j + nj - 1, /* past n: the last row */
+                                 nj > 16 * h ? nj - 16 * h : 1, l0 + l, k);
                         transpose16(r);
                         UNROLL16 for (int d = 0; d < 16; d++) _mm512_store_ps(pk + (l + d) * 32 + 16 * h, r[d]);
                     }
@@ -555,11 +556,8 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->vec_dot[TSR_TYPE_Q4_0] = dot_q4_0_q8_0;
     k->vec_dot[TSR_TYPE_Q4_1] = dot_q4_1_q8_1;
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
-    /* the AVX-512 one-row x four-column dots of Q8_0 and Q4_0 are faster
-     * than the AVX2 interleaved gemm (measured; the 4-bit Q4_1 and Q4_K gemms
-     * are not): batches of these use the dots */
-    k->gemm[TSR_TYPE_Q8_0] = NULL;
-    k->gemm[TSR_TYPE_Q4_0] = NULL;
+    /* (batches: the VPDPBUSD gemms of gemm-avx512.c, registered after these;
+     * the four-column dots serve mul_mat_id) */
     k->vec_dot4[TSR_TYPE_Q4_0] = dot4_q4_0;
     k->vec_dot4[TSR_TYPE_Q4_1] = dot4_q4_1;
 }
