@@ -10,8 +10,11 @@ mean +- sd of each side over its runs, the ratio, and the ceilings.
 """
 import json, statistics, sys
 raw, machine, cpu, flags, load0, load1, kernels = sys.argv[1:]
-mach = {}
+mach, peak_isa = {}, "AVX2"
 for line in open(machine):
+    if line.startswith("isa "):  # the ISA bench/peak measured (compare.sh)
+        peak_isa = {"best": "the best of AVX2 and AVX-512 (VNNI for int8)", "avx2": "AVX2"}.get(line.split()[1], line.split()[1])
+        continue
     k, t, v = line.split()
     try:
         mach[(k, int(t))] = float(v)
@@ -41,8 +44,8 @@ def ms(v):
 print("CPU: %s; flags: %s" % (cpu, flags))
 print("libtensr kernels: %s. Load before: %s; after: %s" % (kernels, load0.strip(), load1.strip()))
 for (k, t), v in sorted(mach.items(), key=lambda x: (x[0][1], x[0][0])):
-    unit = {"bw": "GB/s read (best pass)", "fma": "GFLOP/s F32 FMA (AVX2; per CPU-second x threads)",
-            "int8": "GOP/s int8 dot (AVX2 maddubs; per CPU-second x threads)"}[k]
+    unit = {"bw": "GB/s read (best pass)", "fma": "GFLOP/s F32 FMA (%s; per CPU-second x threads)" % peak_isa,
+            "int8": "GOP/s int8 dot (%s; per CPU-second x threads)" % peak_isa}[k]
     print("- %d threads: %.1f %s" % (t, v, unit))
 print()
 print("| model | test | threads | llama.cpp t/s | libtensr t/s | ratio | % of ceiling (llama.cpp / libtensr) |")
@@ -68,4 +71,4 @@ for key in sorted(runs, key=lambda k: (k[0], k[1], k[4], k[3], k[2])):
     print("| %s | %s | %d | %s | %s | %s | %s |" % (name, test, t, ls, ts, ratio, ceil))
 print()
 print("Ceilings: tg = bandwidth / model bytes; pp = peak / (2 x parameters); the peak is F32 FMA for F16 models,")
-print("int8 dot (AVX2) for quantized ones. Runs alternate tensr-bench and llama-bench, one repetition each in turn.")
+print("int8 dot (%s) for quantized ones." % peak_isa, "Runs alternate tensr-bench and llama-bench, one repetition each in turn.")

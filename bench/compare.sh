@@ -99,6 +99,7 @@ load0=$(uptime)
 # the peaks of the ISA libtensr's kernels use (-k avx2: AVX2; else the best)
 isa=best
 [ "$kernels" = avx2 ] && isa=avx2
+echo "isa $isa" >>"$tmp/machine"
 for t in $(echo "$threads" | tr ',' ' '); do
     echo "bw $t $("$tools/bandwidth" "$t" 1024 2>/dev/null)" >>"$tmp/machine"
     echo "fma $t $("$tools/peak" fma "$t" $isa 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
