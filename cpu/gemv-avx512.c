@@ -31,9 +31,6 @@
 
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
-#ifndef GEMV_PF
-#define GEMV_PF 24 /* rows ahead to prefetch */
-#endif
 #define F16F(h) TSR_FP16_TO_FP32(h)
 
 INLINE __m512i load2x256(const void *a, const void *b) {
@@ -308,18 +305,6 @@ INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size
         rows_q6k(R, k, x, xs, pfo, y, s);
     else
         rows32(t, R, k, x, xs, pfo, y, s);
-}
-
-/* The first GEMV_PF rows of a call into L2 (the rows then prefetch GEMV_PF rows ahead). */
-static inline void ramp(const char *x, int64_t m, size_t xs) {
-    const size_t n = (size_t)(m < GEMV_PF ? m : GEMV_PF) * xs;
-    for (size_t o = 0; o < n; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
-}
-
-/* The prefetch distance: GEMV_PF rows ahead, within the call's rows. */
-static inline size_t pf_offset(int64_t i, int R, int64_t m, size_t xs) {
-    const int64_t ahead = m - i - R < GEMV_PF ? m - i - R : GEMV_PF;
-    return ahead > 0 ? (size_t)ahead * xs : 0;
 }
 
 #define GEMV(name, T)                                                                                           \

@@ -64,4 +64,20 @@ static inline void transpose8_epi32(const __m256i r[8], __m256i *out) {
     }
 }
 
+/* The matrix-vector products (gemv-avx2.c, gemv-avx512.c) read several
+ * rows side by side, which the hardware prefetchers do not follow: software
+ * prefetch GEMV_PF rows ahead. */
+#define GEMV_PF 24
+/* The first GEMV_PF rows of a call into L2 (the rows then prefetch GEMV_PF rows ahead). */
+static inline void ramp(const char *x, int64_t m, size_t xs) {
+    const size_t n = (size_t)(m < GEMV_PF ? m : GEMV_PF) * xs;
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
+}
+
+/* The prefetch distance: GEMV_PF rows ahead, within the call's rows. */
+static inline size_t pf_offset(int64_t i, int R, int64_t m, size_t xs) {
+    const int64_t ahead = m - i - R < GEMV_PF ? m - i - R : GEMV_PF;
+    return ahead > 0 ? (size_t)ahead * xs : 0;
+}
+
 #endif /* TSR_CPU_SIMD_H */
