@@ -107,6 +107,22 @@ typedef struct tsr_cpu_q8s {
     int8_t qs[32];
 } tsr_cpu_q8s;
 #define TSR_CPU_Q8S_ROW(k) ((size_t)(k) / 32 * sizeof(tsr_cpu_q8s))
+/* A block's scales and sums from d = max|x| / 127 and the integer sums of its
+ * values (all 32, the first 16): the same in every variant. */
+static inline void tsr__cpu_q8s_finish(tsr_cpu_q8s *y, float d, int32_t sum, int32_t lo) {
+    y->d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
+    y->ds = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d * (float)sum));
+    y->c = -128 * sum;
+    y->c_lo = -128 * lo;
+}
+/* Installs a q8s gemm for weight type t (the activations' gemm_type is unused). */
+static inline void tsr__cpu_set_q8s_gemm(tsr_cpu_kernels *k, tsr_type t,
+                                         void (*fn)(int64_t, int64_t, int64_t, const void *, size_t, const void *,
+                                                    size_t, float *, size_t, void *)) {
+    k->gemm[t] = fn;
+    k->gemm_type[t] = TSR_TYPE_Q8_0;
+    k->gemm_q8s[t] = true;
+}
 /* The plain versions (vec.c): k % 32 == 0. */
 void tsr__cpu_q8s_from_float_ref(const float *x, void *y, int64_t k);
 void tsr__cpu_q8s_to_float(const void *y, float *x, int64_t k);

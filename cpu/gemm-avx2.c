@@ -336,10 +336,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         lo = _mm_hadd_epi32(lo, hi); /* lo0 lo1 hi0 hi1 */
         lo = _mm_hadd_epi32(lo, lo); /* lo hi lo hi */
         const int32_t slo = _mm_cvtsi128_si32(lo), sum = slo + _mm_extract_epi32(lo, 1);
-        y[b].d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
-        y[b].ds = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d * (float)sum));
-        y[b].c = -128 * sum;
-        y[b].c_lo = -128 * slo;
+        tsr__cpu_q8s_finish(&y[b], d, sum, slo);
     }
 }
 
@@ -351,9 +348,5 @@ void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k) {
              {TSR_TYPE_Q4_1, gemm_q4_1}, {TSR_TYPE_Q5_1, gemm_q5_1}, {TSR_TYPE_Q4_K, gemm_q4_k},
              {TSR_TYPE_Q5_K, gemm_q5_k}, {TSR_TYPE_Q6_K, gemm_q6_k}};
     k->q8s_from_float = q8s_from_float;
-    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
-        k->gemm[g[i].t] = g[i].fn;
-        k->gemm_type[g[i].t] = TSR_TYPE_Q8_0; /* unused: the rows are tsr_cpu_q8s */
-        k->gemm_q8s[g[i].t] = true;
-    }
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) tsr__cpu_set_q8s_gemm(k, g[i].t, g[i].fn);
 }

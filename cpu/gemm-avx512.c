@@ -226,10 +226,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         _mm_storeu_si128((__m128i *)y[b].qs, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(y[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
         const int32_t lo = _mm512_reduce_add_epi32(q0), sum = lo + _mm512_reduce_add_epi32(q1);
-        y[b].d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
-        y[b].ds = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d * (float)sum));
-        y[b].c = -128 * sum;
-        y[b].c_lo = -128 * lo;
+        tsr__cpu_q8s_finish(&y[b], d, sum, lo);
     }
 }
 
@@ -241,9 +238,5 @@ void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k) {
              {TSR_TYPE_Q4_1, gemm_q4_1}, {TSR_TYPE_Q5_1, gemm_q5_1}, {TSR_TYPE_Q4_K, gemm_q4_k},
              {TSR_TYPE_Q5_K, gemm_q5_k}, {TSR_TYPE_Q6_K, gemm_q6_k}};
     k->q8s_from_float = q8s_from_float;
-    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) {
-        k->gemm[g[i].t] = g[i].fn;
-        k->gemm_type[g[i].t] = TSR_TYPE_Q8_0; /* unused: the rows are tsr_cpu_q8s */
-        k->gemm_q8s[g[i].t] = true;
-    }
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) tsr__cpu_set_q8s_gemm(k, g[i].t, g[i].fn);
 }

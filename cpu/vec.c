@@ -256,10 +256,7 @@ void tsr__cpu_q8s_from_float_ref(const float *x, void *vy, int64_t k) {
             if (j < 16)
                 lo += q;
         }
-        y[b].d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
-        y[b].ds = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d * (float)sum));
-        y[b].c = -128 * sum;
-        y[b].c_lo = -128 * lo;
+        tsr__cpu_q8s_finish(&y[b], d, sum, lo);
     }
 }
 
