@@ -32,7 +32,9 @@ for line in open(raw):
                int(o.get("n_depth", 0)))
         meta[key[0]] = (int(o["model_size"]), int(o["model_n_params"]), o.get("model_type", ""))
     else:
-        key = (o["model"], int(o["threads"]), int(o["n_prompt"]), int(o["n_gen"]), int(o["n_depth"]))
+        # the threads asked for (libtensr uses at most the cores: -t 4 on 2 cores runs 2)
+        key = (o["model"], int(o.get("threads_asked", o["threads"])), int(o["n_prompt"]), int(o["n_gen"]),
+               int(o["n_depth"]))
     runs.setdefault(key, {}).setdefault(side, []).append(float(o["avg_ts"]))
 
 def ms(v):

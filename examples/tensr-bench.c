@@ -492,14 +492,16 @@ static int run_config(const bench_opts *o, const config *c) {
                     if (r->mean < 0)
                         continue;
                     printf("%s  {\"engine\": \"%s\", \"model\": \"%s\", \"arch\": \"%s\", \"size\": %lld, "
-                           "\"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"flash_attn\": %d, "
+                           "\"backend\": \"%s\", \"kernels\": \"%s\", \"threads\": %d, \"threads_asked\": %lld, "
+                           "\"flash_attn\": %d, "
                            "\"n_batch\": %lld, \"n_ubatch\": %lld, \"n_gpu_layers\": %lld, \"test\": \"%s\", "
                            "\"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %lld, \"avg_ts\": %.3f, "
                            "\"stddev_ts\": %.3f}",
                            json_first ? "[\n" : ",\n", e ? "llama.cpp" : "libtensr", name, archbuf, (long long)size,
                            tsr_backends_available(), getenv("TSR_CPU_KERNELS") ? getenv("TSR_CPU_KERNELS") : "auto",
-                           n_threads, fa, (long long)c->batch, (long long)c->ubatch, (long long)c->ngl, test,
-                           tests[i].n_prompt, tests[i].n_gen, (long long)o->depth.v[d], r->mean, r->sd);
+                           n_threads, (long long)(c->threads > 0 ? c->threads : n_threads), fa, (long long)c->batch,
+                           (long long)c->ubatch, (long long)c->ngl, test, tests[i].n_prompt, tests[i].n_gen,
+                           (long long)o->depth.v[d], r->mean, r->sd);
                     json_first = 0;
                 }
         }
