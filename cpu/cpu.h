@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "quant/quants.h"
 
+#include <math.h> /* INFINITY */
 #include <stdatomic.h>
 
 /* ---- threadpool (threadpool.c) ------------------------------------------- */
@@ -238,6 +239,19 @@ static inline float tsr__cpu_load_f(tsr_type t, const char *p) {
     }
 }
 // clang-format on
+
+/* The middle of every softmax_step variant: a row whose max x is -inf gets
+ * y = 0 (false: its sum is 0); else the running max *m moves to x when it
+ * is -inf or x passes it by more than slack. */
+static inline bool tsr__cpu_softmax_max(float x, float *y, int64_t n, float *m, float slack) {
+    if (x == -INFINITY) {
+        memset(y, 0, (size_t)n * sizeof *y);
+        return false;
+    }
+    if (*m == -INFINITY || x > *m + slack)
+        *m = x;
+    return true;
+}
 
 /* Rows [*r0, *r1) of nr that thread ith of nth handles. */
 static inline void tsr__cpu_split(int64_t nr, int ith, int nth, int64_t *r0, int64_t *r1) {

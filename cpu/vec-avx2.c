@@ -924,12 +924,8 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
             y[i] = y[i] * scale + (mask ? mask[i] : 0.0f);
             mx = y[i] > mx ? y[i] : mx;
         }
-        if (mx == -INFINITY) {
-            memset(y, 0, (size_t)n * sizeof *y);
+        if (!tsr__cpu_softmax_max(mx, y, n, m, slack))
             return 0;
-        }
-        if (*m == -INFINITY || mx > *m + slack)
-            *m = mx;
         const __m256 mv = _mm256_set1_ps(*m);
         __m256 acc = _mm256_setzero_ps();
         int64_t i = 0;
@@ -963,12 +959,8 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
     r = _mm_max_ps(r, _mm_movehl_ps(r, r));
     r = _mm_max_ss(r, _mm_movehdup_ps(r));
     const float x = _mm_cvtss_f32(r);
-    if (x == -INFINITY) {
-        memset(y, 0, (size_t)n * sizeof *y);
+    if (!tsr__cpu_softmax_max(x, y, n, m, slack))
         return 0;
-    }
-    if (*m == -INFINITY || x > *m + slack)
-        *m = x;
     const __m256 mv = _mm256_set1_ps(*m);
     __m256 acc = _mm256_setzero_ps();
     UNROLL8 for (int q = 0; q < 8; q++) {

@@ -468,12 +468,8 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
             mx = _mm512_mask_max_ps(mx, k, mx, v);
         }
         const float x = _mm512_reduce_max_ps(mx);
-        if (x == -INFINITY) {
-            memset(y, 0, (size_t)n * sizeof *y);
+        if (!tsr__cpu_softmax_max(x, y, n, m, slack))
             return 0;
-        }
-        if (*m == -INFINITY || x > *m + slack)
-            *m = x;
         const __m512 mv = _mm512_set1_ps(*m);
         __m512 acc = _mm512_setzero_ps();
         for (int64_t i = 0; i < n; i += 16) {
@@ -494,12 +490,8 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
         mx = _mm512_max_ps(mx, v[q]);
     }
     const float x = _mm512_reduce_max_ps(mx);
-    if (x == -INFINITY) {
-        memset(y, 0, (size_t)n * sizeof *y);
+    if (!tsr__cpu_softmax_max(x, y, n, m, slack))
         return 0;
-    }
-    if (*m == -INFINITY || x > *m + slack)
-        *m = x;
     const __m512 mv = _mm512_set1_ps(*m);
     __m512 acc = _mm512_setzero_ps();
     UNROLL8 for (int q = 0; q < 4; q++) {

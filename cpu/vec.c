@@ -221,12 +221,8 @@ static float softmax_step_ref(int64_t n, float *y, float scale, const float *mas
         if (y[i] > mx)
             mx = y[i];
     }
-    if (mx == -INFINITY) {
-        memset(y, 0, (size_t)n * sizeof *y);
+    if (!tsr__cpu_softmax_max(mx, y, n, m, slack))
         return 0;
-    }
-    if (*m == -INFINITY || mx > *m + slack)
-        *m = mx;
     for (int64_t i = 0; i < n; i++) sum += (y[i] = expf(y[i] - *m));
     return sum;
 }
