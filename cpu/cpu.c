@@ -289,6 +289,14 @@ tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
         tsr__free(s);
         return st;
     }
+    s->claims = tsr__aligned_alloc(TSR_ALIGN, (size_t)n_threads * sizeof *s->claims);
+    if (!s->claims) {
+        tsr__tp_free(s->tp);
+        tsr__free(s);
+        return tsr__error(TSR_E_NOMEM, "cpu: out of memory creating a stream");
+    }
+    for (int t = 0; t < n_threads; t++) atomic_init(&s->claims[t].w, 0);
+    s->seq = 1; /* claims start at sequence 0: stale */
     s->device = d;
     s->n_threads = n_threads;
     s->k = tsr__cpu_kernels();
@@ -300,6 +308,7 @@ void tsr__cpu_stream_free(tsr_stream *s) {
     if (!s)
         return;
     tsr__tp_free(s->tp);
+    tsr__aligned_free(s->claims);
     tsr__aligned_free(s->work);
     tsr__free(s);
 }
@@ -343,29 +352,58 @@ void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) {
 
 static kernel_fn kernel_of(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? cpu_ops[op].kernel : NULL; }
 
+/* Prefetch at the barriers: a thread that waits requests the rows it will
+ * read first in the next one-column matmul (within PF_NODES nodes), at most
+ * PF_BYTES of them, so that memory is read while threads wait. */
+#define PF_NODES 16
+#define PF_BYTES (192 << 10)
+
+static void next_prefetch(const tsr_stream *s, size_t i, int ith, int nth, size_t *target, tsr_prefetch *pf) {
+    if (*target > i && *target < s->n_nodes)
+        return; /* still prefetching for a node ahead */
+    pf->cur = pf->end = NULL;
+    *target = s->n_nodes;
+    for (size_t j = i + 1; j < s->n_nodes && j <= i + PF_NODES; j++) {
+        const tsr_tensor *n = s->nodes[j];
+        if (n->op != TSR_OP_MUL_MAT || tsr__nelements(n) == 0)
+            continue;
+        if (tsr__cpu_mul_mat_rows(s->k, n, ith, nth, pf)) {
+            if (pf->end - pf->cur > PF_BYTES)
+                pf->end = pf->cur + PF_BYTES;
+            *target = j;
+        }
+        return;
+    }
+}
+
 /* The job every thread runs: all nodes, a barrier after each. */
 static void run_job(void *arg, int ith, int nth) {
     tsr_stream *s = arg;
-    const tsr_compute_params p = {ith, nth, s->work, s->work_size, s, s->k};
+    tsr_compute_params p = {ith, nth, 0, s->work, s->work_size, s, s->k};
+    tsr_prefetch pf = {NULL, NULL};
+    size_t target = 0;
     for (size_t i = 0; i < s->n_nodes; i++) {
         tsr_tensor *node = s->nodes[i];
         kernel_fn fn = kernel_of(node->op);
         if (!fn || tsr__nelements(node) == 0)
             continue;
         const int64_t t0 = s->prof ? tsr__prof_now() : 0;
+        p.seq = s->seq + i;
         if (node->op == TSR_OP_MUL_MAT && node->src[0]->ne[0] == 0) {
             if (ith == 0)
                 memset(node->data, 0, tsr__nbytes(node)); /* empty sums */
         } else {
             fn(&p, node);
         }
+        if (nth > 1)
+            next_prefetch(s, i, ith, nth, &target, &pf);
         if (s->prof) {
             const int64_t t1 = tsr__prof_now();
-            tsr__tp_barrier(s->tp);
+            tsr__tp_barrier_pf(s->tp, &pf);
             tsr__prof_add(TSR_PROF_OP0 + (int)node->op, t1 - t0);
             tsr__prof_add(TSR_PROF_BARRIER, tsr__prof_now() - t1);
         } else {
-            tsr__tp_barrier(s->tp);
+            tsr__tp_barrier_pf(s->tp, &pf);
         }
     }
 }
@@ -385,6 +423,7 @@ tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
     s->prof = tsr__prof_on();
     const int64_t t0 = s->prof ? tsr__prof_now() : 0;
     tsr__tp_run(s->tp, run_job, s);
+    s->seq += n;
     if (s->prof)
         tsr__prof_add(TSR_PROF_RUN, tsr__prof_now() - t0);
     s->nodes = NULL;

@@ -28,6 +28,13 @@ int tsr__tp_n_threads(const tsr_threadpool *tp);
 void tsr__tp_run(tsr_threadpool *tp, tsr_tp_fn fn, void *arg);
 /* Barrier among the threads of the running job (spins briefly, then sleeps). */
 void tsr__tp_barrier(tsr_threadpool *tp);
+/* Bytes a thread may read into its cache while it waits (the next matmul's
+ * weight rows it will read): [cur, end), advanced as lines are requested. */
+typedef struct tsr_prefetch {
+    const char *cur, *end;
+} tsr_prefetch;
+/* The barrier, prefetching pf's bytes while it waits (pf may be NULL). */
+void tsr__tp_barrier_pf(tsr_threadpool *tp, tsr_prefetch *pf);
 
 /* ---- kernel table (vec.c, vec-avx2.c, vec-avx512.c) ------------------------ */
 /* s = dot(x, y) over n elements; x a row of the weight type, y a row of its
@@ -77,8 +84,11 @@ typedef struct tsr_cpu_kernels {
      * over k elements, x rows xs bytes apart in the weight type, read as
      * stored; y one row of dot_type[wt]. Each s[i] is the same bits as
      * vec_dot[wt] of that row (the reference), whatever m and the row's place,
-     * so results do not depend on the tiling or threads. */
-    void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, const void *x, size_t xs, const void *y, float *s);
+     * so results do not depend on the tiling or threads. The `ahead` rows
+     * after the m (readable) are the caller's next: the call prefetches
+     * into them as into its own. */
+    void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y,
+                                 float *s);
     /* One step of the fused attention's online softmax over a row of scores:
      * y = y * scale + mask (mask may be NULL); with mx = max(y), the running
      * max *m becomes mx where *m is -inf or mx > *m + slack; then y =
@@ -158,6 +168,10 @@ void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap);
 const char *tsr__cpu_features_string(void);
 
 /* ---- stream -------------------------------------------------------------- */
+typedef struct tsr_claim {
+    _Alignas(64) _Atomic uint64_t w;
+} tsr_claim;
+
 struct tsr_stream {
     tsr_device *device;
     tsr_threadpool *tp;
@@ -166,7 +180,12 @@ struct tsr_stream {
     size_t work_size;
     const tsr_cpu_kernels *k;
     atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
-    tsr_tensor *const *nodes;  /* the job being run */
+    /* One-column matmuls: thread t's claims of weight rows (matmul.c), one
+     * cache line each; the sequence number of the node running, then
+     * (tsr__cpu_run_nodes) of the next job's first node. */
+    tsr_claim *claims;
+    uint64_t seq;
+    tsr_tensor *const *nodes; /* the job being run */
     size_t n_nodes;
     /* A node's failure found while the job runs (an expert id out of range):
      * set once by one thread (tsr__cpu_fail), reported by tsr__cpu_run_nodes
@@ -198,7 +217,8 @@ extern const tsr_buft_iface tsr__cpu_buft_iface;
 /* ---- op kernels (ops.c, matmul.c, attn.c) ---------------------------------- */
 typedef struct tsr_compute_params {
     int ith, nth;
-    void *work; /* shared work buffer (kernels partition it by ith) */
+    uint64_t seq; /* the node's sequence number in the stream (tsr_claim) */
+    void *work;   /* shared work buffer (kernels partition it by ith) */
     size_t work_size;
     tsr_stream *stream;
     const tsr_cpu_kernels *k;
@@ -224,6 +244,9 @@ void tsr__cpu_op_sum_rows(const tsr_compute_params *p, tsr_tensor *dst);
 size_t tsr__cpu_mul_mat_id_work(const tsr_tensor *dst, int nth);
 size_t tsr__cpu_argsort_work(const tsr_tensor *dst, int nth);
 size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth);
+/* The weight bytes thread ith of nth reads first in the matmul dst when
+ * that is known before it runs (one activation column); false otherwise. */
+bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int ith, int nth, tsr_prefetch *pf);
 size_t tsr__cpu_flash_attn_work(const tsr_tensor *dst, int nth);
 
 /* Element of a non-quantized F32/F16/BF16/I32 tensor as a float. */

@@ -212,28 +212,8 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
     for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]);
 }
 
-INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *y, float *s) {
-    if (t == TSR_TYPE_Q4_K)
-        rows_q4k(R, k, x, xs, pfo, y, s);
-    else if (t == TSR_TYPE_Q6_K)
-        rows_q6k(R, k, x, xs, pfo, y, s);
-    else
-        rows32(t, R, k, x, xs, pfo, y, s);
-}
+GEMV_ROWS_OF
 
-#define GEMV(name, T)                                                                                           \
-    static void name(int64_t k, int64_t m, const void *vx, size_t xs, const void *vy, float *s) {               \
-        const char *x = vx;                                                                                     \
-        ramp(x, m, xs);                                                                                         \
-        int64_t i = 0;                                                                                          \
-        for (; GEMV_R == 8 && i + 8 <= m; i += 8)                                                               \
-            rows_of(T, 8, k, x + (size_t)i * xs, xs, pf_offset(i, 8, m, xs), vy, s + i);                        \
-        for (; i + 4 <= m; i += 4) rows_of(T, 4, k, x + (size_t)i * xs, xs, pf_offset(i, 4, m, xs), vy, s + i); \
-        if (i + 2 <= m)                                                                                         \
-            rows_of(T, 2, k, x + (size_t)i * xs, xs, pf_offset(i, 2, m, xs), vy, s + i), i += 2;                \
-        if (i < m)                                                                                              \
-            rows_of(T, 1, k, x + (size_t)i * xs, xs, 0, vy, s + i);                                             \
-    }
 GEMV(gemv_q4_0, TSR_TYPE_Q4_0)
 GEMV(gemv_q5_0, TSR_TYPE_Q5_0)
 GEMV(gemv_q4_1, TSR_TYPE_Q4_1)

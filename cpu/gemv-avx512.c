@@ -32,6 +32,7 @@
 #define UNROLL _Pragma("GCC unroll 16")
 #define INLINE static inline __attribute__((always_inline))
 #define F16F(h) TSR_FP16_TO_FP32(h)
+#define GEMV_R 8 /* rows at a time */
 
 INLINE __m512i load2x256(const void *a, const void *b) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
@@ -298,28 +299,8 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
 
 /* ---- entry points: the rows 8 at a time, then 4, 2, 1 ------------------------ */
 
-INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *y, float *s) {
-    if (t == TSR_TYPE_Q4_K)
-        rows_q4k(R, k, x, xs, pfo, y, s);
-    else if (t == TSR_TYPE_Q6_K)
-        rows_q6k(R, k, x, xs, pfo, y, s);
-    else
-        rows32(t, R, k, x, xs, pfo, y, s);
-}
+GEMV_ROWS_OF
 
-#define GEMV(name, T)                                                                                           \
-    static void name(int64_t k, int64_t m, const void *vx, size_t xs, const void *vy, float *s) {               \
-        const char *x = vx;                                                                                     \
-        ramp(x, m, xs);                                                                                         \
-        int64_t i = 0;                                                                                          \
-        for (; i + 8 <= m; i += 8) rows_of(T, 8, k, x + (size_t)i * xs, xs, pf_offset(i, 8, m, xs), vy, s + i); \
-        if (i + 4 <= m)                                                                                         \
-            rows_of(T, 4, k, x + (size_t)i * xs, xs, pf_offset(i, 4, m, xs), vy, s + i), i += 4;                \
-        if (i + 2 <= m)                                                                                         \
-            rows_of(T, 2, k, x + (size_t)i * xs, xs, pf_offset(i, 2, m, xs), vy, s + i), i += 2;                \
-        if (i < m)                                                                                              \
-            rows_of(T, 1, k, x + (size_t)i * xs, xs, 0, vy, s + i);                                             \
-    }
 GEMV(gemv_q8_0, TSR_TYPE_Q8_0)
 GEMV(gemv_q4_0, TSR_TYPE_Q4_0)
 GEMV(gemv_q5_0, TSR_TYPE_Q5_0)

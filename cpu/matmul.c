@@ -12,10 +12,19 @@
 #define TILE_COLS 16
 #define GEMM_TILE_COLS 24   /* F16: a multiple of the AVX2 gemm's 3 and the AVX-512 gemm's 6 columns */
 #define QGEMM_TILE_COLS 128 /* quantized: each 16- or 8-row repack serves 128 columns */
-/* One column: row chunks per thread. One contiguous range each, so that the
- * gemv's prefetch runs through it (measured: tg128 SmolLM2 Q4_0 ~320 t/s
- * with 1, ~300 with 2, ~280 with 4 chunks per thread). */
-#define GEMV_CHUNKS 1
+/* One column (decode): the weight rows' 8-row groups are cut into one
+ * contiguous range per thread, so that the gemv's prefetch runs through it
+ * (measured: tg128 SmolLM2 Q4_0 ~320 t/s with one range per thread, ~300
+ * with 2, ~280 with 4 handed out dynamically). A thread takes its range
+ * GEMV_CLAIM groups at a time from the front, and when it is done, takes
+ * what is left of the others' from their backs, so that a thread slowed
+ * down (by the memory, or by the machine) is helped instead of waited for.
+ * A claim word holds the node's sequence number (stale words are the
+ * range untouched), so no barrier resets them. Each thread converts the
+ * activation row itself (it is one row), so the matmul has no barrier of
+ * its own either. */
+#define GEMV_CLAIM 8
+#define CLAIM_BITS 12 /* claims per range in a word: front and back */
 
 /* How dst is computed: the kernel table's register-tiled gemm (>= 2
  * activation columns), its multi-row matrix-vector products (one column),
@@ -63,7 +72,84 @@ size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth) {
     const tsr_cpu_kernels *k = tsr__cpu_kernels();
     const tsr_type dt = mm_plan(k, dst, &path);
     const size_t conv = conv_bytes(dst, dt, mm_q8s(k, dst, path), &row_bytes);
+    if (path == MM_GEMV) /* a converted row per thread */
+        return (size_t)nth * (conv + thread_bytes(dst, path));
     return conv + (size_t)nth * thread_bytes(dst, path);
+}
+
+/* ---- one column: claims of row groups --------------------------------------- */
+
+typedef struct gemv_split {
+    int64_t groups;    /* 8-row groups of the weight rows */
+    int64_t per_claim; /* groups per claim */
+} gemv_split;
+
+static gemv_split gemv_split_of(int64_t rows, int nth) {
+    gemv_split g = {(rows + 7) / 8, GEMV_CLAIM};
+    while ((g.groups / nth + 1 + g.per_claim - 1) / g.per_claim >= (1 << CLAIM_BITS)) g.per_claim *= 2;
+    return g;
+}
+
+/* Thread t's range of groups [*g0, *g1) and its claims. */
+static int64_t gemv_range(const gemv_split *g, int t, int nth, int64_t *g0, int64_t *g1) {
+    *g0 = g->groups * t / nth, *g1 = g->groups * (t + 1) / nth;
+    return (*g1 - *g0 + g->per_claim - 1) / g->per_claim;
+}
+
+#define CLAIM_MASK ((UINT64_C(1) << CLAIM_BITS) - 1)
+
+/* Takes claim *c of a range of n claims, from its front or back, in the
+ * claim word of node seq; false when none is left. */
+static bool take_claim(tsr_claim *cl, uint64_t seq, int64_t n, bool back, int64_t *c) {
+    const uint64_t tag = seq << (2 * CLAIM_BITS);
+    uint64_t w = atomic_load_explicit(&cl->w, memory_order_acquire);
+    for (;;) {
+        const bool cur = (w >> (2 * CLAIM_BITS)) == (seq & (UINT64_MAX >> (2 * CLAIM_BITS)));
+        int64_t f = cur ? (int64_t)((w >> CLAIM_BITS) & CLAIM_MASK) : 0, e = cur ? (int64_t)(w & CLAIM_MASK) : n;
+        if (f >= e)
+            return false;
+        *c = back ? e - 1 : f;
+        back ? e-- : f++;
+        if (atomic_compare_exchange_weak_explicit(&cl->w, &w, tag | (uint64_t)f << CLAIM_BITS | (uint64_t)e,
+                                                  memory_order_acq_rel, memory_order_acquire))
+            return true;
+    }
+}
+
+bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int ith, int nth, tsr_prefetch *pf) {
+    mm_path path;
+    mm_plan(k, dst, &path);
+    const tsr_tensor *a = dst->src[0];
+    if (path != MM_GEMV || !a->data || a->ne[2] * a->ne[3] != 1)
+        return false;
+    const gemv_split g = gemv_split_of(a->ne[1], nth);
+    int64_t g0, g1;
+    gemv_range(&g, ith, nth, &g0, &g1);
+    const int64_t i0s = 8 * g0, i0e = 8 * g1 < a->ne[1] ? 8 * g1 : a->ne[1];
+    if (i0s >= i0e)
+        return false;
+    pf->cur = (const char *)a->data + i0s * (int64_t)a->nb[1];
+    pf->end = (const char *)a->data + i0e * (int64_t)a->nb[1];
+    return true;
+}
+
+/* The rows of dst = a x b for one column b: each thread its range, then the others' leftovers. */
+static void gemv_rows(const tsr_compute_params *p, tsr_tensor *dst, const void *y) {
+    const tsr_tensor *a = dst->src[0];
+    const int64_t nr0 = a->ne[1];
+    const gemv_split g = gemv_split_of(nr0, p->nth);
+    for (int o = 0; o < p->nth; o++) { /* its own range (o = 0), then the others' from their backs */
+        const int t = (p->ith + o) % p->nth;
+        int64_t g0, g1, c;
+        const int64_t n = gemv_range(&g, t, p->nth, &g0, &g1);
+        while (take_claim(&p->stream->claims[t], p->seq, n, o > 0, &c)) {
+            const int64_t i0s = 8 * (g0 + c * g.per_claim);
+            const int64_t cend = 8 * (g0 + (c + 1) * g.per_claim < g1 ? g0 + (c + 1) * g.per_claim : g1);
+            const int64_t i0e = cend < nr0 ? cend : nr0, rend = 8 * g1 < nr0 ? 8 * g1 : nr0;
+            p->k->gemv[a->type](a->ne[0], i0e - i0s, o == 0 ? rend - i0e : 0,
+                                (const char *)a->data + i0s * (int64_t)a->nb[1], a->nb[1], y, (float *)dst->data + i0s);
+        }
+    }
 }
 
 /* Phase 1: rows of src1 -> dot type, split over threads. */
@@ -94,6 +180,19 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     size_t row_bytes;
     const bool q8s = mm_q8s(k, dst, path);
     const size_t conv = conv_bytes(dst, dt, q8s, &row_bytes);
+    if (path == MM_GEMV) { /* its own converted row, no barrier */
+        char *own = (char *)p->work + (size_t)p->ith * (conv + thread_bytes(dst, path));
+        const float *x = b->data;
+        if (b->type != TSR_TYPE_F32 || b->nb[0] != sizeof(float)) {
+            float *tmp = (float *)(own + conv);
+            for (int64_t i = 0; i < b->ne[0]; i++)
+                tmp[i] = tsr__cpu_load_f(b->type, (const char *)b->data + i * (int64_t)b->nb[0]);
+            x = tmp;
+        }
+        k->from_float[dt](x, own, b->ne[0]);
+        gemv_rows(p, dst, own);
+        return;
+    }
     char *wdata = p->work;
     void *scratch = (char *)p->work + conv + (size_t)p->ith * thread_bytes(dst, path);
     convert_src1(p, b, q8s ? k->q8s_from_float : k->from_float[dt], wdata, row_bytes, scratch);
@@ -103,16 +202,6 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
 
     const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-    if (path == MM_GEMV) { /* GEMV_CHUNKS chunks per thread, of whole 8-row groups */
-        const int64_t per = (nr0 + GEMV_CHUNKS * p->nth - 1) / (GEMV_CHUNKS * p->nth);
-        const int64_t blk0 = (per > 0 ? per + 7 : 8) / 8 * 8, nc0 = (nr0 + blk0 - 1) / blk0;
-        for (int64_t c = p->ith; c < nc0; c = atomic_fetch_add(&p->stream->chunk, 1)) {
-            const int64_t i0s = c * blk0, i0e = i0s + blk0 < nr0 ? i0s + blk0 : nr0;
-            k->gemv[a->type](a->ne[0], i0e - i0s, (const char *)a->data + i0s * (int64_t)a->nb[1], a->nb[1], wdata,
-                             (float *)dst->data + i0s);
-        }
-        return;
-    }
     const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : TILE_ROWS, blk1 = path != MM_GEMM ? TILE_COLS
                                                                       : tsr_type_block_size(a->type) > 1
                                                                           ? QGEMM_TILE_COLS

@@ -74,10 +74,39 @@ static inline void ramp(const char *x, int64_t m, size_t xs) {
     for (size_t o = 0; o < n; o += 64) _mm_prefetch(x + o, _MM_HINT_T1);
 }
 
-/* The prefetch distance: GEMV_PF rows ahead, within the call's rows. */
-static inline size_t pf_offset(int64_t i, int R, int64_t m, size_t xs) {
-    const int64_t ahead = m - i - R < GEMV_PF ? m - i - R : GEMV_PF;
+/* The prefetch distance: GEMV_PF rows ahead, within the n rows that may be read. */
+static inline size_t pf_offset(int64_t i, int R, int64_t n, size_t xs) {
+    const int64_t ahead = n - i - R < GEMV_PF ? n - i - R : GEMV_PF;
     return ahead > 0 ? (size_t)ahead * xs : 0;
 }
+
+/* The kernel table's gemv of weight type T from the file's row kernels
+ * rows_q4k, rows_q6k and rows32(T, R, k, x, xs, pfo, y, s) (R rows, pfo
+ * the prefetch offset): R rows at a time (GEMV_R: 8, or 4), then 2, 1. The
+ * rows after the call's m, `ahead` of them, are the caller's next: they
+ * are prefetched as the call's own. */
+#define GEMV_ROWS_OF                                                                                                   \
+    INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *y, float *s) { \
+        if (t == TSR_TYPE_Q4_K)                                                                                        \
+            rows_q4k(R, k, x, xs, pfo, y, s);                                                                          \
+        else if (t == TSR_TYPE_Q6_K)                                                                                   \
+            rows_q6k(R, k, x, xs, pfo, y, s);                                                                          \
+        else                                                                                                           \
+            rows32(t, R, k, x, xs, pfo, y, s);                                                                         \
+    }
+#define GEMV(name, T)                                                                                            \
+    static void name(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) { \
+        const char *x = vx;                                                                                      \
+        const int64_t n = m + (ahead > 0 ? ahead : 0);                                                           \
+        ramp(x, m, xs);                                                                                          \
+        int64_t i = 0;                                                                                           \
+        for (; GEMV_R == 8 && i + 8 <= m; i += 8)                                                                \
+            rows_of(T, 8, k, x + (size_t)i * xs, xs, pf_offset(i, 8, n, xs), vy, s + i);                         \
+        for (; i + 4 <= m; i += 4) rows_of(T, 4, k, x + (size_t)i * xs, xs, pf_offset(i, 4, n, xs), vy, s + i);  \
+        if (i + 2 <= m)                                                                                          \
+            rows_of(T, 2, k, x + (size_t)i * xs, xs, pf_offset(i, 2, n, xs), vy, s + i), i += 2;                 \
+        if (i < m)                                                                                               \
+            rows_of(T, 1, k, x + (size_t)i * xs, xs, 0, vy, s + i);                                              \
+    }
 
 #endif /* TSR_CPU_SIMD_H */

@@ -92,7 +92,12 @@ static void bump_and_wake(tsr_threadpool *tp, atomic_uint *addr) {
         futex_wake(addr);
 }
 
-void tsr__tp_barrier(tsr_threadpool *tp) {
+void tsr__tp_barrier(tsr_threadpool *tp) { tsr__tp_barrier_pf(tp, NULL); }
+
+/* Lines requested per look at the barrier. */
+#define PF_LINES 8
+
+void tsr__tp_barrier_pf(tsr_threadpool *tp, tsr_prefetch *pf) {
     const int nth = tp->cur_nth;
     if (nth == 1)
         return;
@@ -103,6 +108,9 @@ void tsr__tp_barrier(tsr_threadpool *tp) {
         return;
     }
     const int64_t t0 = mono_ns();
+    if (pf)
+        while (pf->cur < pf->end && atomic_load_explicit(&tp->bar_gen, memory_order_acquire) == gen)
+            for (int i = 0; i < PF_LINES && pf->cur < pf->end; i++, pf->cur += 64) __builtin_prefetch(pf->cur, 0, 2);
     wait_change(tp, &tp->bar_gen, gen);
     atomic_fetch_add_explicit(&tp->wait_ns, mono_ns() - t0, memory_order_relaxed);
 }
