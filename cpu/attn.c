@@ -368,14 +368,18 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
     }
     /* few rows: the first block's keys now, then PF_KEYS at a time (prefetch_kv) */
     const bool pf = t->nr <= PREFETCH_ROWS;
-    const int64_t step = pf ? PF_KEYS : BK;
+    /* 8 rows and more: AVX-512's gemm_f32_nt packs 32 keys at a time */
+    const int64_t step = !pf ? BK : t->nr >= 8 ? 2 * PF_KEYS : PF_KEYS;
     if (pf)
         prefetch_kv(dst, t, t->j0, t->j1 - t->j0 < BK ? t->j1 - t->j0 : BK, 1);
     for (int64_t j0 = t->j0; j0 < t->j1; j0 += BK) {
         const int64_t n = t->j1 - j0 < BK ? t->j1 - j0 : BK;
         const int64_t nn = t->j1 - j0 - BK < BK ? t->j1 - j0 - BK : BK;
-        if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead))
+        if (!load_mask(p, dst, pl, t, j0, n, sc, mrow, dead)) {
+            if (pf && nn > 0) /* nothing here: the next block's keys now */
+                prefetch_kv(dst, t, j0 + BK, nn, 1);
             continue;
+        }
         for (int64_t c = 0; c < n; c += step) {
             if (pf)
                 prefetch_kv(dst, t, j0 + c, n - c < step ? n - c : step, 2);

@@ -38,7 +38,8 @@ void tsr__tp_barrier_pf(tsr_threadpool *tp, tsr_prefetch *pf);
 
 /* ---- kernel table (vec.c, vec-avx2.c, vec-avx512.c) ------------------------ */
 /* s = dot(x, y) over n elements; x a row of the weight type, y a row of its
- * dot type (activations converted once per matmul). */
+ * dot type (activations converted once per matmul, once per thread for one
+ * column). */
 typedef void (*tsr_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
 
 typedef struct tsr_cpu_kernels {
@@ -181,8 +182,8 @@ struct tsr_stream {
     const tsr_cpu_kernels *k;
     atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
     /* One-column matmuls: thread t's claims of weight rows (matmul.c), one
-     * cache line each; the sequence number of the node running, then
-     * (tsr__cpu_run_nodes) of the next job's first node. */
+     * cache line each; the sequence number of the job's first node (node i
+     * is seq + i), advanced by tsr__cpu_run_nodes past the job's nodes. */
     tsr_claim *claims;
     uint64_t seq;
     tsr_tensor *const *nodes; /* the job being run */

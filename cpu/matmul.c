@@ -4,7 +4,9 @@
  * F16 or F32) in the work buffer, all threads sharing the conversion; then
  * the output is cut into tiles of weight rows x activation columns, handed
  * out dynamically (an atomic counter), so each weight row is reused from
- * cache across the columns of its tile.
+ * cache across the columns of its tile. One activation column (decode) is
+ * different: each thread converts it itself and takes claims of weight rows
+ * (below), with no barrier inside the matmul.
  */
 #include "cpu.h"
 
@@ -16,7 +18,9 @@
  * contiguous range per thread, so that the gemv's prefetch runs through it
  * (measured: tg128 SmolLM2 Q4_0 ~320 t/s with one range per thread, ~300
  * with 2, ~280 with 4 handed out dynamically). A thread takes its range
- * GEMV_CLAIM groups at a time from the front, and when it is done, takes
+ * GEMV_CLAIM groups at a time from the front (twice, four times as many
+ * when a range would have more claims than a claim word counts), and when
+ * it is done, takes
  * what is left of the others' from their backs, so that a thread slowed
  * down (by the memory, or by the machine) is helped instead of waited for.
  * A claim word holds the node's sequence number (stale words are the
@@ -129,7 +133,7 @@ bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int 
     if (i0s >= i0e)
         return false;
     pf->cur = (const char *)a->data + i0s * (int64_t)a->nb[1];
-    pf->end = (const char *)a->data + i0e * (int64_t)a->nb[1];
+    pf->end = (const char *)a->data + (i0e - 1) * (int64_t)a->nb[1] + tsr_row_size(a->type, a->ne[0]);
     return true;
 }
 

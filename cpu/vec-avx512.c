@@ -55,6 +55,58 @@ static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum512(_mm512_add_ps(a[0], a[1]));
 }
 
+/* The one-column matmul for F16 weights (kernel table gemv): R rows at a
+ * time share each converted activation vector; each row keeps the dot's
+ * four accumulators and order (bit for bit dot_f16_f16), and the rows are
+ * prefetched GEMV_PF rows ahead (rows read one after another reach about
+ * 20 GB/s from DRAM on one thread, the rows' lines requested ahead more). */
+#define UNROLL4 _Pragma("GCC unroll 4")
+static inline __attribute__((always_inline)) void f16_rows(int R, int64_t n, const char *x, size_t xs, size_t pfo,
+                                                           const uint16_t *y, float *s) {
+    __m512 a[4][4];
+    UNROLL4 for (int r = 0; r < R; r++) UNROLL4 for (int q = 0; q < 4; q++) a[r][q] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 yv[4];
+        UNROLL4 for (int q = 0; q < 4; q++) yv[q] = load_fp16x16(y + i + 16 * q);
+        UNROLL4 for (int r = 0; r < R; r++) {
+            const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs) + i;
+            if (pfo) {
+                _mm_prefetch((const char *)xr + pfo, _MM_HINT_T0);
+                _mm_prefetch((const char *)xr + pfo + 64, _MM_HINT_T0);
+            }
+            UNROLL4 for (int q = 0; q < 4; q++) a[r][q] = _mm512_fmadd_ps(load_fp16x16(xr + 16 * q), yv[q], a[r][q]);
+        }
+    }
+    if (i < n) /* the dot's masked tail */
+        UNROLL4 for (int q = 0; q < 4; q++) {
+            const int64_t o = i + 16 * q, left = n - o;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + (left > 0 ? o : 0)));
+            UNROLL4 for (int r = 0; r < R; r++) {
+                const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs);
+                if (pfo && q % 2 == 0 && left > 0)
+                    _mm_prefetch((const char *)(xr + o) + pfo, _MM_HINT_T0);
+                const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, xr + (left > 0 ? o : 0)));
+                a[r][q] = _mm512_fmadd_ps(xv, yv, a[r][q]);
+            }
+        }
+    UNROLL4 for (int r = 0; r < R; r++) {
+        a[r][0] = _mm512_add_ps(a[r][0], a[r][2]);
+        a[r][1] = _mm512_add_ps(a[r][1], a[r][3]);
+        s[r] = hsum512(_mm512_add_ps(a[r][0], a[r][1]));
+    }
+}
+
+static void gemv_f16(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
+    const char *x = vx;
+    const int64_t n = m + (ahead > 0 ? ahead : 0);
+    ramp(x, m, xs);
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) f16_rows(4, k, x + (size_t)i * xs, xs, pf_offset(i, 4, n, xs), vy, s + i);
+    for (; i < m; i++) f16_rows(1, k, x + (size_t)i * xs, xs, pf_offset(i, 1, n, xs), vy, s + i);
+}
+
 #define YROW(T, c) ((const T *)((const char *)vy + (c) * (ystride)))
 
 /* Two 32-byte blocks side by side in one 512-bit vector. */
@@ -535,6 +587,7 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->name = vnni ? "avx512_vnni" : "avx512";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
+    k->gemv[TSR_TYPE_F16] = gemv_f16;
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
     tsr__cpu_gemm_f16_avx512(k);
