@@ -18,11 +18,11 @@
  * contiguous range per thread, so that the gemv's prefetch runs through it
  * (measured: tg128 SmolLM2 Q4_0 ~320 t/s with one range per thread, ~300
  * with 2, ~280 with 4 handed out dynamically). A thread takes its range
- * GEMV_CLAIM groups at a time from the front (twice, four times as many
- * when a range would have more claims than a claim word counts), and when
- * it is done, takes
- * what is left of the others' from their backs, so that a thread slowed
- * down (by the memory, or by the machine) is helped instead of waited for.
+ * GEMV_CLAIM groups at a time from the front (a power of two times more
+ * when a range would need more claims than a claim word counts, 4095), and
+ * when it is done it takes what is left of the others' from their backs,
+ * so that a thread slowed down (by the memory, or by the machine) is
+ * helped instead of waited for.
  * A claim word holds the node's sequence number (stale words are the
  * range untouched), so no barrier resets them. Each thread converts the
  * activation row itself (it is one row), so the matmul has no barrier of
