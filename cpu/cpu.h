@@ -55,6 +55,19 @@ typedef struct tsr_cpu_kernels {
     double (*exp_sum)(int64_t n, float *y, float max);
     /* y = silu(x) * g (g may be NULL: plain silu). */
     void (*silu_mul)(int64_t n, float *y, const float *x, const float *g);
+    /* Rows of the element-wise ops, F32 and contiguous: y = x + g, y = x * g
+     * (y may be x or g itself, not a partial overlap). */
+    void (*add)(int64_t n, float *y, const float *x, const float *g);
+    void (*mul)(int64_t n, float *y, const float *x, const float *g);
+    /* y = x / sqrt(mean(x^2) + eps) over one row of n (y may be x). */
+    void (*rms_norm)(int64_t n, float *y, const float *x, float eps);
+    /* The rotation of rope over the first n_dims values of a row (n_dims
+     * even; the rest is the caller's): pairs (2i, 2i+1), or (i, i + n_dims/2)
+     * when neox, turned by cs[2i] = cos and cs[2i+1] = sin (scaled) of pair
+     * i: y0 = x0 cs[2i] - x1 cs[2i+1], y1 = x0 cs[2i+1] + x1 cs[2i], each a
+     * fused multiply-add of the other product rounded, the same bits in
+     * every variant. y may be x. */
+    void (*rope)(int64_t n_dims, bool neox, float *y, const float *x, const float *cs);
     /* Fused attention's blocks: C[m x n] = (acc ? C : 0) + A[m x k] * B[k x n],
      * row-major with row strides lda, ldb, ldc (in elements); A and C F32,
      * B F32 or (b_f16) F16, converted in registers. */
@@ -145,6 +158,8 @@ void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n
                        const void *y, size_t ys, float *s, size_t ss, void *scratch);
 
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
+/* The scalar rope rotation (the variants' tails). */
+void tsr__cpu_rope_ref(int64_t n_dims, bool neox, float *y, const float *x, const float *cs);
 #ifdef TSR_HAVE_AVX2_BUILD
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
 /* gemm-avx2.c: the 8-row interleaved VPMADDUBSW gemms (tsr_cpu_q8s activations). */

@@ -67,15 +67,11 @@ void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst) {
         if (fast) {
             const float *x = (const float *)pa, *y = (const float *)pb;
             switch (dst->op) {
-            case TSR_OP_ADD:
-                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] + y[i];
-                break;
+            case TSR_OP_ADD: p->k->add(ne0, d, x, y); break;
             case TSR_OP_SUB:
                 for (int64_t i = 0; i < ne0; i++) d[i] = x[i] - y[i];
                 break;
-            case TSR_OP_MUL:
-                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] * y[i];
-                break;
+            case TSR_OP_MUL: p->k->mul(ne0, d, x, y); break;
             default:
                 for (int64_t i = 0; i < ne0; i++) d[i] = x[i] / y[i];
                 break;
@@ -169,13 +165,7 @@ void tsr__cpu_op_norm(const tsr_compute_params *p, tsr_tensor *dst) {
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const float *x = (const float *)at(a, 0, i1, i2, i3);
         if (dst->op == TSR_OP_RMS_NORM) {
-            /* ggml's arithmetic (llama.cpp parity): squares in float summed
-             * in double, the mean and the scale in float */
-            double sum = 0;
-            for (int64_t i = 0; i < ne0; i++) sum += (double)(x[i] * x[i]);
-            const float ms = ne0 ? (float)(sum / ne0) : 0.0f;
-            const float scale = 1.0f / sqrtf(ms + eps);
-            for (int64_t i = 0; i < ne0; i++) d[i] = x[i] * scale;
+            p->k->rms_norm(ne0, d, x, eps);
             continue;
         }
         double mean = 0, sum2 = 0;
@@ -248,6 +238,12 @@ void tsr__cpu_op_rope(const tsr_compute_params *p, tsr_tensor *dst) {
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const char *x = at(a, 0, i1, i2, i3);
         const int64_t s0 = (int64_t)a->nb[0];
+        if (s0 == 4) {
+            p->k->rope(n_dims, neox, d, (const float *)x, cache);
+            if (d != (const float *)x)
+                memcpy(d + n_dims, x + n_dims * 4, (size_t)(dst->ne[0] - n_dims) * 4);
+            continue;
+        }
         for (int i0 = 0; i0 < n_dims; i0 += 2) {
             const int64_t j0 = neox ? i0 / 2 : i0, j1 = neox ? i0 / 2 + n_dims / 2 : i0 + 1;
             float x0, x1;

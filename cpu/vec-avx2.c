@@ -973,9 +973,93 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
     return hsum_ps256(acc);
 }
 
+/* ---- element-wise rows ------------------------------------------------------- */
+
+static void add(int64_t n, float *y, const float *x, const float *g) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(g + i));
+        const __m256 b = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(g + i + 8));
+        _mm256_storeu_ps(y + i, a);
+        _mm256_storeu_ps(y + i + 8, b);
+    }
+    for (; i < n; i++) y[i] = x[i] + g[i];
+}
+
+static void mul(int64_t n, float *y, const float *x, const float *g) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(g + i));
+        const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(g + i + 8));
+        _mm256_storeu_ps(y + i, a);
+        _mm256_storeu_ps(y + i + 8, b);
+    }
+    for (; i < n; i++) y[i] = x[i] * g[i];
+}
+
+/* The squares in float, summed in double (4 lanes each of two
+ * accumulators), the mean and the scale in float as the reference. */
+static void rms_norm(int64_t n, float *y, const float *x, float eps) {
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i), q = _mm256_mul_ps(v, v);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(q)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1)));
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
+    double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float sc = 1.0f / sqrtf((n ? (float)(sum / n) : 0.0f) + eps);
+    const __m256 scale = _mm256_set1_ps(sc);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), scale));
+    for (; i < n; i++) y[i] = x[i] * sc;
+}
+
+/* The rope rotation (cpu.h), 4 pairs per step as the AVX-512 variant; the
+ * pairs past the last 4 (or 8, neox) by the reference. */
+static void rope(int64_t n_dims, bool neox, float *y, const float *x, const float *cs) {
+    if (!neox) {
+        const __m256 sign = _mm256_castsi256_ps(
+            _mm256_setr_epi32((int)0x80000000u, 0, (int)0x80000000u, 0, (int)0x80000000u, 0, (int)0x80000000u, 0));
+        int64_t i = 0;
+        for (; i + 8 <= n_dims; i += 8) {
+            const __m256 v = _mm256_loadu_ps(x + i), c = _mm256_loadu_ps(cs + i);
+            const __m256 p = _mm256_xor_ps(_mm256_mul_ps(_mm256_movehdup_ps(v), _mm256_permute_ps(c, 0xB1)), sign);
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_moveldup_ps(v), c, p));
+        }
+        if (i < n_dims)
+            tsr__cpu_rope_ref(n_dims - i, false, y + i, x + i, cs + i);
+        return;
+    }
+    const int64_t h = n_dims / 2;
+    int64_t i = 0;
+    for (; i + 8 <= h; i += 8) {
+        const __m256 a = _mm256_loadu_ps(cs + 2 * i), b = _mm256_loadu_ps(cs + 2 * i + 8);
+        /* (c0 c1 c4 c5 | c2 c3 c6 c7) -> in order */
+        const __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xD8));
+        const __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8));
+        const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + h + i);
+        const __m256 y0 = _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s));
+        const __m256 y1 = _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c));
+        _mm256_storeu_ps(y + i, y0);
+        _mm256_storeu_ps(y + h + i, y1);
+    }
+    for (; i < h; i++) {
+        const float x0 = x[i], x1 = x[h + i];
+        y[i] = fmaf(x0, cs[2 * i], -(x1 * cs[2 * i + 1]));
+        y[h + i] = fmaf(x0, cs[2 * i + 1], x1 * cs[2 * i]);
+    }
+}
+
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
+    k->add = add;
+    k->mul = mul;
+    k->rms_norm = rms_norm;
+    k->rope = rope;
     k->gemm_f32 = gemm_f32;
     k->gemm_f32_nt = gemm_f32_nt;
     k->softmax_step = softmax_step;

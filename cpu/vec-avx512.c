@@ -583,6 +583,85 @@ static double exp_sum(int64_t n, float *y, float max) {
     return sum;
 }
 
+static void add(int64_t n, float *y, const float *x, const float *g) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 a = _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i));
+        const __m512 b = _mm512_add_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(g + i + 16));
+        _mm512_storeu_ps(y + i, a);
+        _mm512_storeu_ps(y + i + 16, b);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, g + i)));
+    }
+}
+
+static void mul(int64_t n, float *y, const float *x, const float *g) {
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i));
+        const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(g + i + 16));
+        _mm512_storeu_ps(y + i, a);
+        _mm512_storeu_ps(y + i + 16, b);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        _mm512_mask_storeu_ps(y + i, m,
+                              _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, g + i)));
+    }
+}
+
+/* The squares in float, summed in double (8 lanes each of two accumulators),
+ * the mean and the scale in float as the reference. */
+static void rms_norm(int64_t n, float *y, const float *x, float eps) {
+    __m512d s0 = _mm512_setzero_pd(), s1 = s0;
+    for (int64_t i = 0; i < n; i += 16) {
+        const __m512 v = _mm512_maskz_loadu_ps(lanes16(n - i), x + i);
+        const __m512 q = _mm512_mul_ps(v, v);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(q)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(q), 1))));
+    }
+    const double sum = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((n ? (float)(sum / n) : 0.0f) + eps));
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), scale));
+    }
+}
+
+/* The rope rotation (cpu.h), 8 pairs per step, the reference's fused
+ * multiply-adds: adjacent pairs take x0 (even lanes duplicated) times cs
+ * as stored, plus or minus x1 times cs with each pair swapped. */
+static void rope(int64_t n_dims, bool neox, float *y, const float *x, const float *cs) {
+    if (!neox) {
+        const __m512i sign = _mm512_set4_epi32(0, (int)0x80000000u, 0, (int)0x80000000u);
+        for (int64_t i = 0; i < n_dims; i += 16) {
+            const __mmask16 m = lanes16(n_dims - i);
+            const __m512 v = _mm512_maskz_loadu_ps(m, x + i), c = _mm512_maskz_loadu_ps(m, cs + i);
+            const __m512 p = _mm512_castsi512_ps(_mm512_xor_si512(
+                _mm512_castps_si512(_mm512_mul_ps(_mm512_movehdup_ps(v), _mm512_permute_ps(c, 0xB1))), sign));
+            _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(_mm512_moveldup_ps(v), c, p));
+        }
+        return;
+    }
+    const int64_t h = n_dims / 2;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (int64_t i = 0; i < h; i += 16) {
+        const __mmask16 m = lanes16(h - i);
+        const __mmask16 mlo = lanes16(2 * (h - i)), mhi = lanes16(2 * (h - i) > 16 ? 2 * (h - i) - 16 : 0);
+        const __m512 a = _mm512_maskz_loadu_ps(mlo, cs + 2 * i), b = _mm512_maskz_loadu_ps(mhi, cs + 2 * i + 16);
+        const __m512 c = _mm512_permutex2var_ps(a, ev, b), s = _mm512_permutex2var_ps(a, od, b);
+        const __m512 x0 = _mm512_maskz_loadu_ps(m, x + i), x1 = _mm512_maskz_loadu_ps(m, x + h + i);
+        const __m512 y0 = _mm512_fmsub_ps(x0, c, _mm512_mul_ps(x1, s));
+        const __m512 y1 = _mm512_fmadd_ps(x0, s, _mm512_mul_ps(x1, c));
+        _mm512_mask_storeu_ps(y + i, m, y0);
+        _mm512_mask_storeu_ps(y + h + i, m, y1);
+    }
+}
+
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->name = vnni ? "avx512_vnni" : "avx512";
     k->vec_dot[TSR_TYPE_F32] = dot_f32;
@@ -590,6 +669,10 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->gemv[TSR_TYPE_F16] = gemv_f16;
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
+    k->add = add;
+    k->mul = mul;
+    k->rms_norm = rms_norm;
+    k->rope = rope;
     tsr__cpu_gemm_f16_avx512(k);
     k->gemm_f32 = gemm_f32;
     k->gemm_f32_nt = gemm_f32_nt;

@@ -231,6 +231,34 @@ static void silu_mul_ref(int64_t n, float *y, const float *x, const float *g) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * (g ? g[i] : 1.0f);
 }
 
+static void add_ref(int64_t n, float *y, const float *x, const float *g) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] + g[i];
+}
+
+static void mul_ref(int64_t n, float *y, const float *x, const float *g) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * g[i];
+}
+
+/* ggml's arithmetic: squares in float summed in double, the mean and the
+ * scale in float. */
+static void rms_norm_ref(int64_t n, float *y, const float *x, float eps) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((n ? (float)(sum / n) : 0.0f) + eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+void tsr__cpu_rope_ref(int64_t n_dims, bool neox, float *y, const float *x, const float *cs) {
+    for (int64_t i0 = 0; i0 < n_dims; i0 += 2) {
+        const int64_t j0 = neox ? i0 / 2 : i0, j1 = neox ? i0 / 2 + n_dims / 2 : i0 + 1;
+        const float x0 = x[j0], x1 = x[j1];
+        /* fused as GCC contracts ggml's rotate_pairs on FMA machines
+         * (llama.cpp parity): x0*c - x1*s and x0*s + x1*c */
+        y[j0] = fmaf(x0, cs[i0], -(x1 * cs[i0 + 1]));
+        y[j1] = fmaf(x0, cs[i0 + 1], x1 * cs[i0]);
+    }
+}
+
 static void f16_from_float_ref(const float *x, void *y, int64_t n) {
     uint16_t *h = y;
     for (int64_t i = 0; i < n; i++) h[i] = tsr__fp32_to_fp16(x[i]);
@@ -296,6 +324,10 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     }
     k->exp_sum = exp_sum_ref;
     k->silu_mul = silu_mul_ref;
+    k->add = add_ref;
+    k->mul = mul_ref;
+    k->rms_norm = rms_norm_ref;
+    k->rope = tsr__cpu_rope_ref;
     k->gemm_f32 = gemm_f32_ref;
     k->gemm_f32_nt = gemm_f32_nt_ref;
     k->q8s_from_float = tsr__cpu_q8s_from_float_ref;

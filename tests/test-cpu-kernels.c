@@ -459,6 +459,58 @@ static void check_math(const tsr_cpu_kernels *k) {
     }
 }
 
+/* The element-wise rows against the scalar table at awkward lengths, in
+ * place too: add and mul exact, rms_norm within float rounding of a double
+ * reference, rope the reference's bits (both pairings). */
+static void check_rows(const tsr_cpu_kernels *k) {
+    enum { N = 300 };
+    static const int64_t ns[] = {0, 1, 2, 6, 7, 8, 14, 15, 16, 17, 30, 31, 32, 33, 64, 100, 128, 130, 300};
+    tsr_cpu_kernels ref;
+    tsr__cpu_kernels_select(&ref, "scalar");
+    float x[N + 8], g[N + 8], y[N + 8], want[N + 8], cs[N + 8];
+    for (int i = 0; i < N + 8; i++) x[i] = 4 * frand() - 2, g[i] = 4 * frand() - 2;
+    for (int i = 0; i + 1 < N + 8; i += 2) {
+        const float th = 37.0f * frand();
+        cs[i] = cosf(th) * 1.1f, cs[i + 1] = sinf(th) * 1.1f;
+    }
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const int64_t n = ns[t];
+        for (int op = 0; op < 2; op++) {
+            for (int i = 0; i < N + 8; i++) y[i] = 7.0f;
+            (op ? k->mul : k->add)(n, y, x, g);
+            bool bad = false;
+            for (int64_t i = 0; i < n && !bad; i++) bad = y[i] != (op ? x[i] * g[i] : x[i] + g[i]);
+            for (int64_t i = n; i < N + 8 && !bad; i++) bad = y[i] != 7.0f;
+            CHECK(!bad, "%s %s n=%lld", k->name, op ? "mul" : "add", (long long)n);
+            memcpy(y, x, sizeof y);
+            (op ? k->mul : k->add)(n, y, y, g); /* in place */
+            for (int64_t i = 0; i < n && !bad; i++) bad = y[i] != (op ? x[i] * g[i] : x[i] + g[i]);
+            CHECK(!bad, "%s %s in place n=%lld", k->name, op ? "mul" : "add", (long long)n);
+        }
+        for (int i = 0; i < N + 8; i++) y[i] = 7.0f;
+        k->rms_norm(n, y, x, 1e-5f);
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+        const double sc = 1.0 / sqrt((n ? ss / n : 0) + 1e-5);
+        bool bad = false;
+        for (int64_t i = 0; i < n && !bad; i++) bad = !(fabs(y[i] - x[i] * sc) <= 3e-7 * fabs(x[i] * sc) + 1e-30);
+        for (int64_t i = n; i < N + 8 && !bad; i++) bad = y[i] != 7.0f;
+        CHECK(!bad, "%s rms_norm n=%lld", k->name, (long long)n);
+        if (n % 2)
+            continue;
+        for (int neox = 0; neox < 2; neox++) {
+            for (int i = 0; i < N + 8; i++) y[i] = want[i] = 7.0f;
+            ref.rope(n, neox, want, x, cs);
+            k->rope(n, neox, y, x, cs);
+            bad = memcmp(y, want, sizeof y) != 0;
+            memcpy(y, x, sizeof y);
+            k->rope(n, neox, y, y, cs); /* in place */
+            for (int64_t i = 0; i < n && !bad; i++) bad = memcmp(&y[i], &want[i], 4) != 0;
+            CHECK(!bad, "%s rope n_dims=%lld neox %d: not the reference's bits", k->name, (long long)n, neox);
+        }
+    }
+}
+
 /* A hand-built contiguous host tensor (the kernels' view of a tensor). */
 static void host_tensor(tsr_tensor *t, tsr_type type, int64_t n0, int64_t n1, void *data) {
     memset(t, 0, sizeof *t);
@@ -550,6 +602,7 @@ int main(void) {
         printf("variant %s\n", k.name);
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
         check_math(&k);
+        check_rows(&k);
         check_gemm(&k);
         check_gemm_extremes(&k);
         check_gemv(&k);
