@@ -12,8 +12,13 @@
 
 #define TILE_ROWS 16
 #define TILE_COLS 16
-#define GEMM_TILE_COLS 24   /* F16: a multiple of the AVX2 gemm's 3 and the AVX-512 gemm's 6 columns */
-#define QGEMM_TILE_COLS 128 /* quantized: each 16- or 8-row repack serves 128 columns */
+#define GEMM_TILE_COLS 24 /* F16: a multiple of the AVX2 gemm's 3 and the AVX-512 gemm's 6 columns */
+/* Quantized: each 16- or 8-row repack serves up to 512 columns, halved
+ * while that leaves fewer than 4 tiles per thread, down to 128 (with 128
+ * the repack of Q4_0 rows took a fifth of the time of the VPDPBUSD passes;
+ * pp512 SmolLM2 Q4_0, best of 6: 2129 -> 2400 t/s). */
+#define QGEMM_TILE_COLS 512
+#define QGEMM_TILE_COLS_MIN 128
 /* One column (decode): the weight rows' 8-row groups are cut into one
  * contiguous range per thread, so that the gemv's prefetch runs through it
  * (measured: tg128 SmolLM2 Q4_0 ~320 t/s with one range per thread, ~300
@@ -206,11 +211,10 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
 
     const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : TILE_ROWS, blk1 = path != MM_GEMM ? TILE_COLS
-                                                                      : tsr_type_block_size(a->type) > 1
-                                                                          ? QGEMM_TILE_COLS
-                                                                          : GEMM_TILE_COLS;
-    const int64_t nc0 = (nr0 + blk0 - 1) / blk0, nc1 = (nr1 + blk1 - 1) / blk1;
+    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : TILE_ROWS, nc0 = (nr0 + blk0 - 1) / blk0;
+    int64_t blk1 = path != MM_GEMM ? TILE_COLS : tsr_type_block_size(a->type) > 1 ? QGEMM_TILE_COLS : GEMM_TILE_COLS;
+    while (blk1 > QGEMM_TILE_COLS_MIN && nc0 * ((nr1 + blk1 - 1) / blk1) < 4 * (int64_t)p->nth) blk1 /= 2;
+    const int64_t nc1 = (nr1 + blk1 - 1) / blk1;
     for (int64_t c = p->ith; c < nc0 * nc1; c = atomic_fetch_add(&p->stream->chunk, 1)) {
         const int64_t i0s = (c % nc0) * blk0, i0e = i0s + blk0 < nr0 ? i0s + blk0 : nr0;
         const int64_t j0s = (c / nc0) * blk1, j0e = j0s + blk1 < nr1 ? j0s + blk1 : nr1;
