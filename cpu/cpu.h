@@ -111,10 +111,10 @@ typedef struct tsr_cpu_kernels {
     float (*softmax_step)(int64_t n, float *y, float scale, const float *mask, float *m, float slack);
 } tsr_cpu_kernels;
 
-/* Per-thread scratch of a gemm call with k elements per row: 8 or 16 rows
- * repacked to an interleaved int8 layout (at most 640 bytes per 32
+/* Per-thread scratch of a gemm call with k elements per row: 8, 16 or 32
+ * rows repacked to an interleaved int8 layout (at most 1280 bytes per 32
  * elements), or two rows dequantized (the reference). */
-#define TSR_CPU_GEMM_SCRATCH(k) ((size_t)((k) / 32 + 1) * 640 + (size_t)(k)*8 + 64)
+#define TSR_CPU_GEMM_SCRATCH(k) ((size_t)((k) / 32 + 1) * 1280 + (size_t)(k)*8 + 64)
 
 /* The activations of the integer gemms (gemm_q8s), per 32 values: the scale
  * d and d * sum(qs), each rounded to F16 (stored as floats) as in Q8_0's and

@@ -35,7 +35,7 @@ typedef struct il16 {
     float d[16];    /* scale (Q6_K: of values 0..15) */
     float m[16];    /* minimum (Q6_K: the scale of values 16..31) */
 } il16;
-_Static_assert(sizeof(il16) <= 640, "TSR_CPU_GEMM_SCRATCH");
+_Static_assert(2 * sizeof(il16) <= 1280, "TSR_CPU_GEMM_SCRATCH");
 
 typedef enum { IL_ZP, IL_MIN, IL_Q6 } il_mode;
 
@@ -176,13 +176,97 @@ IL16_COLS(IL_ZP)
 IL16_COLS(IL_MIN)
 IL16_COLS(IL_Q6)
 
+/* 32 rows (two interleaved 16-row packs, a and b) x nc (<= 6) columns over
+ * nb blocks, modes IL_ZP and IL_MIN: each column's 4 activation bytes
+ * broadcast once for two VPDPBUSD (the 16-row pass broadcasts them for one,
+ * and its loads, not its VPDPBUSD, bound it). Per output the arithmetic of
+ * il16_cols, instruction for instruction, so that a row's results are the
+ * same bits in a 32-row pass as in a 16-row one. */
+static inline __attribute__((always_inline)) void il32_cols(il_mode mode, int nc, int64_t nb, const il16 *xa,
+                                                            const il16 *xb, const char *y, size_t ys, float *s,
+                                                            size_t ss) {
+    __m512 acc[2][6];
+    const tsr_cpu_q8s *yb[6];
+    UNROLL
+    for (int c = 0; c < nc; c++) {
+        acc[0][c] = acc[1][c] = _mm512_setzero_ps();
+        yb[c] = (const tsr_cpu_q8s *)(y + (size_t)c * ys);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const il16 *w[2] = {xa + b, xb + b};
+        __m512i isum[2][6];
+        UNROLL
+        for (int c = 0; c < nc; c++)
+            isum[0][c] = isum[1][c] = mode == IL_ZP ? _mm512_set1_epi32(yb[c][b].c) : _mm512_setzero_si512();
+        UNROLL
+        for (int g = 0; g < 8; g++) {
+            const __m512i w0 = _mm512_loadu_si512((const void *)(w[0]->u + 64 * g));
+            const __m512i w1 = _mm512_loadu_si512((const void *)(w[1]->u + 64 * g));
+            UNROLL
+            for (int c = 0; c < nc; c++) {
+                const __m512i q = bcast4(yb[c][b].qs + 4 * g);
+                isum[0][c] = _mm512_dpbusd_epi32(isum[0][c], w0, q);
+                isum[1][c] = _mm512_dpbusd_epi32(isum[1][c], w1, q);
+            }
+        }
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m512 d = _mm512_loadu_ps(w[h]->d);
+            UNROLL
+            for (int c = 0; c < nc; c++)
+                acc[h][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[h][c]),
+                                            _mm512_mul_ps(d, _mm512_set1_ps(yb[c][b].d)), acc[h][c]);
+            if (mode == IL_MIN) {
+                const __m512 mv = _mm512_loadu_ps(w[h]->m);
+                UNROLL
+                for (int c = 0; c < nc; c++) acc[h][c] = _mm512_fmadd_ps(mv, _mm512_set1_ps(yb[c][b].ds), acc[h][c]);
+            }
+        }
+    }
+    UNROLL
+    for (int c = 0; c < nc; c++) {
+        _mm512_storeu_ps(s + (size_t)c * ss, acc[0][c]);
+        _mm512_storeu_ps(s + (size_t)c * ss + 16, acc[1][c]);
+    }
+}
+
+#define IL32_COLS(mode)                                                                                        \
+    static void il32_cols_##mode(int nc, int64_t nb, const il16 *xa, const il16 *xb, const char *y, size_t ys, \
+                                 float *s, size_t ss) {                                                        \
+        switch (nc) {                                                                                          \
+        case 6: il32_cols(mode, 6, nb, xa, xb, y, ys, s, ss); break;                                           \
+        case 5: il32_cols(mode, 5, nb, xa, xb, y, ys, s, ss); break;                                           \
+        case 4: il32_cols(mode, 4, nb, xa, xb, y, ys, s, ss); break;                                           \
+        case 3: il32_cols(mode, 3, nb, xa, xb, y, ys, s, ss); break;                                           \
+        case 2: il32_cols(mode, 2, nb, xa, xb, y, ys, s, ss); break;                                           \
+        default: il32_cols(mode, 1, nb, xa, xb, y, ys, s, ss); break;                                          \
+        }                                                                                                      \
+    }
+IL32_COLS(IL_ZP)
+IL32_COLS(IL_MIN)
+
 static inline __attribute__((always_inline)) void gemm16(tsr_type t, int64_t k, int64_t m, int64_t n, const void *vx,
                                                          size_t xs, const void *vy, size_t ys, float *s, size_t ss,
                                                          void *scratch) {
     const int64_t nb = k / 32;
     il16 *xb = (il16 *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     const il_mode mode = il_mode_of(t);
-    for (int64_t i = 0; i < m; i += 16) {
+    int64_t i = 0;
+    if (mode != IL_Q6) /* 32 rows at a time */
+        for (; i + 32 <= m; i += 32) {
+            il16_pack(t, (const char *)vx + (size_t)i * xs, xs, 16, nb, xb);
+            il16_pack(t, (const char *)vx + (size_t)(i + 16) * xs, xs, 16, nb, xb + nb);
+            for (int64_t j = 0; j < n; j += 6) {
+                const int nc = n - j < 6 ? (int)(n - j) : 6;
+                const char *y = (const char *)vy + (size_t)j * ys;
+                float *o = s + (size_t)j * ss + (size_t)i;
+                if (mode == IL_ZP)
+                    il32_cols_IL_ZP(nc, nb, xb, xb + nb, y, ys, o, ss);
+                else
+                    il32_cols_IL_MIN(nc, nb, xb, xb + nb, y, ys, o, ss);
+            }
+        }
+    for (; i < m; i += 16) {
         const int rows = m - i < 16 ? (int)(m - i) : 16;
         il16_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, xb);
         for (int64_t j = 0; j < n; j += 8) {

@@ -17,6 +17,7 @@
  * while that leaves fewer than 4 tiles per thread, down to 128 (with 128
  * the repack of Q4_0 rows took a fifth of the time of the VPDPBUSD passes;
  * pp512 SmolLM2 Q4_0, best of 6: 2129 -> 2400 t/s). */
+#define QGEMM_TILE_ROWS 32 /* AVX-512: passes of 32 rows */
 #define QGEMM_TILE_COLS 512
 #define QGEMM_TILE_COLS_MIN 128
 /* One column (decode): the weight rows' 8-row groups are cut into one
@@ -211,8 +212,9 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
 
     const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
-    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : TILE_ROWS, nc0 = (nr0 + blk0 - 1) / blk0;
-    int64_t blk1 = path != MM_GEMM ? TILE_COLS : tsr_type_block_size(a->type) > 1 ? QGEMM_TILE_COLS : GEMM_TILE_COLS;
+    const bool qgemm = path == MM_GEMM && tsr_type_block_size(a->type) > 1;
+    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : qgemm ? QGEMM_TILE_ROWS : TILE_ROWS, nc0 = (nr0 + blk0 - 1) / blk0;
+    int64_t blk1 = path != MM_GEMM ? TILE_COLS : qgemm ? QGEMM_TILE_COLS : GEMM_TILE_COLS;
     while (blk1 > QGEMM_TILE_COLS_MIN && nc0 * ((nr1 + blk1 - 1) / blk1) < 4 * (int64_t)p->nth) blk1 /= 2;
     const int64_t nc1 = (nr1 + blk1 - 1) / blk1;
     for (int64_t c = p->ith; c < nc0 * nc1; c = atomic_fetch_add(&p->stream->chunk, 1)) {

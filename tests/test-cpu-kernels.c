@@ -113,7 +113,8 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
  * dequantized rows, and bit for bit equal to the same element computed
  * alone (1 x 1), so that results cannot depend on the tiling or threads. */
 static void check_gemm(const tsr_cpu_kernels *k) {
-    static const int64_t ms[] = {1, 6, 7, 17}, ns[] = {1, 2, 4, 5, 33}, ks[] = {7, 64, 100, 256, 512, 576, 1536};
+    static const int64_t ms[] = {1, 6, 7, 17, 32, 33, 49}, ns[] = {1, 2, 4, 5, 6, 7, 13, 33},
+                         ks[] = {7, 64, 100, 256, 512, 576, 1536};
     for (int wt = 0; wt < TSR_TYPE_COUNT; wt++) {
         if (!k->gemm[wt])
             continue;
@@ -126,7 +127,7 @@ static void check_gemm(const tsr_cpu_kernels *k) {
                 continue;
             const size_t xs = tsr_row_size((tsr_type)wt, kk) + 16,
                          ys = tsr__pad(q8s ? TSR_CPU_Q8S_ROW(kk) : tsr_row_size(gt, kk), 4) + 8;
-            const int64_t mmax = 17, nmax = 33;
+            const int64_t mmax = 49, nmax = 33;
             char *qx = calloc((size_t)mmax, xs), *qy = calloc((size_t)nmax, ys);
             float *f = malloc((size_t)kk * 4), *xd = malloc((size_t)(mmax * kk) * 4),
                   *yd = malloc((size_t)(nmax * kk) * 4);
