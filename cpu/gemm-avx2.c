@@ -336,7 +336,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         lo = _mm_hadd_epi32(lo, hi); /* lo0 lo1 hi0 hi1 */
         lo = _mm_hadd_epi32(lo, lo); /* lo hi lo hi */
         const int32_t slo = _mm_cvtsi128_si32(lo), sum = slo + _mm_extract_epi32(lo, 1);
-        tsr__cpu_q8s_finish(&y[b], d, sum, slo);
+        q8s_finish_f16c(&y[b], d, sum, slo);
     }
 }
 

@@ -299,9 +299,72 @@ GEMM16(gemm_q6_k, TSR_TYPE_Q6_K)
 
 /* Activations -> tsr_cpu_q8s rows: the reference's arithmetic (d = max / 127,
  * values rounded to nearest even of x * 127 / max), 32 values at a time. */
+/* Per 128-bit lane j of the result, the 4 lanes alike: the reduction (max
+ * or add) of all 16 lanes of v[j], j < 4. */
+#define REDUCE4(T, op, sh, perm, v, out)                              \
+    do {                                                              \
+        const T t01 = op(sh(v[0], v[1], 0x44), sh(v[0], v[1], 0xEE)); \
+        const T t23 = op(sh(v[2], v[3], 0x44), sh(v[2], v[3], 0xEE)); \
+        const T u = op(sh(t01, t23, 0x88), sh(t01, t23, 0xDD));       \
+        const T u2 = op(u, perm(u, 0x4E));                            \
+        (out) = op(u2, perm(u2, 0xB1));                               \
+    } while (0)
+#define SHUF_PS _mm512_shuffle_f32x4
+#define SHUF_EPI _mm512_shuffle_i32x4
+#define PERM_PS _mm512_permute_ps
+#define PERM_EPI(v, imm) _mm512_shuffle_epi32(v, (_MM_PERM_ENUM)(imm))
+
+/* Four blocks at once: their maxima, scales and sums reduced side by side,
+ * the F16 roundings of d and d * sum by F16C (round to nearest even, the
+ * reference's tsr__fp32_to_fp16), so the same bits as one block at a time. */
+_Static_assert(offsetof(tsr_cpu_q8s, c_lo) == 12 && offsetof(tsr_cpu_q8s, qs) == 16, "q8s_from_float4's header");
+static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
+    __m512 v[8], a[4];
+    UNROLL
+    for (int j = 0; j < 8; j++) v[j] = _mm512_loadu_ps(x + 16 * j);
+    UNROLL
+    for (int j = 0; j < 4; j++) a[j] = _mm512_max_ps(_mm512_abs_ps(v[2 * j]), _mm512_abs_ps(v[2 * j + 1]));
+    __m512 amax;
+    REDUCE4(__m512, _mm512_max_ps, SHUF_PS, PERM_PS, a, amax);
+    const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+    const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
+                                          _mm512_set1_ps(127.0f), amax);
+    __m512i lo[4], all[4];
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        const __m512 s = _mm512_shuffle_f32x4(id, id, 0x55 * j); /* block j's id in every lane */
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * j], s));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * j + 1], s));
+        _mm_storeu_si128((__m128i *)y[j].qs, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(y[j].qs + 16), _mm512_cvtsepi32_epi8(q1));
+        lo[j] = q0;
+        all[j] = _mm512_add_epi32(q0, q1);
+    }
+    __m512i slo, sall;
+    REDUCE4(__m512i, _mm512_add_epi32, SHUF_EPI, PERM_EPI, lo, slo);
+    REDUCE4(__m512i, _mm512_add_epi32, SHUF_EPI, PERM_EPI, all, sall);
+    /* lanes 0, 4, 8, 12 -> 0..3 */
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
+    const __m128 d4 = _mm512_castps512_ps128(_mm512_permutexvar_ps(first, d));
+    const __m128i sum4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, sall));
+    const __m128i lo4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, slo));
+    __m128 r0 = _mm_cvtph_ps(_mm_cvtps_ph(d4, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m128 r1 = _mm_cvtph_ps(
+        _mm_cvtps_ph(_mm_mul_ps(d4, _mm_cvtepi32_ps(sum4)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m128 r2 = _mm_castsi128_ps(_mm_mullo_epi32(sum4, _mm_set1_epi32(-128)));
+    __m128 r3 = _mm_castsi128_ps(_mm_mullo_epi32(lo4, _mm_set1_epi32(-128)));
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* block j: d, ds, c, c_lo */
+    _mm_storeu_ps((float *)&y[0], r0);
+    _mm_storeu_ps((float *)&y[1], r1);
+    _mm_storeu_ps((float *)&y[2], r2);
+    _mm_storeu_ps((float *)&y[3], r3);
+}
+
 static void q8s_from_float(const float *x, void *vy, int64_t k) {
     tsr_cpu_q8s *y = vy;
-    for (int64_t b = 0; b < k / 32; b++, x += 32) {
+    int64_t b = 0;
+    for (; b + 4 <= k / 32; b += 4, x += 128) q8s_from_float4(x, y + b);
+    for (; b < k / 32; b++, x += 32) {
         const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         const float d = amax / 127.0f, id = d ? 127.0f / amax : 0.0f;
@@ -310,7 +373,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         _mm_storeu_si128((__m128i *)y[b].qs, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(y[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
         const int32_t lo = _mm512_reduce_add_epi32(q0), sum = lo + _mm512_reduce_add_epi32(q1);
-        tsr__cpu_q8s_finish(&y[b], d, sum, lo);
+        q8s_finish_f16c(&y[b], d, sum, lo);
     }
 }
 

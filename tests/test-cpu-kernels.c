@@ -100,6 +100,7 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
             }
             bad |= a[b].c != -128 * sum || a[b].c_lo != -128 * lo || fabs(a[b].d - r[b].d) > 1e-6 * r[b].d ||
                    fabs(a[b].ds - (double)a[b].d * sum) > 1e-3 * fabs((double)a[b].d * sum);
+            bad |= memcmp(&a[b], &r[b], sizeof a[b]) != 0; /* every variant: the reference's bits */
         }
         CHECK(!bad, "%s q8s_from_float n=%lld: sums or values off", k->name, (long long)n);
         free(a), free(r);
