@@ -325,18 +325,24 @@ static tsr_status ensure_work(tsr_stream *s, size_t need) {
     return TSR_OK;
 }
 
-static size_t nodes_work(const tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
-    size_t need = 0;
+/* The work buffer of a job: every node's scratch from offset 0, then
+ * (*conv_off on) the batched matmuls' converted activations. */
+static size_t nodes_work(const tsr_stream *s, tsr_tensor *const *nodes, size_t n, size_t *conv_off) {
+    size_t need = 0, conv = 0;
     for (size_t i = 0; i < n; i++) {
         size_t w = tsr__cpu_work_size(nodes[i], s->n_threads);
         if (w > need)
             need = w;
+        if (nodes[i]->op == TSR_OP_MUL_MAT && (w = tsr__cpu_mul_mat_conv(nodes[i])) > conv)
+            conv = w;
     }
-    return need;
+    *conv_off = tsr__pad(need, TSR_ALIGN);
+    return *conv_off + conv;
 }
 
 tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
-    return ensure_work(s, nodes_work(s, nodes, n));
+    size_t conv_off;
+    return ensure_work(s, nodes_work(s, nodes, n, &conv_off));
 }
 
 void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) {
@@ -414,9 +420,12 @@ tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
             return tsr__error(TSR_E_UNSUPPORTED, "cpu: node '%s': op %s has no CPU kernel", nodes[i]->name,
                               tsr__op_name(nodes[i]->op));
     }
-    tsr_status st = ensure_work(s, nodes_work(s, nodes, n));
+    size_t conv_off;
+    tsr_status st = ensure_work(s, nodes_work(s, nodes, n, &conv_off));
     if (st != TSR_OK)
         return st;
+    s->conv_off = conv_off;
+    s->conv_seq = 0; /* nothing converted in this job yet */
     s->nodes = nodes;
     s->n_nodes = n;
     atomic_store(&s->error, (int)TSR_OK);

@@ -209,6 +209,16 @@ struct tsr_stream {
     atomic_int error;
     char error_msg[256];
     bool prof; /* TSR_PROFILE: time kernels and barriers */
+    /* Batched matmuls convert their activations into the work buffer at
+     * conv_off, past every node's own scratch, where they stay until the
+     * next conversion: a matmul whose activations are the last ones
+     * converted, the same way and unwritten since (Q, K and V of one input,
+     * gate and up), reads them there instead (matmul.c). conv_seq: the
+     * converting node's sequence number (0: none). */
+    size_t conv_off;
+    uint64_t conv_seq;
+    tsr_tensor conv_src; /* a copy of the converted tensor's shape, type and data */
+    int conv_kind;       /* the conversion: 1 + dot type, or -1 for q8s */
 };
 
 /* Records the job's first failure (thread-safe; later ones are dropped). */
@@ -260,6 +270,9 @@ void tsr__cpu_op_sum_rows(const tsr_compute_params *p, tsr_tensor *dst);
 size_t tsr__cpu_mul_mat_id_work(const tsr_tensor *dst, int nth);
 size_t tsr__cpu_argsort_work(const tsr_tensor *dst, int nth);
 size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth);
+/* The bytes of a batched matmul's converted activations (at the stream's
+ * conv_off; 0: none, the one-column matmuls convert in their scratch). */
+size_t tsr__cpu_mul_mat_conv(const tsr_tensor *dst);
 /* The weight bytes thread ith of nth reads first in the matmul dst when
  * that is known before it runs (one activation column); false otherwise. */
 bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int ith, int nth, tsr_prefetch *pf);

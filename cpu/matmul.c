@@ -84,7 +84,47 @@ size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth) {
     const size_t conv = conv_bytes(dst, dt, mm_q8s(k, dst, path), &row_bytes);
     if (path == MM_GEMV) /* a converted row per thread */
         return (size_t)nth * (conv + thread_bytes(dst, path));
-    return conv + (size_t)nth * thread_bytes(dst, path);
+    return (size_t)nth * thread_bytes(dst, path); /* the conversion: at the stream's conv_off */
+}
+
+size_t tsr__cpu_mul_mat_conv(const tsr_tensor *dst) {
+    size_t row_bytes;
+    mm_path path;
+    const tsr_cpu_kernels *k = tsr__cpu_kernels();
+    const tsr_type dt = mm_plan(k, dst, &path);
+    return path == MM_GEMV ? 0 : conv_bytes(dst, dt, mm_q8s(k, dst, path), &row_bytes);
+}
+
+/* ---- activations converted once for several matmuls ---------------------------- */
+
+static int conv_kind(tsr_type dt, bool q8s) { return q8s ? -1 : 1 + (int)dt; }
+
+static bool same_tensor(const tsr_tensor *a, const tsr_tensor *b) {
+    if (a->data != b->data || a->type != b->type)
+        return false;
+    for (int d = 0; d < 4; d++)
+        if (a->ne[d] != b->ne[d] || a->nb[d] != b->nb[d])
+            return false;
+    return true;
+}
+
+/* b's rows are at the stream's conv_off already, converted the way wanted
+ * (kind) by an earlier node of this job, and no node since (that one
+ * included) wrote into b's bytes. The same answer on every thread. */
+static bool conv_reusable(const tsr_compute_params *p, const tsr_tensor *b, int kind) {
+    const tsr_stream *s = p->stream;
+    if (!s->conv_seq || s->conv_kind != kind || !b->data || !same_tensor(&s->conv_src, b))
+        return false;
+    const char *lo = b->data, *hi = lo + tsr__nbytes(b);
+    for (uint64_t q = s->conv_seq; q < p->seq; q++) {
+        const tsr_tensor *n = s->nodes[q - s->seq];
+        if (n->op == TSR_OP_NONE || n->op == TSR_OP_VIEW || !n->data)
+            continue;
+        const char *nlo = n->data, *nhi = nlo + tsr__nbytes(n);
+        if (nlo < hi && lo < nhi)
+            return false;
+    }
+    return true;
 }
 
 /* ---- one column: claims of row groups --------------------------------------- */
@@ -203,12 +243,21 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
         gemv_rows(p, dst, own);
         return;
     }
-    char *wdata = p->work;
-    void *scratch = (char *)p->work + conv + (size_t)p->ith * thread_bytes(dst, path);
-    convert_src1(p, b, q8s ? k->q8s_from_float : k->from_float[dt], wdata, row_bytes, scratch);
+    (void)conv;
+    char *wdata = (char *)p->work + p->stream->conv_off;
+    void *scratch = (char *)p->work + (size_t)p->ith * thread_bytes(dst, path);
+    const int kind = conv_kind(dt, q8s);
+    const bool reuse = conv_reusable(p, b, kind);
+    if (!reuse)
+        convert_src1(p, b, q8s ? k->q8s_from_float : k->from_float[dt], wdata, row_bytes, scratch);
     if (p->ith == 0)
         atomic_store(&p->stream->chunk, p->nth);
     tsr__tp_barrier(p->stream->tp);
+    if (!reuse && p->ith == 0) { /* every thread has read the record (above) */
+        p->stream->conv_src = *b;
+        p->stream->conv_kind = kind;
+        p->stream->conv_seq = p->seq;
+    }
 
     const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];

@@ -1218,6 +1218,48 @@ static void check_threads_identical(void) {
     tsr_backend_free(bn);
 }
 
+/* Matmuls of one input share its conversion (the CPU converts the
+ * activations once for Q, K and V): A = W1 x X and B = W2 x X must both be
+ * right, and C = W1 x X after a copy overwrote X must see the new values,
+ * not the conversion of the old ones. */
+static void check_shared_activations(tsr_backend *b) {
+    enum { K = 64, M = 32, N = 8 };
+    static float w[2][M * K], x[N * K], y[N * K];
+    static char qw[2][M * K / 32 * 34]; /* Q8_0: 34 bytes per 32 values */
+    rs = 91;
+    for (int i = 0; i < M * K; i++) w[0][i] = (float)nrand(), w[1][i] = (float)nrand();
+    for (int i = 0; i < N * K; i++) x[i] = (float)nrand(), y[i] = (float)nrand();
+    for (int m = 0; m < 2; m++) CHECK_OK(tsr_quantize(TSR_TYPE_Q8_0, w[m], qw[m], M * K));
+    const int64_t ne_w[2] = {K, M}, ne_x[2] = {K, N};
+    tsr_context *ctx = tsr_context_new(b);
+    tsr_tensor *w1 = tsr_input(ctx, TSR_TYPE_Q8_0, 2, ne_w, qw[0]), *w2 = tsr_input(ctx, TSR_TYPE_Q8_0, 2, ne_w, qw[1]);
+    tsr_tensor *xt = tsr_scale(ctx, tsr_input(ctx, TSR_TYPE_F32, 2, ne_x, x), 1.0f);
+    tsr_tensor *out[3];
+    out[0] = tsr_mul_mat(ctx, w1, xt);
+    out[1] = tsr_mul_mat(ctx, w2, xt);
+    out[2] = tsr_mul_mat(ctx, w1, tsr_cpy(ctx, tsr_input(ctx, TSR_TYPE_F32, 2, ne_x, y), xt));
+    CHECK(out[0] && out[1] && out[2], "shared activations: build: %s",
+          tsr_context_error(ctx) ? tsr_context_error(ctx) : "");
+    if (out[0] && out[1] && out[2] && tsr_compute(ctx, out, 3) == TSR_OK) {
+        for (int o = 0; o < 3; o++) {
+            static float got[N * M];
+            CHECK_OK(tsr_tensor_read(out[o], got, 0, sizeof got));
+            const float *wm = w[o == 1], *xm = o == 2 ? y : x;
+            double err = 0, mag = 0;
+            for (int j = 0; j < N; j++)
+                for (int i = 0; i < M; i++) {
+                    double ref = 0;
+                    for (int k = 0; k < K; k++) ref += (double)wm[i * K + k] * xm[j * K + k];
+                    err += (got[j * M + i] - ref) * (got[j * M + i] - ref), mag += ref * ref;
+                }
+            CHECK(err / mag < 1e-3, "shared activations: matmul %d: NMSE %g", o, err / mag);
+        }
+    } else {
+        CHECK(0, "shared activations: compute: %s", tsr_last_error());
+    }
+    tsr_context_close(ctx);
+}
+
 static int mode_test(tsr_backend *b, int verbose) {
     if (!large) check_coverage();
     if (!large && (!only_op || !strcmp(only_op, "mul_mat_id"))) {
@@ -1225,6 +1267,8 @@ static int mode_test(tsr_backend *b, int verbose) {
         check_moe_range(b);
         check_moe_build_errors(b);
     }
+    if (!large && (!only_op || !strcmp(only_op, "mul_mat")))
+        check_shared_activations(b);
     if (!device_name)
         check_threads_identical();
     for (int i = 0; i < n_cases; i++) {
