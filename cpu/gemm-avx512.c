@@ -332,7 +332,7 @@ static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
     __m512i lo[4], all[4];
     UNROLL
     for (int j = 0; j < 4; j++) {
-        const __m512 s = _mm512_shuffle_f32x4(id, id, 0x55 * j); /* block j's id in every lane */
+        const __m512 s = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * j), id); /* block j's id in every lane */
         const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * j], s));
         const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * j + 1], s));
         _mm_storeu_si128((__m128i *)y[j].qs, _mm512_cvtsepi32_epi8(q0));
