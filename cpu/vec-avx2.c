@@ -283,6 +283,43 @@ static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
     *s = hsum_ps256(_mm256_add_ps(a[1], a[0]));
 }
 
+/* The one-column matmul for F16 weights (kernel table gemv): row after row,
+ * each bit for bit dot_f16_f16, the rows of the call requested GEMV_PF rows
+ * ahead (and the first ones at once) instead of left to the hardware's
+ * prefetch, which stops at each row's end. */
+static void gemv_f16(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
+    const char *x = vx;
+    const uint16_t *y = vy;
+    const int64_t n = m + (ahead > 0 ? ahead : 0);
+    ramp(x, m, xs);
+    for (int64_t r = 0; r < m; r++) {
+        const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs);
+        const size_t pfo = pf_offset(r, 1, n, xs);
+        __m256 a[8];
+        for (int q = 0; q < 8; q++) a[q] = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 64 <= k; i += 64) {
+            if (pfo) {
+                _mm_prefetch((const char *)(xr + i) + pfo, _MM_HINT_T0);
+                _mm_prefetch((const char *)(xr + i) + pfo + 64, _MM_HINT_T0);
+            }
+            for (int q = 0; q < 8; q++)
+                a[q] = _mm256_fmadd_ps(load_fp16x8(xr + i + 8 * q), load_fp16x8(y + i + 8 * q), a[q]);
+        }
+        if (i < k) { /* the dot's zero-padded tail */
+            uint16_t tx[64] = {0}, ty[64] = {0};
+            memcpy(tx, xr + i, (size_t)(k - i) * 2), memcpy(ty, y + i, (size_t)(k - i) * 2);
+            for (int q = 0; q < 8; q++) a[q] = _mm256_fmadd_ps(load_fp16x8(tx + 8 * q), load_fp16x8(ty + 8 * q), a[q]);
+        }
+        for (int h = 0; h < 2; h++) {
+            a[h] = _mm256_add_ps(a[h], a[4 + h]);
+            a[2 + h] = _mm256_add_ps(a[2 + h], a[6 + h]);
+            a[h] = _mm256_add_ps(a[h], a[2 + h]);
+        }
+        s[r] = hsum_ps256(_mm256_add_ps(a[1], a[0]));
+    }
+}
+
 /* ---- register-tiled matmul (batches) ---------------------------------------- */
 
 /* F16 weights x F32 activations: rm (<= 4) weight rows x rn (<= 3)
@@ -1075,6 +1112,7 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot[TSR_TYPE_Q5_K] = dot_q5_K_q8_K;
     k->vec_dot[TSR_TYPE_Q6_K] = dot_q6_K_q8_K;
     k->vec_dot[TSR_TYPE_F16] = dot_f16_f16;
+    k->gemv[TSR_TYPE_F16] = gemv_f16;
     k->gemm[TSR_TYPE_F16] = gemm_f16;
     k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
     k->vec_dot4[TSR_TYPE_Q8_0] = dot4_q8_0;
