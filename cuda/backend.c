@@ -385,6 +385,10 @@ static bool cu_supports(const tsr_device *d, const tsr_tensor *op) {
     case TSR_OP_CONT: return cu_sup_cpy(op, a);
     case TSR_OP_CONCAT: return a->type == b->type && (cu_is_float(a->type) || a->type == TSR_TYPE_I32);
     case TSR_OP_ARGMAX: return cu_is_f32(a);
+    case TSR_OP_SIGMOID:
+    case TSR_OP_SUM_ROWS: return cu_is_f32(a);
+    case TSR_OP_ARGSORT:
+    case TSR_OP_TOP_K: return cu_is_f32(a) && a->ne[0] <= TCU_SORT_MAX; /* longer rows: the CPU */
     case TSR_OP_MUL_MAT:
         return cu_readable(a) && cu_is_f32(b) && cu_fits_int(a->ne[0]) && cu_fits_int(a->ne[1]) &&
                cu_fits_int(b->ne[1]) && b->ne[2] * b->ne[3] <= TCU_MAX_GRID;
@@ -606,6 +610,10 @@ static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
         return tcu_cpy(cs, d, cu_t(a));
     case TSR_OP_CONCAT: return tcu_concat(cs, d, cu_t(a), cu_t(b), node->op_params[0]);
     case TSR_OP_ARGMAX: return tcu_argmax(cs, d, cu_t(a));
+    case TSR_OP_SIGMOID: return tcu_unary(cs, TCU_SIGMOID, d, cu_t(a));
+    case TSR_OP_SUM_ROWS: return tcu_sum_rows(cs, d, cu_t(a));
+    case TSR_OP_ARGSORT: return tcu_argsort(cs, d, cu_t(a), node->op_params[0] == TSR_SORT_DESC, (int)a->ne[0]);
+    case TSR_OP_TOP_K: return tcu_argsort(cs, d, cu_t(a), 1, node->op_params[0]);
     case TSR_OP_FLASH_ATTN: {
         const tsr_tensor *mask = node->src[3];
         const tcu_tensor m = mask ? cu_t(mask) : d;

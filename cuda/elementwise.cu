@@ -1,6 +1,6 @@
 /*
  * elementwise.cu - add/sub/mul/div with broadcasting, scale, silu, gelu,
- * swiglu and geglu. One thread per output element over a grid-stride loop;
+ * sigmoid, swiglu and geglu. One thread per output element over a grid-stride loop;
  * the element's coordinates come from its flat index over dst's shape, the
  * sources are read through their own byte strides (views, permutations).
  */
@@ -38,7 +38,7 @@ __global__ void k_binary(int op, tcu_tensor dst, tcu_tensor a, tcu_tensor b, int
     }
 }
 
-/* kind: 0 scale, 1 silu, 2 gelu, 3 swiglu, 4 geglu */
+/* kind: 0 scale, 1 silu, 2 gelu, 3 swiglu, 4 geglu, 5 sigmoid */
 __global__ void k_unary(int kind, tcu_tensor dst, tcu_tensor a, tcu_tensor b, float s, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t c[4];
@@ -50,6 +50,7 @@ __global__ void k_unary(int kind, tcu_tensor dst, tcu_tensor a, tcu_tensor b, fl
         case 1: r = tcu_silu(x); break;
         case 2: r = tcu_gelu(x); break;
         case 3: r = tcu_silu(x) * tcu_get(b, c[0], c[1], c[2], c[3]); break;
+        case 5: r = 1.0f / (1.0f + expf(-x)); break;
         default: r = tcu_gelu(x) * tcu_get(b, c[0], c[1], c[2], c[3]); break;
         }
         *(float *)tcu_at(dst, c[0], c[1], c[2], c[3]) = r;
@@ -79,7 +80,7 @@ extern "C" cudaError_t tcu_scale(cudaStream_t s, tcu_tensor dst, tcu_tensor a, f
 }
 
 extern "C" cudaError_t tcu_unary(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a) {
-    return tcu_unary_launch(s, op == TCU_SILU ? 1 : 2, dst, a, a, 0.0f);
+    return tcu_unary_launch(s, op == TCU_SILU ? 1 : op == TCU_GELU ? 2 : 5, dst, a, a, 0.0f);
 }
 
 extern "C" cudaError_t tcu_glu(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a, tcu_tensor b) {

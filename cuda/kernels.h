@@ -26,12 +26,12 @@ typedef struct tcu_tensor {
 #define TCU_MAX_GRID 65535
 
 enum { TCU_ADD, TCU_SUB, TCU_MUL, TCU_DIV };
-enum { TCU_SILU, TCU_GELU };
+enum { TCU_SILU, TCU_GELU, TCU_SIGMOID };
 
 /* elementwise.cu: dst F32; a, b F32/F16/BF16 (b broadcasts over a). */
 cudaError_t tcu_binary(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a, tcu_tensor b);
 cudaError_t tcu_scale(cudaStream_t s, tcu_tensor dst, tcu_tensor a, float scale);
-cudaError_t tcu_unary(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a);
+cudaError_t tcu_unary(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a); /* TCU_SILU, TCU_GELU, TCU_SIGMOID */
 cudaError_t tcu_glu(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a, tcu_tensor b);
 
 /* norm.cu: rows of F32 (contiguous rows). mask NULL = none. */
@@ -58,6 +58,13 @@ cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor a, int64_t 
  * per matrix); each warp takes a row of a and dots it with every column. */
 #define TCU_MMV_MAX_COLS 8
 cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y);
+
+/* sort.cu: F32 rows; sum_rows into F32 [1, ne1, ne2, ne3]; argsort and
+ * top_k (the first k of the descending argsort) into I32, rows of at most
+ * TCU_SORT_MAX values. */
+#define TCU_SORT_MAX 1024
+cudaError_t tcu_sum_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a);
+cudaError_t tcu_argsort(cudaStream_t s, tcu_tensor dst, tcu_tensor a, int desc, int k);
 
 /* fattn.cu: one warp per (query row, head, sequence), keys in order with
  * an online softmax; any head dimension; K/V F32, F16 or Q8_0. */
