@@ -38,8 +38,8 @@ void tsr__tp_barrier_pf(tsr_threadpool *tp, tsr_prefetch *pf);
 
 /* ---- kernel table (vec.c, vec-avx2.c, vec-avx512.c) ------------------------ */
 /* s = dot(x, y) over n elements; x a row of the weight type, y a row of its
- * dot type (activations converted once per matmul, once per thread for one
- * column). */
+ * dot type (activations converted once per matmul, or once for consecutive
+ * matmuls of the same activations; once per thread for one column). */
 typedef void (*tsr_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
 
 typedef struct tsr_cpu_kernels {
@@ -59,7 +59,9 @@ typedef struct tsr_cpu_kernels {
      * (y may be x or g itself, not a partial overlap). */
     void (*add)(int64_t n, float *y, const float *x, const float *g);
     void (*mul)(int64_t n, float *y, const float *x, const float *g);
-    /* y = x / sqrt(mean(x^2) + eps) over one row of n (y may be x). */
+    /* y = x / sqrt(mean(x^2) + eps) over one row of n (y may be x); the
+     * squares in float summed in double as ggml, the SIMD variants in
+     * another order (rarely an ulp from the reference's scale). */
     void (*rms_norm)(int64_t n, float *y, const float *x, float eps);
     /* The rotation of rope over the first n_dims values of a row (n_dims
      * even; the rest is the caller's): pairs (2i, 2i+1), or (i, i + n_dims/2)
@@ -81,7 +83,7 @@ typedef struct tsr_cpu_kernels {
      * activation columns; NULL: none): s[j * ss + i] = dot(x row i, y row j)
      * for i < m, j < n over k elements; x rows xs bytes apart (weight type),
      * y rows ys bytes apart in gemm_type[weight type] (activations converted
-     * once per matmul, as for dot_type); scratch: TSR_CPU_GEMM_SCRATCH(k)
+     * as for dot_type); scratch: TSR_CPU_GEMM_SCRATCH(k)
      * bytes of the calling thread (aligned to 32). Each result is the same
      * whatever m, n and its place in the tile, so results do not depend on
      * the tiling or the threads. */
@@ -132,6 +134,13 @@ typedef struct tsr_cpu_q8s {
     int8_t qs[32];
 } tsr_cpu_q8s;
 #define TSR_CPU_Q8S_ROW(k) ((size_t)(k) / 32 * sizeof(tsr_cpu_q8s))
+/* 127 / max|x| for the values (d = max|x| / 127), 0 when d is 0 or the
+ * quotient is not finite (max|x| below 127 / FLT_MAX: the block is zeros,
+ * not values rounded from infinities). */
+static inline float tsr__cpu_q8s_inv(float d, float amax) {
+    const float id = d != 0.0f ? 127.0f / amax : 0.0f;
+    return id <= 0x1.fffffep127f ? id : 0.0f;
+}
 /* A block's scales and sums from d = max|x| / 127 and the integer sums of its
  * values (all 32, the first 16): the same in every variant. */
 static inline void tsr__cpu_q8s_finish(tsr_cpu_q8s *y, float d, int32_t sum, int32_t lo) {

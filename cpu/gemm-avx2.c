@@ -321,7 +321,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         r = _mm_max_ps(r, _mm_movehl_ps(r, r));
         r = _mm_max_ss(r, _mm_movehdup_ps(r));
         const float amax = _mm_cvtss_f32(r);
-        const float d = amax / 127.0f, id = d ? 127.0f / amax : 0.0f;
+        const float d = amax / 127.0f, id = tsr__cpu_q8s_inv(d, amax);
         const __m256 vid = _mm256_set1_ps(id);
         __m256i i32[4];
         for (int q = 0; q < 4; q++) i32[q] = _mm256_cvtps_epi32(_mm256_mul_ps(v[q], vid));

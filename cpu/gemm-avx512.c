@@ -1,7 +1,7 @@
 /*
  * gemm-avx512.c - the batched matmul of the quantized types with VPDPBUSD
  * (AVX-512 VNNI): 16 weight rows interleaved x up to 8 activation columns
- * per pass.
+ * per pass, or two such packs (32 rows) x up to 6 columns (il32_cols).
  *
  * A gemm call repacks its weight rows, 16 at a time, into scratch: per block
  * of 32 values, 8 vectors of 64 bytes, vector g holding values 4g..4g+3 of
@@ -327,8 +327,10 @@ static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
     __m512 amax;
     REDUCE4(__m512, _mm512_max_ps, SHUF_PS, PERM_PS, a, amax);
     const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
-    const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ),
-                                          _mm512_set1_ps(127.0f), amax);
+    __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ), _mm512_set1_ps(127.0f),
+                                    amax);
+    id = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(id, _mm512_set1_ps(0x1.fffffep127f), _CMP_LE_OQ),
+                             id); /* tsr__cpu_q8s_inv */
     __m512i lo[4], all[4];
     UNROLL
     for (int j = 0; j < 4; j++) {
@@ -367,7 +369,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
     for (; b < k / 32; b++, x += 32) {
         const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-        const float d = amax / 127.0f, id = d ? 127.0f / amax : 0.0f;
+        const float d = amax / 127.0f, id = tsr__cpu_q8s_inv(d, amax);
         const __m512 vid = _mm512_set1_ps(id);
         const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
         _mm_storeu_si128((__m128i *)y[b].qs, _mm512_cvtsepi32_epi8(q0));

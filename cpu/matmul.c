@@ -1,12 +1,13 @@
 /*
  * matmul.c - CPU matrix multiplication. The activations (src1) are
- * converted ONCE per call into the weight type's dot type (Q8_0, Q8_1, Q8_K,
- * F16 or F32) in the work buffer, all threads sharing the conversion; then
- * the output is cut into tiles of weight rows x activation columns, handed
- * out dynamically (an atomic counter), so each weight row is reused from
- * cache across the columns of its tile. One activation column (decode) is
- * different: each thread converts it itself and takes claims of weight rows
- * (below), with no barrier inside the matmul.
+ * converted once into the weight type's dot type (Q8_0, Q8_1, Q8_K, F16 or
+ * F32) in the work buffer, all threads sharing the conversion, and a later
+ * matmul of the same unchanged activations reads that conversion again
+ * (conv_reusable); then the output is cut into tiles of weight rows x
+ * activation columns, handed out dynamically (an atomic counter), so each
+ * weight row is reused from cache across the columns of its tile. One
+ * activation column (decode) is different: each thread converts it itself
+ * and takes claims of weight rows (below), with no barrier inside the matmul.
  */
 #include "cpu.h"
 

@@ -1054,8 +1054,8 @@ static void rms_norm(int64_t n, float *y, const float *x, float eps) {
     for (; i < n; i++) y[i] = x[i] * sc;
 }
 
-/* The rope rotation (cpu.h), 4 pairs per step as the AVX-512 variant; the
- * pairs past the last 4 (or 8, neox) by the reference. */
+/* The rope rotation (cpu.h), 4 pairs per step (8, neox), the rest with
+ * the reference's arithmetic. */
 static void rope(int64_t n_dims, bool neox, float *y, const float *x, const float *cs) {
     if (!neox) {
         const __m256 sign = _mm256_castsi256_ps(

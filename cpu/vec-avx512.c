@@ -631,9 +631,9 @@ static void rms_norm(int64_t n, float *y, const float *x, float eps) {
     }
 }
 
-/* The rope rotation (cpu.h), 8 pairs per step, the reference's fused
- * multiply-adds: adjacent pairs take x0 (even lanes duplicated) times cs
- * as stored, plus or minus x1 times cs with each pair swapped. */
+/* The rope rotation (cpu.h), 8 pairs per step (16, neox), the reference's
+ * fused multiply-adds: adjacent pairs take x0 (even lanes duplicated) times
+ * cs as stored, plus or minus x1 times cs with each pair swapped. */
 static void rope(int64_t n_dims, bool neox, float *y, const float *x, const float *cs) {
     if (!neox) {
         const __m512i sign = _mm512_set4_epi32(0, (int)0x80000000u, 0, (int)0x80000000u);

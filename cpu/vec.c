@@ -271,7 +271,7 @@ void tsr__cpu_q8s_from_float_ref(const float *x, void *vy, int64_t k) {
     for (int64_t b = 0; b < k / 32; b++, x += 32) {
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d ? 127.0f / amax : 0.0f;
+        const float d = amax / 127.0f, id = tsr__cpu_q8s_inv(d, amax);
         int32_t sum = 0, lo = 0;
         for (int j = 0; j < 32; j++) {
             const int q = (int)lrintf(x[j] * id);

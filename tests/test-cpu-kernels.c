@@ -103,6 +103,17 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
             bad |= memcmp(&a[b], &r[b], sizeof a[b]) != 0; /* every variant: the reference's bits */
         }
         CHECK(!bad, "%s q8s_from_float n=%lld: sums or values off", k->name, (long long)n);
+        /* blocks of zeros, of values too small for 127 / max to be finite, of
+         * subnormals, then mixed with ordinary ones */
+        static const float tiny[4] = {0.0f, 1e-38f, 3e-45f, 2e-37f};
+        for (int64_t b = 0; b < n / 32 && b < 4; b++)
+            for (int j = 0; j < 32; j++) y[32 * b + j] = tiny[b] * (float)(j % 3 - 1);
+        k->q8s_from_float(y, a, n);
+        tsr__cpu_q8s_from_float_ref(y, r, n);
+        bad = memcmp(a, r, TSR_CPU_Q8S_ROW(n)) != 0;
+        for (int64_t b = 0; b < n / 32 && b < 2; b++)
+            for (int j = 0; j < 32; j++) bad |= r[b].qs[j] != 0; /* zeros, not rounded infinities */
+        CHECK(!bad, "%s q8s_from_float n=%lld: tiny blocks", k->name, (long long)n);
         free(a), free(r);
     }
     free(x), free(y), free(xd), free(yd), free(qx), free(qy);
@@ -467,6 +478,7 @@ static void check_math(const tsr_cpu_kernels *k) {
 static void check_rows(const tsr_cpu_kernels *k) {
     enum { N = 300 };
     static const int64_t ns[] = {0, 1, 2, 6, 7, 8, 14, 15, 16, 17, 30, 31, 32, 33, 64, 100, 128, 130, 300};
+    const uint64_t rng0 = rng; /* the later checks see the same data with or without this one */
     tsr_cpu_kernels ref;
     tsr__cpu_kernels_select(&ref, "scalar");
     float x[N + 8], g[N + 8], y[N + 8], want[N + 8], cs[N + 8];
@@ -485,7 +497,10 @@ static void check_rows(const tsr_cpu_kernels *k) {
             for (int64_t i = n; i < N + 8 && !bad; i++) bad = y[i] != 7.0f;
             CHECK(!bad, "%s %s n=%lld", k->name, op ? "mul" : "add", (long long)n);
             memcpy(y, x, sizeof y);
-            (op ? k->mul : k->add)(n, y, y, g); /* in place */
+            (op ? k->mul : k->add)(n, y, y, g); /* in place, over either source */
+            for (int64_t i = 0; i < n && !bad; i++) bad = y[i] != (op ? x[i] * g[i] : x[i] + g[i]);
+            memcpy(y, g, sizeof y);
+            (op ? k->mul : k->add)(n, y, x, y);
             for (int64_t i = 0; i < n && !bad; i++) bad = y[i] != (op ? x[i] * g[i] : x[i] + g[i]);
             CHECK(!bad, "%s %s in place n=%lld", k->name, op ? "mul" : "add", (long long)n);
         }
@@ -511,6 +526,7 @@ static void check_rows(const tsr_cpu_kernels *k) {
             CHECK(!bad, "%s rope n_dims=%lld neox %d: not the reference's bits", k->name, (long long)n, neox);
         }
     }
+    rng = rng0;
 }
 
 /* A hand-built contiguous host tensor (the kernels' view of a tensor). */
@@ -593,7 +609,7 @@ static void check_threadpool(int n) {
 
 int main(void) {
     static const char *caps[] = {"scalar", "avx2", "avx512"};
-    static const int64_t sizes[] = {0, 32, 256, 512, 4096, 96, 7};
+    static const int64_t sizes[] = {0, 32, 256, 512, 4096, 96, 7, 160, 576};
     for (size_t c = 0; c < 3; c++) {
         tsr_cpu_kernels k;
         tsr__cpu_kernels_select(&k, caps[c]);
