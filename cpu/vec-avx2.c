@@ -1012,27 +1012,20 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
 
 /* ---- element-wise rows ------------------------------------------------------- */
 
-static void add(int64_t n, float *y, const float *x, const float *g) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 a = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(g + i));
-        const __m256 b = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(g + i + 8));
-        _mm256_storeu_ps(y + i, a);
-        _mm256_storeu_ps(y + i + 8, b);
+/* y = x OP g, 16 at a time, the tail one by one. */
+#define ROW_OP(name, vop, op)                                                             \
+    static void name(int64_t n, float *y, const float *x, const float *g) {               \
+        int64_t i = 0;                                                                    \
+        for (; i + 16 <= n; i += 16) {                                                    \
+            const __m256 a = vop(_mm256_loadu_ps(x + i), _mm256_loadu_ps(g + i));         \
+            const __m256 b = vop(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(g + i + 8)); \
+            _mm256_storeu_ps(y + i, a);                                                   \
+            _mm256_storeu_ps(y + i + 8, b);                                               \
+        }                                                                                 \
+        for (; i < n; i++) y[i] = x[i] op g[i];                                           \
     }
-    for (; i < n; i++) y[i] = x[i] + g[i];
-}
-
-static void mul(int64_t n, float *y, const float *x, const float *g) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(g + i));
-        const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(g + i + 8));
-        _mm256_storeu_ps(y + i, a);
-        _mm256_storeu_ps(y + i + 8, b);
-    }
-    for (; i < n; i++) y[i] = x[i] * g[i];
-}
+ROW_OP(add, _mm256_add_ps, +)
+ROW_OP(mul, _mm256_mul_ps, *)
 
 /* The squares in float, summed in double (4 lanes each of two
  * accumulators), the mean and the scale in float as the reference. */

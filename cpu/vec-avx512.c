@@ -583,35 +583,23 @@ static double exp_sum(int64_t n, float *y, float max) {
     return sum;
 }
 
-static void add(int64_t n, float *y, const float *x, const float *g) {
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 a = _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i));
-        const __m512 b = _mm512_add_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(g + i + 16));
-        _mm512_storeu_ps(y + i, a);
-        _mm512_storeu_ps(y + i + 16, b);
+/* y = vop(x, g), 32 at a time, the tail masked. */
+#define ROW_OP(name, vop)                                                                                           \
+    static void name(int64_t n, float *y, const float *x, const float *g) {                                         \
+        int64_t i = 0;                                                                                              \
+        for (; i + 32 <= n; i += 32) {                                                                              \
+            const __m512 a = vop(_mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i));                                   \
+            const __m512 b = vop(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(g + i + 16));                         \
+            _mm512_storeu_ps(y + i, a);                                                                             \
+            _mm512_storeu_ps(y + i + 16, b);                                                                        \
+        }                                                                                                           \
+        for (; i < n; i += 16) {                                                                                    \
+            const __mmask16 m = lanes16(n - i);                                                                     \
+            _mm512_mask_storeu_ps(y + i, m, vop(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, g + i))); \
+        }                                                                                                           \
     }
-    for (; i < n; i += 16) {
-        const __mmask16 m = lanes16(n - i);
-        _mm512_mask_storeu_ps(y + i, m,
-                              _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, g + i)));
-    }
-}
-
-static void mul(int64_t n, float *y, const float *x, const float *g) {
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(g + i));
-        const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(g + i + 16));
-        _mm512_storeu_ps(y + i, a);
-        _mm512_storeu_ps(y + i + 16, b);
-    }
-    for (; i < n; i += 16) {
-        const __mmask16 m = lanes16(n - i);
-        _mm512_mask_storeu_ps(y + i, m,
-                              _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, g + i)));
-    }
-}
+ROW_OP(add, _mm512_add_ps)
+ROW_OP(mul, _mm512_mul_ps)
 
 /* The squares in float, summed in double (8 lanes each of two accumulators),
  * the mean and the scale in float as the reference. */
