@@ -244,7 +244,6 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
         gemv_rows(p, dst, own);
         return;
     }
-    (void)conv;
     char *wdata = (char *)p->work + p->stream->conv_off;
     void *scratch = (char *)p->work + (size_t)p->ith * thread_bytes(dst, path);
     const int kind = conv_kind(dt, q8s);
