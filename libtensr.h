@@ -29,7 +29,7 @@ extern "C" {
 
 /* The one source of the version: configure.ac reads these three lines. */
 #define TSR_VERSION_MAJOR 0
-#define TSR_VERSION_MINOR 3
+#define TSR_VERSION_MINOR 4
 #define TSR_VERSION_PATCH 0
 #define TSR_VERSION_NUMBER ((TSR_VERSION_MAJOR << 16) | (TSR_VERSION_MINOR << 8) | TSR_VERSION_PATCH)
 
@@ -544,6 +544,16 @@ TSR_API void tsr_kv_cache_free(tsr_kv_cache *c);
  * tsr_attention; if the forward pass is abandoned, remove its positions. */
 TSR_API tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
                                       const int32_t *seq);
+/* Starts the next batch on the inputs the last tsr_kv_cache_begin made in
+ * ctx, so that the graph built on them is computed again instead of built
+ * anew (a decode step built once and run for each token): finds and marks
+ * cells as begin does, rewrites the cell indices and the masks in place and
+ * allocates nothing. TSR_E_STATE, with nothing changed, when the last begin
+ * was in another context, for another number of tokens, or when the
+ * batch's cells make the graph read another number of cells (the last cell
+ * in use, rounded up to 256): begin a new graph then. */
+TSR_API tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
+                                            const int32_t *seq);
 TSR_API void tsr_kv_cache_clear(tsr_kv_cache *c);
 /* Removes cells of seq (-1 = any) with p0 <= pos < p1 (p1 < 0 = infinity). */
 TSR_API tsr_status tsr_kv_cache_remove(tsr_kv_cache *c, int seq, int32_t p0, int32_t p1);

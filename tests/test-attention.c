@@ -313,6 +313,148 @@ static void run_schedule(const shape *sh, tsr_type tk, tsr_type tv, int64_t n_ct
     ref_free(&ref);
 }
 
+/* ---- a graph built once and computed again (tsr_kv_cache_begin_again) ---------- */
+
+typedef struct kept_graph {
+    tsr_context *ctx;
+    tsr_tensor *q[N_LAYERS], *k[N_LAYERS], *v[N_LAYERS], *out[N_LAYERS];
+} kept_graph;
+
+static void kept_build(run_state *rs, const shape *sh, kept_graph *g, int nt, const int32_t *pos, const int32_t *seq,
+                       float scale) {
+    g->ctx = tsr_context_new(rs->b);
+    CHECK_OK(tsr_kv_cache_begin(rs->c, g->ctx, nt, pos, seq));
+    int64_t neq[3] = {sh->hdk, sh->n_head, nt}, nek[3] = {sh->hdk, sh->n_head_kv, nt}, nev[3] = {sh->hdv, sh->n_head_kv, nt};
+    for (int il = 0; il < N_LAYERS; il++) {
+        g->q[il] = tsr_input(g->ctx, TSR_TYPE_F32, 3, neq, NULL);
+        g->k[il] = tsr_input(g->ctx, TSR_TYPE_F32, 3, nek, NULL);
+        g->v[il] = tsr_input(g->ctx, TSR_TYPE_F32, 3, nev, NULL);
+        g->out[il] = tsr_attention(g->ctx, rs->c, il, g->q[il], g->k[il], g->v[il], scale);
+        CHECK(g->out[il] != NULL);
+    }
+}
+
+/* One token at a time on a kept graph after a 250-token prompt, against the
+ * reference: on sequence 0 and 1 in turn, a cell removed on the way, the
+ * 256-cell bound crossed (TSR_E_STATE, nothing changed, a new graph); and
+ * the statuses of begin_again. */
+static void test_again(void) {
+    const shape sh = {"gqa", 4, 2, 32, 32};
+    const float scale = 1.0f / sqrtf((float)sh.hdk);
+    const size_t qw = (size_t)sh.hdk * sh.n_head, kw = (size_t)sh.hdk * sh.n_head_kv, vw = (size_t)sh.hdv * sh.n_head_kv,
+                 ow = (size_t)sh.hdv * sh.n_head;
+    for (int flash = 0; flash < 2; flash++) {
+        run_state rs = {new_backend(flash, 0), NULL};
+        tsr_kv_cache_params p;
+        tsr_kv_cache_params_init(&p, sizeof p);
+        p.n_layers = N_LAYERS;
+        p.n_ctx = 600;
+        p.n_head_kv = sh.n_head_kv;
+        p.head_dim_k = sh.hdk;
+        p.head_dim_v = sh.hdv;
+        p.n_seq = 2;
+        CHECK_OK(tsr_kv_cache_new(rs.b, &p, &rs.c));
+        if (!rs.c) {
+            tsr_backend_free(rs.b);
+            continue;
+        }
+        int32_t one_pos = 0, one_seq = 0;
+        tsr_context *other = tsr_context_new(rs.b);
+        CHECK_STATUS(tsr_kv_cache_begin_again(rs.c, other, 1, &one_pos, NULL), TSR_E_STATE); /* no begin yet */
+        CHECK_STATUS(tsr_kv_cache_begin_again(NULL, other, 1, &one_pos, NULL), TSR_E_INVALID);
+        CHECK_STATUS(tsr_kv_cache_begin_again(rs.c, NULL, 1, &one_pos, NULL), TSR_E_INVALID);
+        ref_state ref = {0};
+        const int n_prompt = 250;
+        int32_t next_pos[2] = {0, 0}, pos[250], seq[250];
+        const batch prompt = {n_prompt, 0, -2, 0, 0};
+        fill_batch(&prompt, next_pos, pos, seq);
+        size_t n = (size_t)n_prompt * N_LAYERS;
+        float *q = malloc(n * qw * 4), *k = malloc(n * kw * 4), *v = malloc(n * vw * 4);
+        tsrtest_fill(q, n * qw, 11);
+        tsrtest_fill(k, n * kw, 12);
+        tsrtest_fill(v, n * vw, 13);
+        ref_add(&ref, &sh, n_prompt, k, v, pos, seq);
+        free(run_batch(&rs, &sh, n_prompt, q, k, v, pos, seq, scale));
+        kept_graph g = {0};
+        int builds = 0;
+        for (int step = 0; step < 20; step++) {
+            if (step == 9) { /* sequence 0's last token goes: its cell is taken again */
+                ref_remove(&ref, 0, next_pos[0] - 1, -1);
+                CHECK_OK(tsr_kv_cache_remove(rs.c, 0, next_pos[0] - 1, -1));
+                next_pos[0]--;
+            }
+            one_seq = step % 2;
+            one_pos = next_pos[one_seq]++;
+            tsrtest_fill(q, N_LAYERS * qw, 100 + step);
+            tsrtest_fill(k, N_LAYERS * kw, 200 + step);
+            tsrtest_fill(v, N_LAYERS * vw, 300 + step);
+            for (size_t i = 0; i < N_LAYERS * qw; i++) q[i] *= 3.0f;
+            ref_add(&ref, &sh, 1, k, v, &one_pos, &one_seq);
+            const int64_t used = tsr_kv_cache_used(rs.c);
+            tsr_status st = g.ctx ? tsr_kv_cache_begin_again(rs.c, g.ctx, 1, &one_pos, &one_seq) : TSR_E_STATE;
+            if (st == TSR_E_STATE) {
+                CHECK(tsr_kv_cache_used(rs.c) == used);
+                tsr_context_close(g.ctx);
+                kept_build(&rs, &sh, &g, 1, &one_pos, &one_seq, scale);
+                builds++;
+            } else {
+                CHECK_OK(st);
+            }
+            if (step == 12) { /* a tensor made in the graph's context: planned again */
+                const int64_t ne1 = 4;
+                CHECK(tsr_input(g.ctx, TSR_TYPE_F32, 1, &ne1, NULL) != NULL);
+            }
+            if (step == 14) { /* another graph computed in between: planned again */
+                const int64_t ne1 = 4;
+                const float a[4] = {1, 2, 3, 4};
+                float r[4] = {0};
+                tsr_tensor *x = tsr_input(other, TSR_TYPE_F32, 1, &ne1, a), *y = tsr_add(other, x, x);
+                CHECK_OK(tsr_compute(other, &y, 1));
+                CHECK_OK(tsr_tensor_read(y, r, 0, sizeof r));
+                CHECK(r[3] == 8.0f);
+            }
+            if (step == 16) { /* a measure of another graph in between: planned again */
+                const int64_t ne1 = 4;
+                tsr_tensor *x = tsr_input(other, TSR_TYPE_F32, 1, &ne1, NULL), *y = tsr_mul(other, x, x);
+                size_t sizes[8];
+                CHECK(tsr_backend_n_devices(rs.b) <= 8);
+                CHECK_OK(tsr_measure(other, &y, 1, sizes));
+            }
+            for (int il = 0; il < N_LAYERS; il++) {
+                CHECK_OK(tsr_tensor_write(g.q[il], q + il * qw, 0, qw * 4));
+                CHECK_OK(tsr_tensor_write(g.k[il], k + il * kw, 0, kw * 4));
+                CHECK_OK(tsr_tensor_write(g.v[il], v + il * vw, 0, vw * 4));
+            }
+            float got[N_LAYERS * 128];
+            double want[N_LAYERS * 128];
+            CHECK_OK(tsr_compute(g.ctx, g.out, N_LAYERS));
+            for (int il = 0; il < N_LAYERS; il++) {
+                CHECK_OK(tsr_tensor_read(g.out[il], got + il * ow, 0, ow * 4));
+                ref_attention(&ref, &sh, il, N_LAYERS, q + il * qw, 1, &one_pos, &one_seq, scale, want + il * ow);
+            }
+            const double e = tsrtest_nmse(got, want, N_LAYERS * ow);
+            CHECK(e < tol_of(TSR_TYPE_F16, TSR_TYPE_F16), "%s step %d: nmse %g", flash ? "flash" : "plain", step, e);
+        }
+        CHECK(builds == 2, "%d graphs built for 20 steps; expected 2 (the 256-cell bound crossed once)", builds);
+        const int64_t used = tsr_kv_cache_used(rs.c);
+        int32_t two_pos[2] = {500, 501};
+        CHECK_STATUS(tsr_kv_cache_begin_again(rs.c, g.ctx, 2, two_pos, NULL), TSR_E_STATE); /* 1 token graph */
+        CHECK_STATUS(tsr_kv_cache_begin_again(rs.c, other, 1, two_pos, NULL), TSR_E_STATE);  /* not its begin */
+        tsr_context_close(g.ctx);
+        tsr_context *again = tsr_context_new(rs.b); /* perhaps where the closed one was: still another */
+        CHECK_STATUS(tsr_kv_cache_begin_again(rs.c, again, 1, two_pos, NULL), TSR_E_STATE);
+        CHECK(tsr_kv_cache_used(rs.c) == used);
+        tsr_context_close(again);
+        tsr_context_close(other);
+        free(q);
+        free(k);
+        free(v);
+        ref_free(&ref);
+        tsr_kv_cache_free(rs.c);
+        tsr_backend_free(rs.b);
+    }
+}
+
 static const batch SCHEDULE[] = {
     {37, 0, -2, 0, 0},
     {1, 0, -2, 0, 0},
@@ -826,6 +968,7 @@ int main(void) {
     test_nocache();
     test_bound();
     test_paths();
+    test_again();
     test_windows();
     test_alloc_failures();
     return tsrtest_done("test-attention");

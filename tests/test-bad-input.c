@@ -889,6 +889,19 @@ static void c_kv_use(void) {
     ERR(tsr_kv_cache_begin(cache, ctx, 2, pos, bad_seq), TSR_E_INVALID);
     ERR(tsr_kv_cache_begin(cache, ctx, 2, pos, neg_seq), TSR_E_INVALID);
     VAL(tsr_kv_cache_used(cache), 0); /* nothing changed */
+    ERR(tsr_kv_cache_begin_again(NULL, ctx, 2, pos, NULL), TSR_E_INVALID);
+    ERR(tsr_kv_cache_begin_again(cache, NULL, 2, pos, NULL), TSR_E_INVALID);
+    ERR(tsr_kv_cache_begin_again(cache, ctx, 2, pos, NULL), TSR_E_STATE); /* no begin in ctx */
+    ERR(tsr_kv_cache_begin_again(cache, ctx, -2, pos, NULL), TSR_E_INVALID);
+    ERR(tsr_kv_cache_begin_again(cache, ctx, INT64_MAX, NULL, NULL), TSR_E_RANGE);
+    ERR(tsr_kv_cache_begin_again(cache, ctx, 2, neg_pos, NULL), TSR_E_INVALID);
+    ERR(tsr_kv_cache_begin_again(cache, ctx, 2, pos, bad_seq), TSR_E_INVALID);
+    VAL(tsr_kv_cache_used(cache), 0);
+    CHECK_OK(tsr_kv_cache_begin(cache, ctx, 2, pos, NULL));
+    ERR(tsr_kv_cache_begin_again(cache, ctx, 1, pos, NULL), TSR_E_STATE); /* another batch size */
+    ERR(tsr_kv_cache_begin_again(cache, ctx, 2, neg_pos, NULL), TSR_E_INVALID);
+    VAL(tsr_kv_cache_used(cache), 2);
+    tsr_kv_cache_clear(cache);
     ERR(tsr_kv_cache_begin_reserve(NULL, ctx, 2), TSR_E_INVALID);
     ERR(tsr_kv_cache_begin_reserve(cache, NULL, 2), TSR_E_INVALID);
     ERR(tsr_kv_cache_begin_reserve(cache, ctx, -1), TSR_E_RANGE);
@@ -1355,7 +1368,7 @@ static const struct bad_case {
     {"tsr_flash_attn tsr_attention_nocache", c_flash},
     {"tsr_compute tsr_reserve tsr_measure", c_compute},
     {"tsr_kv_cache_params_init tsr_kv_cache_new tsr_kv_cache_free", c_kv_new},
-    {"tsr_kv_cache_begin tsr_kv_cache_begin_reserve tsr_kv_cache_clear tsr_kv_cache_remove tsr_kv_cache_used "
+    {"tsr_kv_cache_begin tsr_kv_cache_begin_again tsr_kv_cache_begin_reserve tsr_kv_cache_clear tsr_kv_cache_remove tsr_kv_cache_used "
      "tsr_kv_cache_n_ctx tsr_kv_cache_seq_pos_max tsr_kv_cache_mask",
      c_kv_use},
     {"tsr_attention", c_attention},

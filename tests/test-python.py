@@ -263,6 +263,35 @@ def test_attention_nocache():
     assert_close(got, want, 1e-4, "attention_nocache")
 
 
+def test_kv_cache_begin_again():
+    """A one-token graph built once and computed again (begin_again) gives what
+    a graph built for each token gives; another batch size is TSR_E_STATE."""
+    hd, nh, nkv, steps = 8, 4, 2, 5
+    be = tsr.Backend(n_threads=2)
+    kept_c, fresh_c = be.kv_cache(1, 64, nkv, hd), be.kv_cache(1, 64, nkv, hd)
+    qs, ks, vs = rand(steps, 1, nh, hd), rand(steps, 1, nkv, hd), rand(steps, 1, nkv, hd)
+    kept = None
+    for i in range(steps):
+        with tsr.Context(be) as ctx:
+            fresh_c.begin(ctx, [i])
+            want = ctx.attention(fresh_c, 0, ctx.input(qs[i]), ctx.input(ks[i]), ctx.input(vs[i]), 0.35)
+            ctx.compute(want)
+            want = want.numpy()
+        if kept is None:
+            kctx = tsr.Context(be)
+            kept_c.begin(kctx, [i])
+            ins = [kctx.input(qs[i]), kctx.input(ks[i]), kctx.input(vs[i])]
+            kept = kctx.attention(kept_c, 0, *ins, 0.35)
+        else:
+            kept_c.begin_again(kctx, [i])
+            for t, x in zip(ins, (qs[i], ks[i], vs[i])):
+                t.write(x)
+        kctx.compute(kept)
+        assert_close(kept.numpy(), want, 1e-6, "step %d" % i)
+    expect_error(lambda: kept_c.begin_again(kctx, [5, 6]), tsr.TSR_E_STATE)
+    kctx.close()
+
+
 # --- errors ----------------------------------------------------------------
 
 def expect_error(fn, status=None):

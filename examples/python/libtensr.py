@@ -228,6 +228,7 @@ _SIGS = {
     "tsr_kv_cache_new": (_STATUS, [_P, _PTR(_KVCacheParams), _PTR(_P)]),
     "tsr_kv_cache_free": (None, [_P]),
     "tsr_kv_cache_begin": (_STATUS, [_P, _P, _I64, _PTR(_I32), _PTR(_I32)]),
+    "tsr_kv_cache_begin_again": (_STATUS, [_P, _P, _I64, _PTR(_I32), _PTR(_I32)]),
     "tsr_kv_cache_clear": (None, [_P]),
     "tsr_kv_cache_remove": (_STATUS, [_P, _I, _I32, _I32]),
     "tsr_kv_cache_used": (_I64, [_P]),
@@ -1233,17 +1234,25 @@ class KVCache(_Handle):
         self._own(_call_out("kv_cache_new", C.kv_cache_new, backend._handle(), ctypes.byref(p)),
                   backend)
 
-    def begin(self, ctx, pos, seq=None):
-        """Starts a batch at positions pos (sequence ids seq) in context ctx."""
+    def _begin(self, fn, what, ctx, pos, seq):
         pos = np.ascontiguousarray(pos, dtype=np.int32).reshape(-1)
         sp = None
         if seq is not None:
             seq = np.ascontiguousarray(seq, dtype=np.int32).reshape(-1)
             if seq.size != pos.size:
-                raise Error(TSR_E_INVALID, "seq and pos differ in length", "kv_cache_begin")
+                raise Error(TSR_E_INVALID, "seq and pos differ in length", what)
             sp = seq.ctypes.data_as(_PTR(_I32))
-        _check(C.kv_cache_begin(self._handle(), ctx._handle(), pos.size,
-                                pos.ctypes.data_as(_PTR(_I32)), sp), "kv_cache_begin")
+        _check(fn(self._handle(), ctx._handle(), pos.size, pos.ctypes.data_as(_PTR(_I32)), sp), what)
+
+    def begin(self, ctx, pos, seq=None):
+        """Starts a batch at positions pos (sequence ids seq) in context ctx."""
+        self._begin(C.kv_cache_begin, "kv_cache_begin", ctx, pos, seq)
+
+    def begin_again(self, ctx, pos, seq=None):
+        """Starts the next batch on the inputs the last begin made in ctx (a graph
+        computed again); Error with TSR_E_STATE, nothing changed, when the batch
+        has another size or needs another number of cells read."""
+        self._begin(C.kv_cache_begin_again, "kv_cache_begin_again", ctx, pos, seq)
 
     def begin_reserve(self, ctx, n_tokens):
         """Inputs of a worst-case batch over the whole cache, for ctx.reserve() or

@@ -223,7 +223,11 @@ static tsr_status tsr_cache_init(tsr_kv_cache *c) {
         return s;
     c->cell_pos = tsr__malloc(nc * sizeof *c->cell_pos);
     c->cell_seq = tsr__calloc(nc, sizeof *c->cell_seq);
-    if (!c->cell_pos || !c->cell_seq)
+    const size_t nb = (size_t)(c->p.n_batch_max > 0 ? c->p.n_batch_max : 1);
+    c->cells_buf = tsr__malloc(nb * sizeof *c->cells_buf);
+    c->pos_buf = tsr__malloc(nb * sizeof *c->pos_buf);
+    c->next_buf = tsr__malloc((size_t)c->p.n_seq * sizeof *c->next_buf);
+    if (!c->cell_pos || !c->cell_seq || !c->cells_buf || !c->pos_buf || !c->next_buf)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory for %zu cells", nc);
     for (size_t i = 0; i < nc; i++) c->cell_pos[i] = -1;
     return TSR_OK;
@@ -287,6 +291,9 @@ void tsr_kv_cache_free(tsr_kv_cache *c) {
     tsr__free(c->bufs);
     tsr__free(c->cell_pos);
     tsr__free(c->cell_seq);
+    tsr__free(c->cells_buf);
+    tsr__free(c->pos_buf);
+    tsr__free(c->next_buf);
     tsr__free(c);
     tsr__backend_release(b);
 }
@@ -354,10 +361,9 @@ static tsr_status tsr_check_batch(const tsr_kv_cache *c, int64_t n_tokens, const
 
 /* Positions when the caller gives none: each sequence continues after its
  * largest position. */
-static tsr_status tsr_default_positions(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int32_t *out) {
-    int32_t *next = tsr__calloc((size_t)c->p.n_seq, sizeof *next);
-    if (!next)
-        return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_begin: out of host memory");
+static void tsr_default_positions(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int32_t *out) {
+    int32_t *next = c->next_buf;
+    memset(next, 0, (size_t)c->p.n_seq * sizeof *next);
     for (int64_t i = 0; i < c->p.n_ctx; i++)
         if (c->cell_pos[i] >= 0 && c->cell_pos[i] >= next[c->cell_seq[i]])
             next[c->cell_seq[i]] = c->cell_pos[i] == INT32_MAX ? INT32_MAX : c->cell_pos[i] + 1;
@@ -367,8 +373,6 @@ static tsr_status tsr_default_positions(const tsr_kv_cache *c, int64_t n_tokens,
         if (next[s] < INT32_MAX)
             next[s]++;
     }
-    tsr__free(next);
-    return TSR_OK;
 }
 
 /* Causal mask: token i sees cell j when the cell is in use, of the same
@@ -425,6 +429,7 @@ static tsr_status tsr_build_inputs(tsr_kv_cache *c, tsr_context *ctx, int64_t n_
             tsr_fill_mask(c, mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
     }
     c->ctx = ctx;
+    c->ctx_id = ctx->id;
     c->n_tokens = n_tokens;
     c->n_kv = n_kv;
     c->idx = idx;
@@ -442,14 +447,9 @@ static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, int64_t *
     return found;
 }
 
-static tsr_status tsr_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
-                            int64_t *cells, int32_t *pos_buf) {
-    if (!pos) {
-        tsr_status s = tsr_default_positions(c, n_tokens, seq, pos_buf);
-        if (s != TSR_OK)
-            return s;
-        pos = pos_buf;
-    }
+/* Cells for the batch (marked used), or TSR_E_FULL with nothing changed. */
+static tsr_status tsr_take_cells(tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                                 int64_t *cells) {
     if (tsr_find_cells(c, n_tokens, cells) < n_tokens)
         return tsr__error(TSR_E_FULL,
                           "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
@@ -458,12 +458,6 @@ static tsr_status tsr_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens,
         c->cell_pos[cells[i]] = pos[i];
         c->cell_seq[cells[i]] = seq ? seq[i] : 0;
     }
-    tsr_status s = tsr_build_inputs(c, ctx, n_tokens, tsr_n_kv(c), pos, seq, cells, false);
-    if (s != TSR_OK) { /* nothing changes on failure */
-        for (int64_t i = 0; i < n_tokens; i++) c->cell_pos[cells[i]] = -1;
-        return s;
-    }
-    c->n_used += n_tokens;
     return TSR_OK;
 }
 
@@ -476,16 +470,59 @@ tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_token
     tsr_status s = tsr_check_batch(c, n_tokens, pos, seq);
     if (s != TSR_OK)
         return s;
-    size_t n = (size_t)(n_tokens > 0 ? n_tokens : 1);
-    int64_t *cells = tsr__malloc(n * sizeof *cells);
-    int32_t *pos_buf = pos ? NULL : tsr__malloc(n * sizeof *pos_buf);
-    if (!cells || (!pos && !pos_buf))
-        s = tsr__error(TSR_E_NOMEM, "tsr_kv_cache_begin: out of host memory");
-    else
-        s = tsr_begin(c, ctx, n_tokens, pos, seq, cells, pos_buf);
-    tsr__free(cells);
-    tsr__free(pos_buf);
-    return s;
+    if (!pos) {
+        tsr_default_positions(c, n_tokens, seq, c->pos_buf);
+        pos = c->pos_buf;
+    }
+    int64_t *cells = c->cells_buf;
+    if ((s = tsr_take_cells(c, n_tokens, pos, seq, cells)) != TSR_OK)
+        return s;
+    s = tsr_build_inputs(c, ctx, n_tokens, tsr_n_kv(c), pos, seq, cells, false);
+    if (s != TSR_OK) { /* nothing changes on failure */
+        for (int64_t i = 0; i < n_tokens; i++) c->cell_pos[cells[i]] = -1;
+        return s;
+    }
+    c->n_used += n_tokens;
+    return TSR_OK;
+}
+
+tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
+                                    const int32_t *seq) {
+    if (!c || !ctx)
+        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin_again: NULL %s", !c ? "cache" : "context");
+    tsr_status s = tsr_check_batch(c, n_tokens, pos, seq);
+    if (s != TSR_OK)
+        return s;
+    /* the id, not the pointer: a context made where a closed one was is another */
+    if (!c->idx || ctx->id != c->ctx_id)
+        return tsr__error(TSR_E_STATE, "tsr_kv_cache_begin_again: the last tsr_kv_cache_begin was not in this context");
+    if (n_tokens != c->n_tokens)
+        return tsr__error(TSR_E_STATE, "tsr_kv_cache_begin_again: batch of %lld tokens; the graph's has %lld",
+                          (long long)n_tokens, (long long)c->n_tokens);
+    int64_t *cells = c->idx->data; /* the graph reads them from here */
+    if ((n_tokens > 0 && !cells) || !c->mask->data || (c->mask_swa && !c->mask_swa->data))
+        return tsr__error(TSR_E_STATE, "tsr_kv_cache_begin_again: the inputs of the last begin have no memory");
+    if (!pos) {
+        tsr_default_positions(c, n_tokens, seq, c->pos_buf);
+        pos = c->pos_buf;
+    }
+    /* the cells into scratch first: the graph's keep their values on failure */
+    if ((s = tsr_take_cells(c, n_tokens, pos, seq, c->cells_buf)) != TSR_OK)
+        return s;
+    const int64_t n_kv = tsr_n_kv(c);
+    if (n_kv != c->n_kv) { /* another shape: undo */
+        for (int64_t i = 0; i < n_tokens; i++) c->cell_pos[c->cells_buf[i]] = -1;
+        return tsr__error(TSR_E_STATE,
+                          "tsr_kv_cache_begin_again: the batch's cells need %lld cells read; the graph reads %lld",
+                          (long long)n_kv, (long long)c->n_kv);
+    }
+    memcpy(cells, c->cells_buf, (size_t)n_tokens * sizeof *cells);
+    const int64_t n_rows = c->mask->ne[1];
+    tsr_fill_mask(c, c->mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
+    if (c->mask_swa)
+        tsr_fill_mask(c, c->mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
+    c->n_used += n_tokens;
+    return TSR_OK;
 }
 
 tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens) {

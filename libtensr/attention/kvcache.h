@@ -38,10 +38,13 @@ struct tsr_kv_cache {
     int32_t *cell_pos; /* per cell: position, -1 when free */
     int32_t *cell_seq; /* per cell: sequence id */
     int64_t n_used;
+    int64_t *cells_buf; /* scratch of a begin: n_batch_max cells and positions, n_seq next positions */
+    int32_t *pos_buf, *next_buf;
     bool planned; /* grp_size added to the backend's plan_kv */
     bool counted; /* counted in the backend's open caches */
     /* the batch of the last begin */
     tsr_context *ctx;
+    uint64_t ctx_id; /* ctx->id then (tsr_kv_cache_begin_again) */
     int64_t n_tokens, n_kv;
     tsr_tensor *idx;      /* I64 [n_tokens]: cell of each token */
     tsr_tensor *mask;     /* F16 [n_kv, n_tokens padded] */

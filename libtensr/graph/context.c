@@ -26,6 +26,7 @@ tsr_context *tsr_context_new(tsr_backend *b) {
         return NULL;
     }
     ctx->backend = b;
+    ctx->id = ctx->version = ++b->versions;
     ctx->chunk_used = TSR_CHUNK_TENSORS; /* first tensor allocates the first chunk */
     b->n_open_contexts++;
     return ctx;
@@ -88,6 +89,7 @@ tsr_tensor *tsr__new_tensor_struct(tsr_context *ctx) {
     }
     tsr_tensor *t = &ctx->chunks->t[ctx->chunk_used++];
     memset(t, 0, sizeof *t);
+    ctx->version = ++ctx->backend->versions;
     t->ctx = ctx;
     t->device_id = -1;
     return t;

@@ -140,10 +140,12 @@ static tsr_tensor *graph(g3_fwd *f, tsr_tensor *tokens) {
     return tsr_mul_mat(ctx, m->output, norm(f, x, m->out_norm));
 }
 
-tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
-                        tsr_tensor **out) {
+tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out,
+                        llm_fwd *inputs) {
     g3_fwd f;
     tsr_tensor *tok = llm_fwd_begin(&f, m, ctx, cache, b);
     *out = graph(&f, tok);
+    if (inputs)
+        *inputs = f;
     return llm_fwd_end(ctx, *out);
 }

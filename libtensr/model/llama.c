@@ -518,12 +518,14 @@ static int all_rows(const llm_batch *b) {
     return 1;
 }
 
+int llm_gathers_rows(const llm_batch *b) { return b->n_out > 0 && (!b->tokens || !all_rows(b)); }
+
 tsr_tensor *llm_fwd_begin(llm_fwd *f, const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b) {
     const int64_t ne = b->n, ne_out = b->n_out;
-    *f = (llm_fwd){m, ctx, cache, NULL, NULL, b->n, b->n_out};
-    tsr_tensor *tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
+    *f = (llm_fwd){m, ctx, cache, NULL, NULL, NULL, b->n, b->n_out};
+    tsr_tensor *tok = f->tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
     f->pos = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->pos);
-    if (b->n_out > 0 && (!b->tokens || !all_rows(b)))
+    if (llm_gathers_rows(b))
         f->out_ids = tsr_input(ctx, TSR_TYPE_I32, 1, &ne_out, b->out_ids);
     return tok;
 }
@@ -536,11 +538,14 @@ tsr_status llm_fwd_end(tsr_context *ctx, const tsr_tensor *out) {
                       tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
 }
 
-tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out) {
+tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out,
+                     llm_fwd *inputs) {
     if (llm_is_gemma3(&m->hp))
-        return gemma3_build(m, ctx, cache, b, out);
+        return gemma3_build(m, ctx, cache, b, out, inputs);
     fwd f;
     tsr_tensor *tok = llm_fwd_begin(&f, m, ctx, cache, b);
     *out = graph(&f, tok);
+    if (inputs)
+        *inputs = f;
     return llm_fwd_end(ctx, *out);
 }

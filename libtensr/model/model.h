@@ -106,10 +106,16 @@ typedef struct llm_batch {
 tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp);
 /* Looks up every weight of m->hp in m->be and checks its shape. */
 tsr_status llm_bind_weights(tsr_model *m);
+typedef struct llm_fwd llm_fwd;
+/* Whether the graph of b gathers the rows of out_ids (else it keeps every row). */
+int llm_gathers_rows(const llm_batch *b);
 /* Builds the graph of batch b in ctx over cache (tsr_kv_cache_begin* already
  * called); *out: logits [n_vocab, n_out], or, when n_out == 0, the last
- * layer's attention (which writes the cache). */
-tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out);
+ * layer's attention (which writes the cache). inputs (NULL: not wanted):
+ * the graph's token, position and output-row inputs, to run it again on
+ * another batch of the same shape. */
+tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out,
+                     llm_fwd *inputs);
 
 /* Shared with the other architectures' files: GGUF key ARCH.suffix (a
  * required integer when def < 0; a float defaulting to def) and a weight
@@ -125,18 +131,18 @@ tsr_status llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, in
 int llm_is_gemma3(const llm_hparams *hp);
 tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp);
 tsr_status gemma3_bind_layer(tsr_model *m, int il);
-tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
-                        tsr_tensor **out);
+tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out,
+                        llm_fwd *inputs);
 int llm_layer_is_swa(const llm_hparams *hp, int il);
 
 /* One micro-batch being built (every architecture's graph). */
-typedef struct llm_fwd {
+struct llm_fwd {
     const tsr_model *m;
     tsr_context *ctx;
     tsr_kv_cache *cache;
-    tsr_tensor *pos, *out_ids; /* out_ids NULL: every row is kept */
+    tsr_tensor *tok, *pos, *out_ids; /* inputs; out_ids NULL: every row is kept */
     int64_t n, n_out;
-} llm_fwd;
+};
 
 /* Starts building batch b: fills f and makes the position and (when not
  * every row is kept) output-row inputs; returns the token input. */

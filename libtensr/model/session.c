@@ -4,11 +4,21 @@
  * context (logits rows, positions, row indices) is allocated by
  * tsr_session_new, and the compute buffers are reserved there for the worst
  * micro-batch (n_ubatch tokens against a full cache, n_outputs_max rows), so
- * an out-of-memory shows at creation, never in the middle of a generation. */
+ * an out-of-memory shows at creation, never in the middle of a generation.
+ *
+ * The graph of the last micro-batch of up to 64 tokens is kept (its
+ * context, output and inputs) and run again for the next micro-batch of
+ * the same shape: the same number of tokens and of logits rows, and cells
+ * that give the same n_kv (rounded up to 256 cells). Only its inputs are rewritten (tokens,
+ * positions, rows, cells, masks), and the scheduler runs it on its last
+ * plan: a generation builds and plans a graph once per 256 tokens, and
+ * allocates nothing per token. TSR_GRAPH_REUSE=0 builds every graph. */
 #include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define KEEP_MAX_TOKENS 64 /* micro-batches whose graphs are kept */
 
 struct tsr_session {
     tsr_model *m;
@@ -20,6 +30,12 @@ struct tsr_session {
     size_t n_last;
     int32_t *pos, *out_ids, *next; /* scratch: n_batch positions, n_ubatch rows, n_seq_max next positions */
     int counted;                   /* made whole: counted in m->n_sessions */
+    bool reuse;                    /* TSR_GRAPH_REUSE is not "0" */
+    struct {                       /* the last micro-batch's graph (ctx NULL: none) */
+        tsr_context *ctx;
+        tsr_tensor *out;
+        llm_fwd in;
+    } g;
 };
 
 void tsr_session_params_init(tsr_session_params *p, size_t size) {
@@ -114,7 +130,7 @@ static tsr_status reserve(tsr_session *s) {
     if (st != TSR_OK)
         st = tsr__error(st, "kv cache: %s", tsr_last_error());
     if (st == TSR_OK)
-        st = llm_build(s->m, ctx, s->cache, &b, &out);
+        st = llm_build(s->m, ctx, s->cache, &b, &out, NULL);
     if (st == TSR_OK && (st = tsr_reserve(ctx, &out, 1)) != TSR_OK)
         st = tsr__error(st, "reserving compute memory: %s", tsr_last_error());
     tsr_context_close(ctx);
@@ -148,6 +164,8 @@ tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_sessio
     if (!s)
         return tsr__error(TSR_E_NOMEM, "tsr_session_new: out of host memory");
     s->m = m;
+    const char *env = getenv("TSR_GRAPH_REUSE");
+    s->reuse = !(env && strcmp(env, "0") == 0);
     params_read(p, &s->p);
     tsr_status st = settle(m, &s->p);
     if (st == TSR_OK)
@@ -166,9 +184,15 @@ tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_sessio
     return TSR_OK;
 }
 
+static void drop_graph(tsr_session *s) {
+    tsr_context_close(s->g.ctx);
+    memset(&s->g, 0, sizeof s->g);
+}
+
 void tsr_session_free(tsr_session *s) {
     if (!s)
         return;
+    drop_graph(s);
     if (s->counted && --s->m->n_sessions == 0 && s->m->freed)
         llm_model_destroy(s->m);
     tsr_kv_cache_free(s->cache);
@@ -250,6 +274,50 @@ static void fill_positions(tsr_session *s, size_t n, const int32_t *pos, const i
     for (size_t i = 0; i < n; i++) s->pos[i] = s->next[seq ? seq[i] : 0]++;
 }
 
+/* Batch b on the kept graph when it has its shape; *ran false (nothing
+ * changed) when it has not. */
+static tsr_status run_again(tsr_session *s, const llm_batch *b, bool *ran) {
+    *ran = false;
+    const llm_fwd *in = &s->g.in;
+    if (!s->g.ctx || b->n != in->n || b->n_out != in->n_out || llm_gathers_rows(b) != (in->out_ids != NULL))
+        return TSR_OK;
+    tsr_status st = tsr_kv_cache_begin_again(s->cache, s->g.ctx, b->n, b->pos, b->seq);
+    if (st == TSR_E_STATE) { /* another shape: a new graph */
+        tsr_clear_error();
+        return TSR_OK;
+    }
+    if (st != TSR_OK)
+        return tsr__error(st, "kv cache: %s", tsr_last_error());
+    const size_t n = (size_t)b->n * sizeof(int32_t);
+    if ((st = tsr_tensor_write(in->tok, b->tokens, 0, n)) == TSR_OK &&
+        (st = tsr_tensor_write(in->pos, b->pos, 0, n)) == TSR_OK && in->out_ids)
+        st = tsr_tensor_write(in->out_ids, b->out_ids, 0, (size_t)b->n_out * sizeof(int32_t));
+    if (st != TSR_OK)
+        return tsr__error(st, "writing the inputs: %s", tsr_last_error());
+    *ran = true;
+    return TSR_OK;
+}
+
+/* A new graph for batch b, kept in s->g when it builds. */
+static tsr_status build(tsr_session *s, const llm_batch *b) {
+    drop_graph(s);
+    tsr_context *ctx = tsr_context_new(s->m->be);
+    if (!ctx)
+        return tsr__error(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
+    tsr_status st = tsr_kv_cache_begin(s->cache, ctx, b->n, b->pos, b->seq);
+    if (st != TSR_OK)
+        st = tsr__error(st, "kv cache: %s", tsr_last_error());
+    if (st == TSR_OK)
+        st = llm_build(s->m, ctx, s->cache, b, &s->g.out, &s->g.in);
+    if (st != TSR_OK) {
+        tsr_context_close(ctx);
+        memset(&s->g, 0, sizeof s->g);
+        return st;
+    }
+    s->g.ctx = ctx;
+    return TSR_OK;
+}
+
 /* One micro-batch: tokens [i0, i0+nb) of the call; its rows go to logits row *row.. */
 static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const int32_t *tokens, const int32_t *seq,
                          const int8_t *want, int64_t *row) {
@@ -259,30 +327,28 @@ static tsr_status ubatch(tsr_session *s, size_t n, size_t i0, size_t nb, const i
             s->out_ids[b.n_out++] = (int32_t)(i - i0);
             s->row_of[i] = *row + b.n_out - 1;
         }
-    tsr_context *ctx = tsr_context_new(s->m->be);
-    if (!ctx)
-        return tsr__error(TSR_E_NOMEM, "creating a context: %s", tsr_last_error());
-    tsr_tensor *out = NULL;
     const bool prof = tsr__prof_on();
     const int64_t t0 = prof ? tsr__prof_now() : 0;
-    tsr_status st = tsr_kv_cache_begin(s->cache, ctx, b.n, b.pos, b.seq);
-    if (st != TSR_OK)
-        st = tsr__error(st, "kv cache: %s", tsr_last_error());
-    if (st == TSR_OK)
-        st = llm_build(s->m, ctx, s->cache, &b, &out);
+    bool ran = false;
+    tsr_status st = s->reuse ? run_again(s, &b, &ran) : TSR_OK;
+    if (st == TSR_OK && !ran)
+        st = build(s, &b);
     if (prof) {
         tsr__prof_add(0, tsr__prof_now() - t0);
         tsr__prof_tokens(b.n);
     }
-    if (st == TSR_OK && (st = tsr_compute(ctx, &out, 1)) != TSR_OK)
+    if (st == TSR_OK && (st = tsr_compute(s->g.ctx, &s->g.out, 1)) != TSR_OK)
         st = tsr__error(st, "compute: %s", tsr_last_error());
     if (st == TSR_OK && b.n_out > 0) {
         float *dst = s->logits + (size_t)*row * (size_t)s->m->hp.n_vocab;
         size_t bytes = (size_t)b.n_out * (size_t)s->m->hp.n_vocab * sizeof(float);
-        if ((st = tsr_tensor_read(out, dst, 0, bytes)) != TSR_OK)
+        if ((st = tsr_tensor_read(s->g.out, dst, 0, bytes)) != TSR_OK)
             st = tsr__error(st, "reading logits: %s", tsr_last_error());
     }
-    tsr_context_close(ctx);
+    /* a failed graph is not run again, nor kept a big one (its mask alone
+     * is n_kv x n_tokens; its build is small next to its compute) */
+    if (st != TSR_OK || !s->reuse || b.n > KEEP_MAX_TOKENS)
+        drop_graph(s);
     *row += b.n_out;
     return st;
 }

@@ -24,10 +24,18 @@
  * After a reserve, a graph no larger allocates nothing: every array here is
  * kept and grown only, device-to-device copies go through a staging buffer
  * sized at planning time.
+ *
+ * A compute of the same outputs as the compute before it, with no tensor
+ * made in their context since (its version, unique on the backend) and no
+ * other plan in between, is the same graph (a node's sources never change
+ * once it is made): it runs on the last plan, without steps 1-4 (a decode
+ * step built once and run for each token). TSR_GRAPH_REUSE=0 plans every
+ * compute.
  */
 #include "core.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #define LOC_NONE (-1)    /* not decided yet (a tsr_empty leaf before its first use) */
 #define LOC_SYSMEM (-2)  /* plain system memory (inputs) */
@@ -87,6 +95,11 @@ struct tsr_sched {
     size_t n_chunks, cap_chunks, pool_used;
     void *staging; /* host memory for device-to-device copies */
     size_t staging_size, staging_need;
+    /* The outputs and context version of the compute the plan is for (n_last 0: none) */
+    tsr_tensor **last_outs;
+    size_t n_last, cap_last;
+    uint64_t last_version;
+    bool reuse; /* TSR_GRAPH_REUSE is not "0" */
 };
 
 static tsr_status tsr_oom(void) { return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph"); }
@@ -96,6 +109,8 @@ tsr_status tsr__sched_new(tsr_backend *b, tsr_sched **out) {
     if (!s)
         return tsr__error(TSR_E_NOMEM, "out of host memory creating the scheduler");
     s->b = b;
+    const char *env = getenv("TSR_GRAPH_REUSE");
+    s->reuse = !(env && strcmp(env, "0") == 0);
     s->bufs = tsr__calloc(b->n_devices, sizeof *s->bufs);
     s->peak = tsr__calloc(b->n_devices, sizeof *s->peak);
     tsr_status st = s->bufs && s->peak ? tsr__galloc_new(b->n_devices, (int)b->host, &s->ga)
@@ -129,6 +144,7 @@ void tsr__sched_free(tsr_sched *s) {
     for (size_t i = 0; i < s->n_chunks; i++) tsr__free(s->chunks[i]);
     tsr__free(s->chunks);
     tsr__aligned_free(s->staging);
+    tsr__free(s->last_outs);
     tsr__free(s);
 }
 
@@ -606,6 +622,8 @@ static tsr_status tsr_reserve_streams(tsr_sched *s) {
 /* Graph, devices, splits, copies and the memory plan (peak per device). */
 static tsr_status tsr_plan(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode) {
     tsr_backend *b = s->b;
+    s->n_last = 0;                                     /* the plan is for this request from here on */
+    (void)TSR_GROW(s->last_outs, s->cap_last, n_outs); /* here, not in the compute after a reserve */
     b->visit_mark++;
     if (b->visit_mark == 0)
         b->visit_mark = 1;
@@ -634,8 +652,48 @@ static void tsr_mark_results(tsr_sched *s) {
             s->graph.leafs[i]->generation = gen;
 }
 
+/* The version of the one context all of outs were made in; 0 when they are
+ * of several, or of none (weights). */
+static uint64_t tsr_outs_version(tsr_tensor *const *outs, size_t n_outs) {
+    const tsr_context *ctx = n_outs ? outs[0]->ctx : NULL;
+    for (size_t i = 1; i < n_outs && ctx; i++)
+        if (outs[i]->ctx != ctx)
+            return 0;
+    return ctx ? ctx->version : 0;
+}
+
+/* Whether the last plan is this request's (see the top of the file). */
+static bool tsr_same_request(const tsr_sched *s, tsr_tensor *const *outs, size_t n_outs) {
+    if (!s->reuse || s->n_last == 0 || s->n_last != n_outs)
+        return false;
+    for (size_t i = 0; i < n_outs; i++)
+        if (s->last_outs[i] != outs[i])
+            return false;
+    return tsr_outs_version(outs, n_outs) == s->last_version;
+}
+
+/* After a compute that ran: its request, for tsr_same_request. */
+static void tsr_remember_request(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs) {
+    s->last_version = tsr_outs_version(outs, n_outs);
+    if (s->last_version == 0 || n_outs > s->cap_last)
+        return; /* not remembered: the next compute plans */
+    memcpy(s->last_outs, outs, n_outs * sizeof *outs);
+    s->n_last = n_outs;
+}
+
 tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode, size_t *sizes) {
     tsr_backend *b = s->b;
+    if (mode == 0 && tsr_same_request(s, outs, n_outs)) {
+        b->generation++;
+        s->n_last = 0; /* again only after this run succeeds */
+        tsr_status st = tsr_sync_weight_copies(s);
+        for (size_t i = 0; i < s->n_splits && st == TSR_OK; i++) st = tsr_run_split(s, &s->splits[i]);
+        if (st != TSR_OK)
+            return st;
+        tsr_mark_results(s);
+        tsr_remember_request(s, outs, n_outs);
+        return TSR_OK;
+    }
     tsr_status st = tsr_plan(s, outs, n_outs, mode);
     if (st != TSR_OK)
         return st;
@@ -658,6 +716,7 @@ tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, 
         if ((st = tsr_run_split(s, &s->splits[i])) != TSR_OK)
             return st;
     tsr_mark_results(s);
+    tsr_remember_request(s, outs, n_outs);
     return TSR_OK;
 }
 
