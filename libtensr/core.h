@@ -112,7 +112,6 @@ struct tsr_backend {
     size_t *plan_weights, *plan_kv, *plan_compute;
     size_t *live, *live_weights;
     size_t n_open_contexts;
-    uint64_t versions; /* the last context id or version handed out (tsr_context) */
     size_t n_open_caches;
     /* tsr_backend_free was called while contexts or caches were open: the
      * last of them to close frees the backend (tsr__backend_release). */
@@ -142,8 +141,8 @@ struct tsr_context {
     size_t n_owned, cap_owned;
     tsr_status status;
     char error[512];
-    uint64_t id;      /* unique on the backend (tsr_kv_cache_begin_again) */
-    uint64_t version; /* unique on the backend, new with each tensor made here (sched.c) */
+    uint64_t id;      /* unique in the process (tsr_kv_cache_begin_again) */
+    uint64_t version; /* unique in the process, new with each tensor made here (sched.c) */
 };
 
 /* ---- tensor data access (tensor.c) ---------------------------------------- */

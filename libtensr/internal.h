@@ -65,6 +65,9 @@ bool tsr__grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* Test hooks: exported for the test suite as tsr_test_* via a private header (tests/). */
 uint64_t tsr__alloc_count(void);
 void tsr__fail_alloc_after(int64_t n); /* -1 = never fail */
+/* Graphs planned by every scheduler so far (a compute run on its last plan
+ * counts none; sched.c). */
+uint64_t tsr__plan_count(void);
 /* The same, but only that one allocation fails: those after it succeed (the
  * paths that recover from a failure, and what they do next, are walked too). */
 void tsr__fail_alloc_once(int64_t n);

@@ -392,6 +392,7 @@ static void test_again(void) {
             ref_add(&ref, &sh, 1, k, v, &one_pos, &one_seq);
             const int64_t used = tsr_kv_cache_used(rs.c);
             tsr_status st = g.ctx ? tsr_kv_cache_begin_again(rs.c, g.ctx, 1, &one_pos, &one_seq) : TSR_E_STATE;
+            const bool built = st == TSR_E_STATE;
             if (st == TSR_E_STATE) {
                 CHECK(tsr_kv_cache_used(rs.c) == used);
                 tsr_context_close(g.ctx);
@@ -427,7 +428,12 @@ static void test_again(void) {
             }
             float got[N_LAYERS * 128];
             double want[N_LAYERS * 128];
+            const uint64_t p0 = tsr__plan_count();
             CHECK_OK(tsr_compute(g.ctx, g.out, N_LAYERS));
+            /* planned when built, after a tensor made in its context, another compute or a measure */
+            const bool planned = built || step == 12 || step == 14 || step == 16;
+            CHECK((tsr__plan_count() != p0) == planned, "step %d: planned %d, expected %d", step,
+                  tsr__plan_count() != p0, planned);
             for (int il = 0; il < N_LAYERS; il++) {
                 CHECK_OK(tsr_tensor_read(g.out[il], got + il * ow, 0, ow * 4));
                 ref_attention(&ref, &sh, il, N_LAYERS, q + il * qw, 1, &one_pos, &one_seq, scale, want + il * ow);

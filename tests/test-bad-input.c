@@ -875,6 +875,23 @@ static void c_kv_new(void) {
     kp.n_head_kv_layer = NULL, kp.size = 1;
     ERR(tsr_kv_cache_new(be, &kp, &c), TSR_E_INVALID);
     tsr_kv_cache_free(NULL);
+    /* a huge n_batch_max is a bound only: the batches still fit the cells */
+    tsr_kv_cache_params_init(&kp, sizeof kp);
+    kp.n_layers = 1, kp.n_ctx = 4, kp.n_head_kv = 1, kp.head_dim_k = kp.head_dim_v = 4;
+    kp.n_batch_max = (int64_t)1 << 62;
+    c = NULL;
+    CHECK_OK(tsr_kv_cache_new(be, &kp, &c));
+    if (c) {
+        const int32_t p2[2] = {0, 1}, p4[4] = {2, 3, 4, 5};
+        tsr_context *x = tsr_context_new(be);
+        CHECK_OK(tsr_kv_cache_begin(c, x, 2, p2, NULL));
+        ERR(tsr_kv_cache_begin(c, x, 4, p4, NULL), TSR_E_FULL);
+        ERR(tsr_kv_cache_begin(c, x, ((int64_t)1 << 62) - 1, NULL, NULL), TSR_E_FULL);
+        ERR(tsr_kv_cache_begin_again(c, x, ((int64_t)1 << 62) - 1, NULL, NULL), ANY);
+        VAL(tsr_kv_cache_used(c), 2);
+        tsr_context_close(x);
+        tsr_kv_cache_free(c);
+    }
 }
 
 static void c_kv_use(void) {
@@ -901,7 +918,18 @@ static void c_kv_use(void) {
     ERR(tsr_kv_cache_begin_again(cache, ctx, 1, pos, NULL), TSR_E_STATE); /* another batch size */
     ERR(tsr_kv_cache_begin_again(cache, ctx, 2, neg_pos, NULL), TSR_E_INVALID);
     VAL(tsr_kv_cache_used(cache), 2);
+    tsr_backend *other = NULL; /* a context of another backend, perhaps with the id of this begin's */
+    CHECK_OK(tsr_backend_new(NULL, &other));
+    tsr_context *octx = other ? tsr_context_new(other) : NULL;
+    if (octx)
+        ERR(tsr_kv_cache_begin_again(cache, octx, 2, pos, NULL), TSR_E_INVALID);
+    tsr_context_close(octx);
+    tsr_backend_free(other);
+    VAL(tsr_kv_cache_used(cache), 2);
     tsr_kv_cache_clear(cache);
+    CHECK_OK(tsr_kv_cache_begin(cache, ctx, 0, pos, NULL)); /* an empty batch, again */
+    CHECK_OK(tsr_kv_cache_begin_again(cache, ctx, 0, pos, NULL));
+    VAL(tsr_kv_cache_used(cache), 0);
     ERR(tsr_kv_cache_begin_reserve(NULL, ctx, 2), TSR_E_INVALID);
     ERR(tsr_kv_cache_begin_reserve(cache, NULL, 2), TSR_E_INVALID);
     ERR(tsr_kv_cache_begin_reserve(cache, ctx, -1), TSR_E_RANGE);

@@ -6,7 +6,8 @@
  *    memory plan and the compute buffers stay as reserved), and a one-token
  *    decode allocates nothing at all once its graph is built (it is run
  *    again, step after step);
- *  - running the kept graph again gives the bits of building every graph
+ *  - running the kept graph again (on its last plan when nothing else ran
+ *    in between) gives the bits of building every graph
  *    (TSR_GRAPH_REUSE=0): two sessions on one backend taking turns, a
  *    prompt of 250 tokens whose generation crosses the 256-cell bound (a
  *    new graph), cells removed and decoded again (the masks rewritten);
@@ -79,11 +80,13 @@ static void generate(const char *path, int n_threads, const int32_t *prompt, siz
     for (int i = 0; i < N_GEN; i++) {
         out[i] = tok;
         gaps[i] = g;
-        uint64_t a0 = tsr__alloc_count();
+        uint64_t a0 = tsr__alloc_count(), p0 = tsr__plan_count();
         CHECK_OK(tsr_session_decode(s, 1, &tok, NULL, NULL, NULL));
         uint64_t used = tsr__alloc_count() - a0;
-        if (check_alloc && i > 0) /* step 0 builds the one-token graph */
+        if (check_alloc && i > 0) { /* step 0 builds the one-token graph, the others run it on its plan */
             CHECK(used == 0, "step %d: %llu allocations", i, (unsigned long long)used);
+            CHECK(tsr__plan_count() == p0, "step %d: planned again", i);
+        }
         tok = argmax(tsr_session_logits(s, 0), tsr_model_n_vocab(m));
         g = gap(tsr_session_logits(s, 0), tsr_model_n_vocab(m));
     }
@@ -145,14 +148,26 @@ static uint64_t row_hash(const float *v, int32_t n) {
     return h;
 }
 
-#define N_TURNS 24
+#define N_TURNS 16
+#define N_STEPS (3 * N_TURNS)
 #define LONG_PROMPT 250
 
+/* One greedy step of s: token *tok decoded, its logits hashed into h[*k]
+ * and the token into h_tok[*k]; *tok becomes the argmax. */
+static void step(tsr_session *s, int32_t nv, int32_t *tok, int32_t *h_tok, uint64_t *h, size_t *k) {
+    CHECK_OK(tsr_session_decode(s, 1, tok, NULL, NULL, NULL));
+    h[*k] = row_hash(tsr_session_logits(s, 0), nv);
+    h_tok[(*k)++] = *tok;
+    *tok = argmax(tsr_session_logits(s, 0), nv);
+}
+
 /* Two sessions of one backend taking turns: s[0] after a LONG_PROMPT-token
- * prompt (its generation crosses 256 cells), s[1] after 6 tokens; every
- * fifth turn s[0] removes its last cell and decodes that token again. The
- * hashes of every logits row, in order, go to h. */
-static void turns(const char *path, int32_t *h_tok, uint64_t *h) {
+ * prompt (its generation crosses 256 cells) two steps a turn, the second
+ * run on the last plan (reuse: planned at most once, where 256 is
+ * crossed), s[1] after 6 tokens one step; every fifth turn s[0] first
+ * removes its last cell and decodes that token again. The hashes of every
+ * logits row, in order, go to h. */
+static void turns(const char *path, int reuse, int32_t *h_tok, uint64_t *h) {
     tsr_backend_params bp;
     tsr_backend_params_init(&bp, sizeof bp);
     bp.n_threads = 2;
@@ -168,30 +183,35 @@ static void turns(const char *path, int32_t *h_tok, uint64_t *h) {
     if (!s[0] || !s[1])
         goto done;
     const int32_t nv = tsr_model_n_vocab(m);
-    int32_t prompt[LONG_PROMPT], tok[2];
+    int32_t prompt[LONG_PROMPT], tok[2], last0 = 0;
     for (int i = 0; i < LONG_PROMPT; i++) prompt[i] = 1 + (i * 7919) % (nv - 1);
     CHECK_OK(tsr_session_decode(s[0], LONG_PROMPT, prompt, NULL, NULL, NULL));
     CHECK_OK(tsr_session_decode(s[1], 6, prompt, NULL, NULL, NULL));
     tok[0] = argmax(tsr_session_logits(s[0], LONG_PROMPT - 1), nv);
     tok[1] = argmax(tsr_session_logits(s[1], 5), nv);
     size_t k = 0;
-    for (int t = 0; t < N_TURNS; t++)
-        for (int i = 0; i < 2; i++) {
-            if (i == 0 && t % 5 == 4) { /* the last cell again */
-                const int32_t last = tsr_session_n_past(s[0], 0) - 1;
-                CHECK_OK(tsr_session_remove(s[0], 0, last, -1));
-                CHECK_OK(tsr_session_decode(s[0], 1, &h_tok[k - 2], NULL, NULL, NULL));
-                h[k] = row_hash(tsr_session_logits(s[0], 0), nv);
-                h_tok[k] = h_tok[k - 2];
-                k++;
-                continue;
-            }
-            CHECK_OK(tsr_session_decode(s[i], 1, &tok[i], NULL, NULL, NULL));
-            h[k] = row_hash(tsr_session_logits(s[i], 0), nv);
-            h_tok[k++] = tok[i];
-            tok[i] = argmax(tsr_session_logits(s[i], 0), nv);
+    int replans = 0;
+    for (int t = 0; t < N_TURNS; t++) {
+        if (t % 5 == 4) { /* the last cell again */
+            const int32_t last = tsr_session_n_past(s[0], 0) - 1;
+            CHECK_OK(tsr_session_remove(s[0], 0, last, -1));
+            int32_t again = last0;
+            step(s[0], nv, &again, h_tok, h, &k);
+        } else {
+            last0 = tok[0];
+            step(s[0], nv, &tok[0], h_tok, h, &k);
         }
+        const uint64_t p0 = tsr__plan_count();
+        last0 = tok[0];
+        step(s[0], nv, &tok[0], h_tok, h, &k);
+        replans += tsr__plan_count() != p0;
+        step(s[1], nv, &tok[1], h_tok, h, &k);
+    }
     CHECK(tsr_session_n_past(s[0], 0) > 256, "the generation did not cross 256 cells");
+    if (reuse)
+        CHECK(replans <= 1, "%d of %d steps after a step of the same session were planned again", replans, N_TURNS);
+    else
+        CHECK(replans == N_TURNS, "TSR_GRAPH_REUSE=0: %d of %d steps planned", replans, N_TURNS);
 done:
     for (int i = 0; i < 2; i++) tsr_session_free(s[i]);
     tsr_model_free(m);
@@ -199,16 +219,16 @@ done:
 }
 
 static void reuse(const char *path) {
-    int32_t tok[2][2 * N_TURNS];
-    uint64_t h[2][2 * N_TURNS];
+    int32_t tok[2][N_STEPS];
+    uint64_t h[2][N_STEPS];
     memset(h, 0, sizeof h);
-    turns(path, tok[0], h[0]);
+    memset(tok, 0, sizeof tok);
+    turns(path, 1, tok[0], h[0]);
     setenv("TSR_GRAPH_REUSE", "0", 1);
-    turns(path, tok[1], h[1]);
+    turns(path, 0, tok[1], h[1]);
     unsetenv("TSR_GRAPH_REUSE");
-    for (int k = 0; k < 2 * N_TURNS; k++)
-        CHECK(h[0][k] == h[1][k] && tok[0][k] == tok[1][k], "turn %d, session %d: graphs run again and built anew differ",
-              k / 2, k % 2);
+    for (int k = 0; k < N_STEPS; k++)
+        CHECK(h[0][k] == h[1][k] && tok[0][k] == tok[1][k], "step %d: graphs run again and built anew differ", k);
 }
 
 static void statuses(const char *path) {

@@ -223,10 +223,12 @@ static tsr_status tsr_cache_init(tsr_kv_cache *c) {
         return s;
     c->cell_pos = tsr__malloc(nc * sizeof *c->cell_pos);
     c->cell_seq = tsr__calloc(nc, sizeof *c->cell_seq);
-    const size_t nb = (size_t)(c->p.n_batch_max > 0 ? c->p.n_batch_max : 1);
-    c->cells_buf = tsr__malloc(nb * sizeof *c->cells_buf);
-    c->pos_buf = tsr__malloc(nb * sizeof *c->pos_buf);
-    c->next_buf = tsr__malloc((size_t)c->p.n_seq * sizeof *c->next_buf);
+    /* a batch is at most n_batch_max tokens and the free cells (checked first) */
+    const int64_t nbm = c->p.n_batch_max < c->p.n_ctx ? c->p.n_batch_max : c->p.n_ctx;
+    const size_t nb = (size_t)(nbm > 0 ? nbm : 1);
+    c->cells_buf = tsr__calloc(nb, sizeof *c->cells_buf);
+    c->pos_buf = tsr__calloc(nb, sizeof *c->pos_buf);
+    c->next_buf = tsr__calloc((size_t)c->p.n_seq, sizeof *c->next_buf);
     if (!c->cell_pos || !c->cell_seq || !c->cells_buf || !c->pos_buf || !c->next_buf)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory for %zu cells", nc);
     for (size_t i = 0; i < nc; i++) c->cell_pos[i] = -1;
@@ -348,7 +350,7 @@ static tsr_status tsr_check_batch(const tsr_kv_cache *c, int64_t n_tokens, const
         return tsr__error(n_tokens < 0 ? TSR_E_INVALID : TSR_E_RANGE,
                           "tsr_kv_cache_begin: batch of %lld tokens; expected 0..%lld (n_batch_max)",
                           (long long)n_tokens, (long long)c->p.n_batch_max);
-    for (int64_t i = 0; i < n_tokens; i++) {
+    for (int64_t i = 0; (seq || pos) && i < n_tokens; i++) {
         if (seq && (seq[i] < 0 || seq[i] >= c->p.n_seq))
             return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: token %lld: sequence %d is not 0..%d", (long long)i,
                               seq[i], c->p.n_seq - 1);
@@ -447,13 +449,23 @@ static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, int64_t *
     return found;
 }
 
-/* Cells for the batch (marked used), or TSR_E_FULL with nothing changed. */
+/* TSR_E_FULL when fewer than n_tokens cells are free (then nothing changes). */
+static tsr_status tsr_check_room(const tsr_kv_cache *c, int64_t n_tokens) {
+    if (n_tokens <= c->p.n_ctx - c->n_used)
+        return TSR_OK;
+    return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
+                      (long long)n_tokens, (long long)(c->p.n_ctx - c->n_used), (long long)c->p.n_ctx);
+}
+
+/* Cells for the batch (marked used), or TSR_E_FULL with nothing changed
+ * (after tsr_check_room, which keeps the scratch in bounds, only if the
+ * count of cells used were wrong). */
 static tsr_status tsr_take_cells(tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                                  int64_t *cells) {
-    if (tsr_find_cells(c, n_tokens, cells) < n_tokens)
-        return tsr__error(TSR_E_FULL,
-                          "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
-                          (long long)n_tokens, (long long)(c->p.n_ctx - c->n_used), (long long)c->p.n_ctx);
+    const int64_t found = tsr_find_cells(c, n_tokens, cells);
+    if (found < n_tokens)
+        return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: batch of %lld tokens; %lld cells are free",
+                          (long long)n_tokens, (long long)found);
     for (int64_t i = 0; i < n_tokens; i++) {
         c->cell_pos[cells[i]] = pos[i];
         c->cell_seq[cells[i]] = seq ? seq[i] : 0;
@@ -468,7 +480,7 @@ tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_token
     if (ctx->backend != c->b)
         return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: the context belongs to another backend than the cache");
     tsr_status s = tsr_check_batch(c, n_tokens, pos, seq);
-    if (s != TSR_OK)
+    if (s != TSR_OK || (s = tsr_check_room(c, n_tokens)) != TSR_OK)
         return s;
     if (!pos) {
         tsr_default_positions(c, n_tokens, seq, c->pos_buf);
@@ -490,6 +502,9 @@ tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n
                                     const int32_t *seq) {
     if (!c || !ctx)
         return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin_again: NULL %s", !c ? "cache" : "context");
+    if (ctx->backend != c->b)
+        return tsr__error(TSR_E_INVALID,
+                          "tsr_kv_cache_begin_again: the context belongs to another backend than the cache");
     tsr_status s = tsr_check_batch(c, n_tokens, pos, seq);
     if (s != TSR_OK)
         return s;
@@ -500,13 +515,16 @@ tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n
         return tsr__error(TSR_E_STATE, "tsr_kv_cache_begin_again: batch of %lld tokens; the graph's has %lld",
                           (long long)n_tokens, (long long)c->n_tokens);
     int64_t *cells = c->idx->data; /* the graph reads them from here */
-    if ((n_tokens > 0 && !cells) || !c->mask->data || (c->mask_swa && !c->mask_swa->data))
+    const int64_t n_rows = c->mask->ne[1];
+    if ((n_tokens > 0 && !cells) || (n_rows > 0 && (!c->mask->data || (c->mask_swa && !c->mask_swa->data))))
         return tsr__error(TSR_E_STATE, "tsr_kv_cache_begin_again: the inputs of the last begin have no memory");
+    if ((s = tsr_check_room(c, n_tokens)) != TSR_OK)
+        return s;
     if (!pos) {
         tsr_default_positions(c, n_tokens, seq, c->pos_buf);
         pos = c->pos_buf;
     }
-    /* the cells into scratch first: the graph's keep their values on failure */
+    /* the cells into scratch first: the graph's keep their values when the shape differs */
     if ((s = tsr_take_cells(c, n_tokens, pos, seq, c->cells_buf)) != TSR_OK)
         return s;
     const int64_t n_kv = tsr_n_kv(c);
@@ -516,10 +534,11 @@ tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n
                           "tsr_kv_cache_begin_again: the batch's cells need %lld cells read; the graph reads %lld",
                           (long long)n_kv, (long long)c->n_kv);
     }
-    memcpy(cells, c->cells_buf, (size_t)n_tokens * sizeof *cells);
-    const int64_t n_rows = c->mask->ne[1];
-    tsr_fill_mask(c, c->mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
-    if (c->mask_swa)
+    if (n_tokens > 0)
+        memcpy(cells, c->cells_buf, (size_t)n_tokens * sizeof *cells);
+    if (n_rows > 0)
+        tsr_fill_mask(c, c->mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
+    if (c->mask_swa && n_rows > 0)
         tsr_fill_mask(c, c->mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
     c->n_used += n_tokens;
     return TSR_OK;

@@ -6,9 +6,13 @@
  */
 #include "core.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 
 #define TSR_CHUNK_TENSORS 128
+
+/* Context ids and versions: unique in the process (sched.c, kvcache.c). */
+static _Atomic uint64_t tsr_versions;
 
 struct tsr_tensor_chunk {
     tsr_tensor_chunk *next;
@@ -26,7 +30,7 @@ tsr_context *tsr_context_new(tsr_backend *b) {
         return NULL;
     }
     ctx->backend = b;
-    ctx->id = ctx->version = ++b->versions;
+    ctx->id = ctx->version = atomic_fetch_add(&tsr_versions, 1) + 1;
     ctx->chunk_used = TSR_CHUNK_TENSORS; /* first tensor allocates the first chunk */
     b->n_open_contexts++;
     return ctx;
@@ -89,7 +93,7 @@ tsr_tensor *tsr__new_tensor_struct(tsr_context *ctx) {
     }
     tsr_tensor *t = &ctx->chunks->t[ctx->chunk_used++];
     memset(t, 0, sizeof *t);
-    ctx->version = ++ctx->backend->versions;
+    ctx->version = atomic_fetch_add(&tsr_versions, 1) + 1;
     t->ctx = ctx;
     t->device_id = -1;
     return t;

@@ -11,8 +11,8 @@
  * the same shape: the same number of tokens and of logits rows, and cells
  * that give the same n_kv (rounded up to 256 cells). Only its inputs are rewritten (tokens,
  * positions, rows, cells, masks), and the scheduler runs it on its last
- * plan: a generation builds and plans a graph once per 256 tokens, and
- * allocates nothing per token. TSR_GRAPH_REUSE=0 builds every graph. */
+ * plan (unless another graph ran on the backend in between): a generation
+ * builds a graph once per 256 tokens and allocates nothing per token. TSR_GRAPH_REUSE=0 builds every graph. */
 #include "model.h"
 
 #include <stdlib.h>

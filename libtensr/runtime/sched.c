@@ -26,7 +26,7 @@
  * sized at planning time.
  *
  * A compute of the same outputs as the compute before it, with no tensor
- * made in their context since (its version, unique on the backend) and no
+ * made in their context since (its version, unique in the process) and no
  * other plan in between, is the same graph (a node's sources never change
  * once it is made): it runs on the last plan, without steps 1-4 (a decode
  * step built once and run for each token). TSR_GRAPH_REUSE=0 plans every
@@ -34,6 +34,7 @@
  */
 #include "core.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -101,6 +102,9 @@ struct tsr_sched {
     uint64_t last_version;
     bool reuse; /* TSR_GRAPH_REUSE is not "0" */
 };
+
+static _Atomic uint64_t tsr_n_plans;
+uint64_t tsr__plan_count(void) { return atomic_load(&tsr_n_plans); }
 
 static tsr_status tsr_oom(void) { return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph"); }
 
@@ -622,6 +626,7 @@ static tsr_status tsr_reserve_streams(tsr_sched *s) {
 /* Graph, devices, splits, copies and the memory plan (peak per device). */
 static tsr_status tsr_plan(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode) {
     tsr_backend *b = s->b;
+    atomic_fetch_add(&tsr_n_plans, 1);
     s->n_last = 0;                                     /* the plan is for this request from here on */
     (void)TSR_GROW(s->last_outs, s->cap_last, n_outs); /* here, not in the compute after a reserve */
     b->visit_mark++;
