@@ -473,13 +473,19 @@ static tsr_status tsr_take_cells(tsr_kv_cache *c, int64_t n_tokens, const int32_
     return TSR_OK;
 }
 
+/* The arguments of a begin: a cache and a context of its backend, a batch. */
+static tsr_status tsr_check_begin(const tsr_kv_cache *c, const tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
+                                  const int32_t *seq, const char *what) {
+    if (!c || !ctx)
+        return tsr__error(TSR_E_INVALID, "%s: NULL %s", what, !c ? "cache" : "context");
+    if (ctx->backend != c->b)
+        return tsr__error(TSR_E_INVALID, "%s: the context belongs to another backend than the cache", what);
+    return tsr_check_batch(c, n_tokens, pos, seq);
+}
+
 tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
                               const int32_t *seq) {
-    if (!c || !ctx)
-        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: NULL %s", !c ? "cache" : "context");
-    if (ctx->backend != c->b)
-        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin: the context belongs to another backend than the cache");
-    tsr_status s = tsr_check_batch(c, n_tokens, pos, seq);
+    tsr_status s = tsr_check_begin(c, ctx, n_tokens, pos, seq, "tsr_kv_cache_begin");
     if (s != TSR_OK || (s = tsr_check_room(c, n_tokens)) != TSR_OK)
         return s;
     if (!pos) {
@@ -500,12 +506,7 @@ tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_token
 
 tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
                                     const int32_t *seq) {
-    if (!c || !ctx)
-        return tsr__error(TSR_E_INVALID, "tsr_kv_cache_begin_again: NULL %s", !c ? "cache" : "context");
-    if (ctx->backend != c->b)
-        return tsr__error(TSR_E_INVALID,
-                          "tsr_kv_cache_begin_again: the context belongs to another backend than the cache");
-    tsr_status s = tsr_check_batch(c, n_tokens, pos, seq);
+    tsr_status s = tsr_check_begin(c, ctx, n_tokens, pos, seq, "tsr_kv_cache_begin_again");
     if (s != TSR_OK)
         return s;
     /* the id, not the pointer: a context made where a closed one was is another */
