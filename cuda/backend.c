@@ -66,6 +66,23 @@ typedef struct cu_stream {
     void *ws;
     void *arena;
     size_t arena_size;
+    /* mul_mat_id: the device's record of a bad expert id (int[5]: flag,
+     * node, id, token, slot), read when the compute is synchronized, and the
+     * host's buffer for grouping the pairs of a large batch by expert */
+    int *status;
+    bool check_ids;
+    tsr_tensor *const *nodes; /* the last compute's nodes, until synchronize */
+    size_t n_nodes;
+    int32_t *group;
+    size_t group_n;
+    /* CUDA graphs: kernels go to cs, the device's stream, or cap while a
+     * compute is captured; key describes the last compute's nodes; exec
+     * replays it (exec_ids: it ran mul_mat_id's matrix-vector kernel) */
+    cudaStream_t cs, cap;
+    bool graphs, no_capture, exec_ids;
+    uint64_t *key, *key_new;
+    size_t key_n, key_cap;
+    cudaGraphExec_t exec;
 } cu_stream;
 
 static cu_dev cu_devs[CU_MAX];
@@ -392,6 +409,13 @@ static bool cu_supports(const tsr_device *d, const tsr_tensor *op) {
     case TSR_OP_MUL_MAT:
         return cu_readable(a) && cu_is_f32(b) && cu_fits_int(a->ne[0]) && cu_fits_int(a->ne[1]) &&
                cu_fits_int(b->ne[1]) && b->ne[2] * b->ne[3] <= TCU_MAX_GRID;
+    case TSR_OP_MUL_MAT_ID: { /* ids: I32 rows of whole elements (the host reads them for large batches) */
+        const tsr_tensor *ids = op->src[2];
+        return cu_readable(a) && cu_is_f32(b) && ids->type == TSR_TYPE_I32 && cu_fits_int(a->ne[0]) &&
+               cu_fits_int(a->ne[1]) && cu_fits_int(a->ne[2]) && cu_fits_int(ids->ne[0] * ids->ne[1]) &&
+               (ids->ne[0] <= 1 || ids->nb[0] == sizeof(int32_t)) &&
+               (ids->ne[1] <= 1 || ids->nb[1] >= (size_t)ids->ne[0] * sizeof(int32_t));
+    }
     case TSR_OP_FLASH_ATTN: {
         const tsr_tensor *k = op->src[1], *v = op->src[2];
         const bool kv = (k->type == TSR_TYPE_F32 || k->type == TSR_TYPE_F16 || k->type == TSR_TYPE_Q8_0) &&
@@ -415,7 +439,32 @@ static bool cu_gemm_direct(const tsr_tensor *a) {
            a->nb[1] / es >= (size_t)(a->ne[0] > 0 ? a->ne[0] : 1) && a->nb[1] / es <= INT_MAX;
 }
 
+/* mul_mat_id: the matrix-vector kernel up to TCU_MMV_MAX_COLS tokens. */
+static bool cu_use_mmv_id(const tsr_tensor *node) { return node->src[2]->ne[1] <= TCU_MMV_MAX_COLS; }
+
+/* Host words for grouping a large mul_mat_id's pairs: ids, pairs, first
+ * pair and fill cursor per expert. */
+static size_t cu_group_need(const tsr_tensor *node) {
+    if (node->op != TSR_OP_MUL_MAT_ID || cu_use_mmv_id(node))
+        return 0;
+    const size_t n_pairs = (size_t)(node->src[2]->ne[0] * node->src[2]->ne[1]);
+    return 2 * n_pairs + 2 * ((size_t)node->src[0]->ne[2] + 1);
+}
+
+static size_t cu_scratch_need_id(const tsr_tensor *node) {
+    const tsr_tensor *as = node->src[0], *b = node->src[1], *ids = node->src[2];
+    const size_t k = (size_t)as->ne[0], m = (size_t)as->ne[1], n_pairs = (size_t)(ids->ne[0] * ids->ne[1]);
+    if (cu_use_mmv_id(node))
+        return tsr__pad(k * (size_t)(b->ne[1] * b->ne[2]) * 4, CU_ALIGN);
+    const bool direct = cu_gemm_direct(as);
+    const size_t es = direct && as->type == TSR_TYPE_F32 ? 4 : 2;
+    return tsr__pad(n_pairs * 4, CU_ALIGN) + tsr__pad(n_pairs * k * es, CU_ALIGN) +
+           (direct ? 0 : tsr__pad(k * m * 2, CU_ALIGN)) + tsr__pad(n_pairs * m * 4, CU_ALIGN);
+}
+
 static size_t cu_scratch_need(const tsr_tensor *node) {
+    if (node->op == TSR_OP_MUL_MAT_ID)
+        return cu_scratch_need_id(node);
     if (node->op != TSR_OP_MUL_MAT)
         return 0;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
@@ -459,8 +508,17 @@ static void cu_stream_free(tsr_stream *ts) {
             (void)cudaFree(s->ws);
         if (s->arena)
             (void)cudaFree(s->arena);
+        if (s->status)
+            (void)cudaFree(s->status);
+        if (s->exec)
+            (void)cudaGraphExecDestroy(s->exec);
+        if (s->cap)
+            (void)cudaStreamDestroy(s->cap);
         (void)cudaGetLastError();
     }
+    tsr__free(s->key);
+    tsr__free(s->key_new);
+    tsr__free(s->group);
     tsr__free(s);
 }
 
@@ -486,6 +544,22 @@ static tsr_status cu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) 
         st = cu_device_malloc(c, CU_WORKSPACE, &s->ws);
     if (st == TSR_OK && (bs = cublasSetWorkspace(s->blas, s->ws, CU_WORKSPACE)) != CUBLAS_STATUS_SUCCESS)
         st = cu_blas_fail(c, bs, "cublasSetWorkspace");
+    s->cs = c->stream;
+    const char *env = getenv("TSR_CUDA_GRAPHS");
+    s->graphs = !(env && env[0] == '0' && env[1] == '\0');
+    if (st == TSR_OK && s->graphs) {
+        const cudaError_t e = cudaStreamCreateWithFlags(&s->cap, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            s->cap = NULL;
+            st = cu_fail(c, e, "cudaStreamCreateWithFlags");
+        }
+    }
+    if (st == TSR_OK)
+        st = cu_device_malloc(c, 8 * sizeof(int), (void **)&s->status);
+    if (st == TSR_OK) {
+        const cudaError_t e = cudaMemsetAsync(s->status, 0, 8 * sizeof(int), c->stream);
+        st = e == cudaSuccess ? cu_sync(c) : cu_fail(c, e, "cudaMemsetAsync");
+    }
     if (st != TSR_OK) {
         cu_stream_free((tsr_stream *)s);
         return st;
@@ -494,21 +568,63 @@ static tsr_status cu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) 
     return TSR_OK;
 }
 
+static tsr_status cu_group_grow(cu_stream *s, size_t need) {
+    if (need <= s->group_n)
+        return TSR_OK;
+    int32_t *g = tsr__malloc(need * sizeof *g);
+    if (!g)
+        return tsr__error(TSR_E_NOMEM, "%s: cannot allocate %zu bytes for grouping expert ids", s->c->dev.name,
+                          need * sizeof *g);
+    tsr__free(s->group);
+    s->group = g;
+    s->group_n = need;
+    return TSR_OK;
+}
+
 static tsr_status cu_reserve(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_stream *s = (cu_stream *)ts;
     tsr_status st = cu_begin(s->c);
-    size_t need = 0;
+    size_t need = 0, group = 0;
     for (size_t i = 0; st == TSR_OK && i < n_nodes; i++) {
-        const size_t n = cu_scratch_need(nodes[i]);
+        const size_t n = cu_scratch_need(nodes[i]), g = cu_group_need(nodes[i]);
         need = n > need ? n : need;
+        group = g > group ? g : group;
     }
+    if (st == TSR_OK)
+        st = cu_group_grow(s, group);
     return st == TSR_OK ? cu_arena_grow(s, need) : st;
+}
+
+/* After a compute ran mul_mat_id's matrix-vector kernel: its record of a
+ * bad expert id, as the CPU's TSR_E_RANGE (the record is cleared). */
+static tsr_status cu_check_ids(cu_stream *s) {
+    cu_dev *c = s->c;
+    int h[5];
+    s->check_ids = false;
+    CU_CHECK(c, "cudaMemcpyAsync (device to host)",
+             cudaMemcpyAsync(h, s->status, sizeof h, cudaMemcpyDeviceToHost, c->stream));
+    tsr_status st = cu_sync(c);
+    if (st != TSR_OK || !h[0])
+        return st;
+    CU_CHECK(c, "cudaMemsetAsync", cudaMemsetAsync(s->status, 0, sizeof h, c->stream));
+    st = cu_sync(c);
+    if (st != TSR_OK)
+        return st;
+    const tsr_tensor *node = h[1] >= 0 && (size_t)h[1] < s->n_nodes ? s->nodes[h[1]] : NULL;
+    const long long ne = node ? (long long)node->src[0]->ne[2] : 0;
+    return tsr__error(
+        TSR_E_RANGE, "mul_mat_id node '%s': expert id %d (token %lld, slot %lld) is outside 0..%lld (n_expert %lld)",
+        node && node->name[0] ? node->name : "(unnamed)", h[2], (long long)h[3], (long long)h[4], ne - 1, ne);
 }
 
 static tsr_status cu_synchronize(tsr_stream *ts) {
     cu_stream *s = (cu_stream *)ts;
     tsr_status st = cu_begin(s->c);
-    return st == TSR_OK ? cu_sync(s->c) : st;
+    if (st == TSR_OK)
+        st = cu_sync(s->c);
+    if (st == TSR_OK && s->check_ids)
+        st = cu_check_ids(s);
+    return st;
 }
 
 /* ---- dispatch ------------------------------------------------------------------------ */
@@ -532,13 +648,9 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv(node)) {
-        float *y = s->arena;
-        for (int64_t i3 = 0; i3 < b->ne[3]; i3++)
-            for (int64_t i2 = 0; i2 < b->ne[2]; i2++)
-                CU_CHECK(
-                    c, "tcu_matrix_to_f32 (kernel launch)",
-                    tcu_matrix_to_f32(c->stream, y + (size_t)(i2 + b->ne[2] * i3) * (size_t)(k * n), cu_t(b), i2, i3));
-        CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(c->stream, cu_t(node), cu_t(a), cu_t(b), y));
+        float *y = s->arena; /* every matrix of b, rows in order */
+        CU_CHECK(c, "tcu_tensor_to_f32 (kernel launch)", tcu_tensor_to_f32(s->cs, y, cu_t(b)));
+        CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y));
         return TSR_OK;
     }
     if (m == 0 || n == 0)
@@ -556,17 +668,16 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
             int lda = (int)(a->nb[1] / es);
             if (!direct) {
                 if (last_a != a2 + a->ne[2] * a3)
-                    CU_CHECK(c, "tcu_matrix_to_f16 (kernel launch)",
-                             tcu_matrix_to_f16(c->stream, aconv, cu_t(a), a2, a3));
+                    CU_CHECK(c, "tcu_matrix_to_f16 (kernel launch)", tcu_matrix_to_f16(s->cs, aconv, cu_t(a), a2, a3));
                 last_a = a2 + a->ne[2] * a3;
                 A = aconv;
                 lda = k > 0 ? (int)k : 1;
             }
             if (f32)
                 CU_CHECK(c, "tcu_matrix_to_f32 (kernel launch)",
-                         tcu_matrix_to_f32(c->stream, (float *)bconv, cu_t(b), i2, i3));
+                         tcu_matrix_to_f32(s->cs, (float *)bconv, cu_t(b), i2, i3));
             else
-                CU_CHECK(c, "tcu_matrix_to_f16 (kernel launch)", tcu_matrix_to_f16(c->stream, bconv, cu_t(b), i2, i3));
+                CU_CHECK(c, "tcu_matrix_to_f16 (kernel launch)", tcu_matrix_to_f16(s->cs, bconv, cu_t(b), i2, i3));
             float *C = (float *)((char *)node->data + i2 * (int64_t)node->nb[2] + i3 * (int64_t)node->nb[3]);
             const cudaDataType_t ab = f32 ? CUDA_R_32F : CUDA_R_16F;
             CU_BLAS(c, "cublasGemmEx",
@@ -577,8 +688,93 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
     return TSR_OK;
 }
 
+/* The experts' products: few tokens, a warp per weight row and pair (bad
+ * ids recorded on the device, reported by synchronize); more, the pairs
+ * grouped by expert on the host (bad ids reported at once), one cuBLAS
+ * GEMM per expert over its gathered rows, the products scattered back. */
+static tsr_status cu_mul_mat_id(cu_stream *s, tsr_tensor *node, size_t index) {
+    cu_dev *c = s->c;
+    const tsr_tensor *as = node->src[0], *b = node->src[1], *ids = node->src[2];
+    const int64_t k = as->ne[0], m = as->ne[1], n_expert = as->ne[2], n_used = ids->ne[0];
+    const int64_t n_tokens = ids->ne[1], n_pairs = n_used * n_tokens;
+    tsr_status st = cu_arena_grow(s, cu_scratch_need(node));
+    if (st != TSR_OK)
+        return st;
+    if (cu_use_mmv_id(node)) {
+        float *y = s->arena;
+        CU_CHECK(c, "tcu_tensor_to_f32 (kernel launch)", tcu_tensor_to_f32(s->cs, y, cu_t(b)));
+        CU_CHECK(c, "tcu_mat_vec_id (kernel launch)",
+                 tcu_mat_vec_id(s->cs, cu_t(node), cu_t(as), cu_t(ids), y, b->ne[1], index <= INT_MAX ? (int)index : -1,
+                                s->status));
+        s->check_ids = true;
+        return TSR_OK;
+    }
+    if (n_pairs == 0 || m == 0)
+        return TSR_OK;
+    if ((st = cu_group_grow(s, cu_group_need(node))) != TSR_OK)
+        return st;
+    int32_t *hid = s->group, *hpairs = hid + n_pairs, *first = hpairs + n_pairs, *cur = first + n_expert + 1;
+    const size_t row = (size_t)n_used * sizeof(int32_t);
+    CU_CHECK(c, "cudaMemcpy2DAsync (expert ids to host)",
+             cudaMemcpy2DAsync(hid, row, ids->data, n_tokens > 1 ? ids->nb[1] : row, row, (size_t)n_tokens,
+                               cudaMemcpyDefault, c->stream));
+    if ((st = cu_sync(c)) != TSR_OK)
+        return st;
+    memset(first, 0, (size_t)(n_expert + 1) * sizeof *first);
+    for (int64_t p = 0; p < n_pairs; p++) {
+        const int32_t id = hid[p];
+        if (id < 0 || id >= n_expert)
+            return tsr__error(TSR_E_RANGE,
+                              "mul_mat_id node '%s': expert id %d (token %lld, slot %lld) is outside 0..%lld "
+                              "(n_expert %lld)",
+                              node->name[0] ? node->name : "(unnamed)", (int)id, (long long)(p / n_used),
+                              (long long)(p % n_used), (long long)n_expert - 1, (long long)n_expert);
+        first[id + 1]++;
+    }
+    for (int64_t x = 0; x < n_expert; x++) {
+        first[x + 1] += first[x];
+        cur[x] = first[x];
+    }
+    for (int64_t p = 0; p < n_pairs; p++) hpairs[cur[hid[p]]++] = (int32_t)p;
+
+    const bool direct = cu_gemm_direct(as), f32 = direct && as->type == TSR_TYPE_F32;
+    const size_t es = f32 ? 4 : 2;
+    char *base = s->arena;
+    int *dpairs = (int *)base;
+    char *bg = base + tsr__pad((size_t)n_pairs * 4, CU_ALIGN);
+    char *aconv = bg + tsr__pad((size_t)(n_pairs * k) * es, CU_ALIGN);
+    float *cbuf = (float *)(aconv + (direct ? 0 : tsr__pad((size_t)(k * m) * 2, CU_ALIGN)));
+    /* pageable source: the call returns once the words are staged */
+    CU_CHECK(c, "cudaMemcpyAsync (expert pairs to device)",
+             cudaMemcpyAsync(dpairs, hpairs, (size_t)n_pairs * 4, cudaMemcpyHostToDevice, c->stream));
+    CU_CHECK(c, "tcu_mmid_gather (kernel launch)",
+             tcu_mmid_gather(c->stream, bg, !f32, cu_t(b), dpairs, n_pairs, n_used));
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType_t ab = f32 ? CUDA_R_32F : CUDA_R_16F;
+    for (int64_t x = 0; x < n_expert; x++) {
+        const int64_t cnt = first[x + 1] - first[x];
+        if (cnt == 0)
+            continue;
+        const void *A = (const char *)as->data + x * (int64_t)as->nb[2];
+        int lda = (int)(as->nb[1] / es);
+        if (!direct) {
+            CU_CHECK(c, "tcu_matrix_to_f16 (kernel launch)", tcu_matrix_to_f16(s->cs, aconv, cu_t(as), x, 0));
+            A = aconv;
+            lda = k > 0 ? (int)k : 1;
+        }
+        CU_BLAS(c, "cublasGemmEx",
+                cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)m, (int)cnt, (int)k, &one, A, ab, lda,
+                             bg + (size_t)(first[x] * k) * es, ab, k > 0 ? (int)k : 1, &zero,
+                             cbuf + (size_t)(first[x] * m), CUDA_R_32F, (int)m, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
+    }
+    CU_CHECK(c, "tcu_mmid_scatter (kernel launch)",
+             tcu_mmid_scatter(c->stream, cu_t(node), cbuf, dpairs, n_pairs, n_used));
+    return TSR_OK;
+}
+
 static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
-    cudaStream_t cs = s->c->stream;
+    cudaStream_t cs = s->cs;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
     const tcu_tensor d = cu_t(node);
     switch (node->op) {
@@ -624,10 +820,10 @@ static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
     }
 }
 
-static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
-    cu_stream *s = (cu_stream *)ts;
+/* Launches the nodes' kernels on s->cs. */
+static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
-    tsr_status st = cu_begin(c);
+    tsr_status st = TSR_OK;
     for (size_t i = 0; st == TSR_OK && i < n_nodes; i++) {
         tsr_tensor *node = nodes[i];
         if (node->op == TSR_OP_NONE || node->op == TSR_OP_VIEW)
@@ -637,6 +833,8 @@ static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
                               node->name, tsr__op_name(node->op));
         if (node->op == TSR_OP_MUL_MAT) {
             st = cu_mul_mat(s, node);
+        } else if (node->op == TSR_OP_MUL_MAT_ID) {
+            st = cu_mul_mat_id(s, node, i);
         } else {
             const cudaError_t e = cu_launch(s, node);
             if (e != cudaSuccess) {
@@ -647,6 +845,162 @@ static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
         }
     }
     return st;
+}
+
+/* ---- CUDA graphs ------------------------------------------------------------------ */
+
+/* Words per node of a compute's description: op and type, shape, strides,
+ * address, parameters, and each source's address, type, shape, strides. */
+#define CU_KEY_NODE (1 + 10 + TSR_MAX_OP_PARAMS / 2 + TSR_MAX_SRC * 10)
+
+static uint64_t *cu_key_tensor(uint64_t *k, const tsr_tensor *t) {
+    *k++ = (uint64_t)(uintptr_t)t->data;
+    *k++ = (uint64_t)t->type;
+    for (int i = 0; i < 4; i++) {
+        *k++ = (uint64_t)t->ne[i];
+        *k++ = (uint64_t)t->nb[i];
+    }
+    return k;
+}
+
+/* Describes the compute in s->key_new; *same: it is the last compute's. */
+static tsr_status cu_graph_key(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes, bool *same) {
+    *same = false;
+    if (n_nodes > (SIZE_MAX / sizeof(uint64_t) - 4) / CU_KEY_NODE)
+        return TSR_E_NOMEM;
+    const size_t need = 4 + n_nodes * CU_KEY_NODE;
+    if (need > s->key_cap) {
+        uint64_t *a = tsr__malloc(need * sizeof *a), *b = tsr__malloc(need * sizeof *b);
+        if (!a || !b) {
+            tsr__free(a);
+            tsr__free(b);
+            return TSR_E_NOMEM; /* no graph: the nodes run as they are */
+        }
+        if (s->key_n)
+            memcpy(a, s->key, s->key_n * sizeof *a);
+        tsr__free(s->key);
+        tsr__free(s->key_new);
+        s->key = a;
+        s->key_new = b;
+        s->key_cap = need;
+    }
+    uint64_t *k = s->key_new;
+    *k++ = (uint64_t)n_nodes;
+    *k++ = (uint64_t)(uintptr_t)s->arena;
+    *k++ = (uint64_t)s->arena_size;
+    *k++ = (uint64_t)(uintptr_t)s->status;
+    for (size_t i = 0; i < n_nodes; i++) {
+        const tsr_tensor *t = nodes[i];
+        uint64_t *end = k + CU_KEY_NODE;
+        *k++ = (uint64_t)t->op;
+        k = cu_key_tensor(k, t);
+        for (int j = 0; j < TSR_MAX_OP_PARAMS; j += 2)
+            *k++ = (uint64_t)(uint32_t)t->op_params[j] | (uint64_t)(uint32_t)t->op_params[j + 1] << 32;
+        for (int j = 0; j < TSR_MAX_SRC && t->src[j]; j++) k = cu_key_tensor(k, t->src[j]);
+        while (k < end) *k++ = 0;
+    }
+    const size_t n = (size_t)(k - s->key_new);
+    *same = n == s->key_n && !memcmp(s->key, s->key_new, n * sizeof *k);
+    uint64_t *tmp = s->key;
+    s->key = s->key_new;
+    s->key_new = tmp;
+    s->key_n = n;
+    return TSR_OK;
+}
+
+/* Whether the nodes can be captured: no scratch to grow, no host work. */
+static bool cu_capturable(const cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
+    for (size_t i = 0; i < n_nodes; i++) {
+        const tsr_tensor *t = nodes[i];
+        if (t->op == TSR_OP_MUL_MAT_ID && !cu_use_mmv_id(t))
+            return false;
+        if (cu_scratch_need(t) > s->arena_size)
+            return false;
+    }
+    return true;
+}
+
+static void cu_graph_drop(cu_stream *s) {
+    if (s->exec) {
+        (void)cudaGraphExecDestroy(s->exec);
+        s->exec = NULL;
+    }
+    s->no_capture = false;
+}
+
+/* Captures the nodes on s->cap into s->exec (nothing runs yet). */
+static tsr_status cu_capture(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
+    cu_dev *c = s->c;
+    CU_BLAS(c, "cublasSetStream", cublasSetStream(s->blas, s->cap));
+    cudaError_t e = cudaStreamBeginCapture(s->cap, cudaStreamCaptureModeThreadLocal);
+    tsr_status st = e == cudaSuccess ? TSR_OK : cu_fail(c, e, "cudaStreamBeginCapture");
+    cudaGraph_t g = NULL;
+    if (st == TSR_OK) {
+        s->cs = s->cap;
+        s->check_ids = false;
+        st = cu_run_nodes(s, nodes, n_nodes);
+        s->cs = c->stream;
+        s->exec_ids = s->check_ids;
+        s->check_ids = false;
+        e = cudaStreamEndCapture(s->cap, &g);
+        if (st == TSR_OK && e != cudaSuccess)
+            st = cu_fail(c, e, "cudaStreamEndCapture");
+    }
+    const cublasStatus_t bs = cublasSetStream(s->blas, c->stream);
+    if (st == TSR_OK && bs != CUBLAS_STATUS_SUCCESS)
+        st = cu_blas_fail(c, bs, "cublasSetStream");
+    if (st == TSR_OK && (e = cudaGraphInstantiate(&s->exec, g, 0)) != cudaSuccess) {
+        s->exec = NULL;
+        st = cu_fail(c, e, "cudaGraphInstantiate");
+    }
+    if (g)
+        (void)cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+    if (st == TSR_OK) {
+        char buf[32];
+        tsr__log(TSR_LOG_DEBUG, "cuda: compute captured as a graph", 2, "device", c->dev.name, "nodes",
+                 tsr__fmt(buf, sizeof buf, "%zu", n_nodes));
+    }
+    return st;
+}
+
+/* A compute whose description repeats the last one's is captured once
+ * into a CUDA graph and replayed after (TSR_CUDA_GRAPHS=0: never); a
+ * compute the capture cannot take (scratch to grow, host work) and any
+ * other compute launch their kernels. */
+static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
+    cu_stream *s = (cu_stream *)ts;
+    cu_dev *c = s->c;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK)
+        return st;
+    if (s->check_ids) { /* a failed compute's record of ids: dropped */
+        s->check_ids = false;
+        CU_CHECK(c, "cudaMemsetAsync", cudaMemsetAsync(s->status, 0, 8 * sizeof(int), c->stream));
+    }
+    s->nodes = nodes;
+    s->n_nodes = n_nodes;
+    bool same = false;
+    if (!s->graphs || cu_graph_key(s, nodes, n_nodes, &same) != TSR_OK || !same) {
+        cu_graph_drop(s);
+        return cu_run_nodes(s, nodes, n_nodes);
+    }
+    if (!s->exec && !s->no_capture) {
+        if (!cu_capturable(s, nodes, n_nodes) || cu_capture(s, nodes, n_nodes) != TSR_OK) {
+            char buf[64];
+            tsr__log(TSR_LOG_DEBUG, "cuda: compute not captured as a graph", 2, "device", c->dev.name, "nodes",
+                     tsr__fmt(buf, sizeof buf, "%zu", n_nodes));
+            s->no_capture = true; /* until the description changes */
+        }
+        if (c->lost)
+            return tsr__error(TSR_E_DEVICE, "%s: the device is lost after an earlier error (%s)", c->dev.name,
+                              c->lost_why);
+    }
+    if (!s->exec)
+        return cu_run_nodes(s, nodes, n_nodes);
+    CU_CHECK(c, "cudaGraphLaunch", cudaGraphLaunch(s->exec, c->stream));
+    s->check_ids = s->exec_ids;
+    return TSR_OK;
 }
 
 static tsr_status cu_memory(const tsr_device *d, size_t *free_b, size_t *total) {

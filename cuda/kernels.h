@@ -58,6 +58,23 @@ cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor a, int64_t 
  * per matrix); each warp takes a row of a and dots it with every column. */
 #define TCU_MMV_MAX_COLS 8
 cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y);
+/* Every element of a into contiguous F32 (rows in order). */
+cudaError_t tcu_tensor_to_f32(cudaStream_t s, float *out, tcu_tensor a);
+
+/* mul_mat_id (dst [m, n_used, n_tokens], as [k, m, n_expert], ids I32
+ * [n_used, n_tokens]). Few tokens: tcu_mat_vec_id, y = b as contiguous F32
+ * ([k, n_b, n_tokens]); a pair whose id is outside 0..n_expert-1 gets zeros
+ * and the first such is recorded in status (int[5]: flag, node, id, token,
+ * slot). More tokens: the host groups the pairs (t * n_used + slot) by
+ * expert, tcu_mmid_gather puts their rows of b in that order (F16 or F32),
+ * cuBLAS multiplies each expert's rows, tcu_mmid_scatter puts the products
+ * (c, contiguous, m wide) back into dst. */
+cudaError_t tcu_mat_vec_id(cudaStream_t s, tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const float *y, int64_t n_b,
+                           int node, int *status);
+cudaError_t tcu_mmid_gather(cudaStream_t s, void *out, int f16, tcu_tensor b, const int *pairs, int64_t n_pairs,
+                            int64_t n_used);
+cudaError_t tcu_mmid_scatter(cudaStream_t s, tcu_tensor dst, const float *c, const int *pairs, int64_t n_pairs,
+                             int64_t n_used);
 
 /* sort.cu: F32 rows; sum_rows into F32 [1, ne1, ne2, ne3]; argsort and
  * top_k (the first k of the descending argsort) into I32, rows of at most

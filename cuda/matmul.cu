@@ -95,3 +95,133 @@ extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a,
     }
     return TCU_LAUNCHED();
 }
+
+/* ---- mul_mat_id: the experts' matrix products ------------------------------ */
+
+/* Records the first expert id outside 0..n_expert-1 of a compute in the
+ * stream's status words (flag, node, id, token, slot); the host reads them
+ * when it synchronizes. */
+__device__ __forceinline__ void tcu_bad_id(int *status, int node, int id, int64_t t, int64_t slot) {
+    if (atomicCAS(&status[0], 0, 1) == 0) {
+        status[1] = node;
+        status[2] = id;
+        status[3] = (int)t;
+        status[4] = (int)slot;
+    }
+}
+
+/* Few tokens: grid.y walks the (token, slot) pairs, grid.x the weight rows
+ * of the pair's expert (a warp per row, as k_mat_vec with one column). A
+ * pair with a bad id gets zeros and is recorded. */
+template <int TYPE>
+__global__ void k_mat_vec_id(tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const float *y, int64_t n_b, int node,
+                             int *status) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t k = as.ne[0], m = as.ne[1], n_used = ids.ne[0], n_pairs = n_used * ids.ne[1];
+    for (int64_t p = blockIdx.y; p < n_pairs; p += gridDim.y) {
+        const int64_t t = p / n_used, slot = p % n_used;
+        const int id = *(const int *)tcu_at(ids, slot, t, 0, 0);
+        const bool ok = id >= 0 && id < as.ne[2];
+        if (!ok && blockIdx.x == 0 && threadIdx.x == 0)
+            tcu_bad_id(status, node, id, t, slot);
+        const float *ym = y + (size_t)((slot % n_b) + n_b * t) * (size_t)k;
+        for (int64_t i = blockIdx.x * (int64_t)MMV_WARPS + warp; i < m; i += (int64_t)gridDim.x * MMV_WARPS) {
+            float acc = 0.0f;
+            if (ok) {
+                const unsigned char *arow = (const unsigned char *)tcu_at(as, 0, i, id, 0);
+                for (int64_t e = lane; e < k; e += 32) acc += tcu_load(TYPE, arow, e, as.nb[0]) * ym[e];
+            }
+            acc = tcu_warp_sum(acc);
+            if (lane == 0)
+                *(float *)tcu_at(dst, i, slot, t, 0) = acc;
+        }
+    }
+}
+
+extern "C" cudaError_t tcu_mat_vec_id(cudaStream_t s, tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const float *y,
+                                      int64_t n_b, int node, int *status) {
+    const int64_t n_pairs = ids.ne[0] * ids.ne[1];
+    if (as.ne[1] == 0 || n_pairs == 0)
+        return cudaSuccess;
+    dim3 grid(tcu_blocks(as.ne[1], MMV_WARPS), (unsigned)(n_pairs < TCU_MAX_GRID ? n_pairs : TCU_MAX_GRID));
+    const unsigned nt = 32 * MMV_WARPS;
+#define TCU_MMVID(T) k_mat_vec_id<T><<<grid, nt, 0, s>>>(dst, as, ids, y, n_b, node, status)
+    switch (as.type) {
+    case TCU_F32: TCU_MMVID(TCU_F32); break;
+    case TCU_F16: TCU_MMVID(TCU_F16); break;
+    case TCU_BF16: TCU_MMVID(TCU_BF16); break;
+    case TCU_Q4_0: TCU_MMVID(TCU_Q4_0); break;
+    case TCU_Q4_1: TCU_MMVID(TCU_Q4_1); break;
+    case TCU_Q5_0: TCU_MMVID(TCU_Q5_0); break;
+    case TCU_Q5_1: TCU_MMVID(TCU_Q5_1); break;
+    case TCU_Q8_0: TCU_MMVID(TCU_Q8_0); break;
+    case TCU_Q4_K: TCU_MMVID(TCU_Q4_K); break;
+    case TCU_Q5_K: TCU_MMVID(TCU_Q5_K); break;
+    case TCU_Q6_K: TCU_MMVID(TCU_Q6_K); break;
+    default: return cudaErrorInvalidValue;
+    }
+#undef TCU_MMVID
+    return TCU_LAUNCHED();
+}
+
+/* Every element of a (any readable type, any strides) into contiguous F32,
+ * rows in order (i1, then i2, then i3). */
+__global__ void k_tensor_to_f32(float *out, tcu_tensor a, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i0 = i % a.ne[0], r = i / a.ne[0];
+        out[i] = tcu_get(a, i0, r % a.ne[1], (r / a.ne[1]) % a.ne[2], r / (a.ne[1] * a.ne[2]));
+    }
+}
+
+extern "C" cudaError_t tcu_tensor_to_f32(cudaStream_t s, float *out, tcu_tensor a) {
+    const int64_t n = a.ne[0] * a.ne[1] * a.ne[2] * a.ne[3];
+    if (n == 0)
+        return cudaSuccess;
+    k_tensor_to_f32<<<tcu_blocks(n, 256), 256, 0, s>>>(out, a, n);
+    return TCU_LAUNCHED();
+}
+
+/* Row g of out (F16 or F32, k wide) = the row of b that pair pairs[g]
+ * (t * n_used + slot) reads: b's row slot % n_b of token t. */
+template <typename T>
+__global__ void k_mmid_gather(T *out, tcu_tensor b, const int *pairs, int64_t n_pairs, int64_t n_used) {
+    const int64_t k = b.ne[0], n = k * n_pairs;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t g = i / k, e = i % k, p = pairs[g];
+        const float v = tcu_get(b, e, (p % n_used) % b.ne[1], p / n_used, 0);
+        if constexpr (sizeof(T) == 2)
+            out[i] = __float2half(v);
+        else
+            out[i] = v;
+    }
+}
+
+extern "C" cudaError_t tcu_mmid_gather(cudaStream_t s, void *out, int f16, tcu_tensor b, const int *pairs,
+                                       int64_t n_pairs, int64_t n_used) {
+    const int64_t n = b.ne[0] * n_pairs;
+    if (n == 0)
+        return cudaSuccess;
+    if (f16)
+        k_mmid_gather<__half><<<tcu_blocks(n, 256), 256, 0, s>>>((__half *)out, b, pairs, n_pairs, n_used);
+    else
+        k_mmid_gather<float><<<tcu_blocks(n, 256), 256, 0, s>>>((float *)out, b, pairs, n_pairs, n_used);
+    return TCU_LAUNCHED();
+}
+
+/* dst's row (slot, t) of pair pairs[g] = row g of c (contiguous, m wide). */
+__global__ void k_mmid_scatter(tcu_tensor dst, const float *c, const int *pairs, int64_t n_pairs, int64_t n_used) {
+    const int64_t m = dst.ne[0], n = m * n_pairs;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t g = i / m, r = i % m, p = pairs[g];
+        *(float *)tcu_at(dst, r, p % n_used, p / n_used, 0) = c[i];
+    }
+}
+
+extern "C" cudaError_t tcu_mmid_scatter(cudaStream_t s, tcu_tensor dst, const float *c, const int *pairs,
+                                        int64_t n_pairs, int64_t n_used) {
+    const int64_t n = dst.ne[0] * n_pairs;
+    if (n == 0)
+        return cudaSuccess;
+    k_mmid_scatter<<<tcu_blocks(n, 256), 256, 0, s>>>(dst, c, pairs, n_pairs, n_used);
+    return TCU_LAUNCHED();
+}

@@ -18,6 +18,7 @@
  */
 #include "tsrtest.h"
 
+#include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -73,6 +74,81 @@ static int add_on(tsr_device *dev) {
     return ok;
 }
 
+/* One decode-like graph (mul_mat_id, rms_norm, mul_mat) computed again
+ * with new inputs on dev: from the second compute on the backend replays
+ * it as a CUDA graph, which gives the bits of launching every kernel
+ * (TSR_CUDA_GRAPHS=0) and the float64 reference's values; a bad expert id
+ * in a replay is still TSR_E_RANGE, and the step after it is right. */
+static void check_graphs(tsr_device *d) {
+    enum { K = 64, M = 48, N = 16, NE = 4, NU = 2, STEPS = 7, BAD = 5 };
+    static float w[K * M * NE], w2[M * N], x[STEPS][K], got[2][STEPS][N * NU];
+    static int32_t ids[STEPS][NU];
+    for (int i = 0; i < K * M * NE; i++) w[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    for (int i = 0; i < M * N; i++) w2[i] = (float)((i * 53) % 89) / 44.0f - 1.0f;
+    for (int s = 0; s < STEPS; s++) {
+        for (int k = 0; k < K; k++) x[s][k] = (float)((s * 131 + k * 17) % 97) / 48.0f - 1.0f;
+        ids[s][0] = s % NE;
+        ids[s][1] = s == BAD ? NE : (s + 1 + s / 2) % NE;
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        setenv("TSR_CUDA_GRAPHS", mode ? "0" : "1", 1);
+        log_text[0] = '\0';
+        tsr_device *devs[2] = {d, NULL};
+        tsr_backend_params bp;
+        tsr_backend_params_init(&bp, sizeof bp);
+        bp.devices = devs;
+        bp.n_threads = 2;
+        tsr_backend *b = NULL;
+        CHECK_OK(tsr_backend_new(&bp, &b));
+        if (!b)
+            return;
+        tsr_context *ctx = tsr_context_new(b);
+        const int64_t ne_w[3] = {K, M, NE}, ne_w2[2] = {M, N}, ne_x[3] = {K, 1, 1}, ne_i[2] = {NU, 1};
+        tsr_tensor *W = tsr_new_tensor(ctx, tsr_device_buffer_type(d), TSR_TYPE_F32, 3, ne_w);
+        tsr_tensor *W2 = tsr_new_tensor(ctx, tsr_device_buffer_type(d), TSR_TYPE_F32, 2, ne_w2);
+        CHECK(W && W2);
+        CHECK_OK(tsr_tensor_write(W, w, 0, sizeof w));
+        CHECK_OK(tsr_tensor_write(W2, w2, 0, sizeof w2));
+        tsr_tensor *X = tsr_input(ctx, TSR_TYPE_F32, 3, ne_x, NULL), *I = tsr_input(ctx, TSR_TYPE_I32, 2, ne_i, NULL);
+        tsr_tensor *y = tsr_set_name(tsr_mul_mat_id(ctx, W, X, I), "moe");
+        tsr_tensor *out = tsr_mul_mat(ctx, W2, tsr_rms_norm(ctx, y, 1e-5f));
+        CHECK(out != NULL);
+        for (int s = 0; out && s < STEPS; s++) {
+            CHECK_OK(tsr_tensor_write(X, x[s], 0, sizeof x[s]));
+            CHECK_OK(tsr_tensor_write(I, ids[s], 0, sizeof ids[s]));
+            const tsr_status st = tsr_compute(ctx, &out, 1);
+            if (s == BAD) {
+                CHECK(st == TSR_E_RANGE && strstr(tsr_last_error(), "expert id 4") && strstr(tsr_last_error(), "moe"),
+                      "step %d: status %d (%s)", s, (int)st, tsr_last_error());
+                continue;
+            }
+            CHECK(st == TSR_OK, "step %d (graphs %s): %s", s, mode ? "off" : "on", tsr_last_error());
+            CHECK_OK(tsr_tensor_read(out, got[mode][s], 0, sizeof got[mode][s]));
+            for (int e = 0; e < NU; e++) { /* the float64 reference */
+                double z[M], ss = 0, err = 0, mag = 0;
+                for (int i = 0; i < M; i++) {
+                    z[i] = 0;
+                    for (int k = 0; k < K; k++) z[i] += (double)w[(ids[s][e] * M + i) * K + k] * x[s][k];
+                    ss += z[i] * z[i];
+                }
+                for (int j = 0; j < N; j++) {
+                    double r = 0;
+                    for (int i = 0; i < M; i++) r += (double)w2[j * M + i] * z[i] / sqrt(ss / M + 1e-5);
+                    err += (got[mode][s][e * N + j] - r) * (got[mode][s][e * N + j] - r);
+                    mag += r * r;
+                }
+                CHECK(err <= 1e-8 * mag, "step %d slot %d: NMSE %g", s, e, err / mag);
+            }
+        }
+        const int captured = log_line_with("cuda: compute captured as a graph", "CUDA0") != NULL;
+        CHECK(captured == (mode == 0), "graphs %s: captured %d", mode ? "off" : "on", (int)captured);
+        tsr_context_close(ctx);
+        tsr_backend_free(b);
+    }
+    unsetenv("TSR_CUDA_GRAPHS");
+    CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0, "graph replays give the bits of plain launches");
+}
+
 static void case_no_gpu(void) {
     CHECK(log_line_with("backend module has no device", "libtensr-cuda.so") != NULL);
     CHECK(log_line_with("cuda: no CUDA device", "reason=cudaError") != NULL ||
@@ -91,6 +167,7 @@ static void case_gpu(void) {
     printf("CUDA0: %s\n", tsr_device_description(d));
     CHECK(strcmp(tsr_device_name(tsr_device_get(tsr_device_count() - 1)), "CPU") == 0);
     CHECK(add_on(d)); /* the first computation sets up the context and cuBLAS */
+    check_graphs(d);
     size_t free0 = 0, total = 0;
     CHECK_OK(tsr_device_memory(d, &free0, &total));
     CHECK(total > 0 && free0 > 0 && free0 <= total);
