@@ -54,6 +54,7 @@ typedef struct cu_dev {
     tsr_device dev;
     tsr_buffer_type buft, host_buft;
     int ordinal; /* the CUDA runtime's device number */
+    int n_sm;    /* multiprocessors */
     cudaStream_t stream;
     bool lost;
     char lost_why[192];
@@ -462,9 +463,14 @@ static size_t cu_scratch_need_id(const tsr_tensor *node) {
            (direct ? 0 : tsr__pad(k * m * 2, CU_ALIGN)) + tsr__pad(n_pairs * m * 4, CU_ALIGN);
 }
 
-static size_t cu_scratch_need(const tsr_tensor *node) {
+static tcu_tensor cu_t(const tsr_tensor *t);
+
+static size_t cu_scratch_need(const cu_dev *c, const tsr_tensor *node) {
     if (node->op == TSR_OP_MUL_MAT_ID)
         return cu_scratch_need_id(node);
+    if (node->op == TSR_OP_FLASH_ATTN)
+        return tsr__pad(tcu_flash_attn_scratch(cu_t(node->src[0]), cu_t(node->src[1]), cu_t(node->src[2]), c->n_sm),
+                        CU_ALIGN);
     if (node->op != TSR_OP_MUL_MAT)
         return 0;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
@@ -586,7 +592,7 @@ static tsr_status cu_reserve(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
     tsr_status st = cu_begin(s->c);
     size_t need = 0, group = 0;
     for (size_t i = 0; st == TSR_OK && i < n_nodes; i++) {
-        const size_t n = cu_scratch_need(nodes[i]), g = cu_group_need(nodes[i]);
+        const size_t n = cu_scratch_need(s->c, nodes[i]), g = cu_group_need(nodes[i]);
         need = n > need ? n : need;
         group = g > group ? g : group;
     }
@@ -644,12 +650,12 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
     cu_dev *c = s->c;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
     const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
-    tsr_status st = cu_arena_grow(s, cu_scratch_need(node));
+    tsr_status st = cu_arena_grow(s, cu_scratch_need(c, node));
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv(node)) {
-        float *y = s->arena; /* every matrix of b, rows in order */
-        CU_CHECK(c, "tcu_tensor_to_f32 (kernel launch)", tcu_tensor_to_f32(s->cs, y, cu_t(b)));
+        void *y = s->arena; /* every matrix of b, rows in order, as a's type meets them */
+        CU_CHECK(c, "tcu_activations (kernel launch)", tcu_activations(s->cs, y, cu_t(b), (int)a->type));
         CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y));
         return TSR_OK;
     }
@@ -697,12 +703,12 @@ static tsr_status cu_mul_mat_id(cu_stream *s, tsr_tensor *node, size_t index) {
     const tsr_tensor *as = node->src[0], *b = node->src[1], *ids = node->src[2];
     const int64_t k = as->ne[0], m = as->ne[1], n_expert = as->ne[2], n_used = ids->ne[0];
     const int64_t n_tokens = ids->ne[1], n_pairs = n_used * n_tokens;
-    tsr_status st = cu_arena_grow(s, cu_scratch_need(node));
+    tsr_status st = cu_arena_grow(s, cu_scratch_need(c, node));
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv_id(node)) {
-        float *y = s->arena;
-        CU_CHECK(c, "tcu_tensor_to_f32 (kernel launch)", tcu_tensor_to_f32(s->cs, y, cu_t(b)));
+        void *y = s->arena;
+        CU_CHECK(c, "tcu_activations (kernel launch)", tcu_activations(s->cs, y, cu_t(b), (int)as->type));
         CU_CHECK(c, "tcu_mat_vec_id (kernel launch)",
                  tcu_mat_vec_id(s->cs, cu_t(node), cu_t(as), cu_t(ids), y, b->ne[1], index <= INT_MAX ? (int)index : -1,
                                 s->status));
@@ -814,7 +820,7 @@ static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
         const tsr_tensor *mask = node->src[3];
         const tcu_tensor m = mask ? cu_t(mask) : d;
         return tcu_flash_attn(cs, d, cu_t(a), cu_t(b), cu_t(node->src[2]), mask ? &m : NULL,
-                              tsr__get_f32_param(node, 0));
+                              tsr__get_f32_param(node, 0), s->c->n_sm, s->arena, s->arena_size);
     }
     default: return cudaErrorNotSupported;
     }
@@ -835,6 +841,8 @@ static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_
             st = cu_mul_mat(s, node);
         } else if (node->op == TSR_OP_MUL_MAT_ID) {
             st = cu_mul_mat_id(s, node, i);
+        } else if (node->op == TSR_OP_FLASH_ATTN && (st = cu_arena_grow(s, cu_scratch_need(c, node))) != TSR_OK) {
+            break;
         } else {
             const cudaError_t e = cu_launch(s, node);
             if (e != cudaSuccess) {
@@ -914,7 +922,7 @@ static bool cu_capturable(const cu_stream *s, tsr_tensor *const *nodes, size_t n
         const tsr_tensor *t = nodes[i];
         if (t->op == TSR_OP_MUL_MAT_ID && !cu_use_mmv_id(t))
             return false;
-        if (cu_scratch_need(t) > s->arena_size)
+        if (cu_scratch_need(s->c, t) > s->arena_size)
             return false;
     }
     return true;
@@ -1057,6 +1065,7 @@ static size_t cu_enumerate(tsr_device **devs, size_t max) {
         memset(c, 0, sizeof *c);
         pthread_mutex_init(&c->lock, NULL);
         c->ordinal = found[i].ordinal;
+        c->n_sm = p->multiProcessorCount > 0 ? p->multiProcessorCount : 1;
         snprintf(c->dev.name, sizeof c->dev.name, "CUDA%zu", cu_n);
         snprintf(c->dev.description, sizeof c->dev.description, "%.60s, %.1f GiB, compute %d.%d, PCI %04x:%02x:%02x.0",
                  p->name, p->totalGlobalMem / 1073741824.0, p->major, p->minor, (unsigned)p->pciDomainID,

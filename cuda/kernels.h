@@ -53,23 +53,25 @@ cudaError_t tcu_argmax(cudaStream_t s, tcu_tensor dst, tcu_tensor a);
  * [ne1][ne0] F16 (to_f16) or F32 (to_f32) array. */
 cudaError_t tcu_matrix_to_f16(cudaStream_t s, void *out, tcu_tensor a, int64_t i2, int64_t i3);
 cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor a, int64_t i2, int64_t i3);
-/* dst = a x b for few columns: y holds all of b's rows as contiguous F32
- * (b->ne[1]*ne[2]*ne[3] rows of ne[0]), converted once (tcu_matrix_to_f32
- * per matrix); each warp takes a row of a and dots it with every column. */
+/* dst = a x b for few columns: y holds all of b's rows (b->ne[1]*ne[2]*ne[3]
+ * of them, in order) converted once by tcu_activations for a's type: Q8_1
+ * blocks for the integer types (tcu_dot_q8_1_type), contiguous F32 for the
+ * float ones; each warp takes a row of a and dots it with every column. */
 #define TCU_MMV_MAX_COLS 8
-cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y);
+cudaError_t tcu_activations(cudaStream_t s, void *y, tcu_tensor b, int wtype);
+cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y);
 /* Every element of a into contiguous F32 (rows in order). */
 cudaError_t tcu_tensor_to_f32(cudaStream_t s, float *out, tcu_tensor a);
 
 /* mul_mat_id (dst [m, n_used, n_tokens], as [k, m, n_expert], ids I32
- * [n_used, n_tokens]). Few tokens: tcu_mat_vec_id, y = b as contiguous F32
- * ([k, n_b, n_tokens]); a pair whose id is outside 0..n_expert-1 gets zeros
+ * [n_used, n_tokens]). Few tokens: tcu_mat_vec_id, y = b ([k, n_b, n_tokens])
+ * by tcu_activations; a pair whose id is outside 0..n_expert-1 gets zeros
  * and the first such is recorded in status (int[5]: flag, node, id, token,
  * slot). More tokens: the host groups the pairs (t * n_used + slot) by
  * expert, tcu_mmid_gather puts their rows of b in that order (F16 or F32),
  * cuBLAS multiplies each expert's rows, tcu_mmid_scatter puts the products
  * (c, contiguous, m wide) back into dst. */
-cudaError_t tcu_mat_vec_id(cudaStream_t s, tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const float *y, int64_t n_b,
+cudaError_t tcu_mat_vec_id(cudaStream_t s, tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const void *y, int64_t n_b,
                            int node, int *status);
 cudaError_t tcu_mmid_gather(cudaStream_t s, void *out, int f16, tcu_tensor b, const int *pairs, int64_t n_pairs,
                             int64_t n_used);
@@ -83,10 +85,15 @@ cudaError_t tcu_mmid_scatter(cudaStream_t s, tcu_tensor dst, const float *c, con
 cudaError_t tcu_sum_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a);
 cudaError_t tcu_argsort(cudaStream_t s, tcu_tensor dst, tcu_tensor a, int desc, int k);
 
-/* fattn.cu: one warp per (query row, head, sequence), keys in order with
- * an online softmax; any head dimension; K/V F32, F16 or Q8_0. */
+/* fattn.cu: tiles of query rows against tiles of keys in shared memory,
+ * the keys split over blocks when the rows alone leave multiprocessors idle
+ * (n_sm: the device's), the vector kernel for head dimensions too large for
+ * a tile; K/V F32, F16 or Q8_0. The splits' partial results need scratch
+ * of tcu_flash_attn_scratch bytes (0: none); a launch with less returns
+ * cudaErrorInvalidValue. */
+size_t tcu_flash_attn_scratch(tcu_tensor q, tcu_tensor k, tcu_tensor v, int n_sm);
 cudaError_t tcu_flash_attn(cudaStream_t s, tcu_tensor dst, tcu_tensor q, tcu_tensor k, tcu_tensor v,
-                           const tcu_tensor *mask, float scale);
+                           const tcu_tensor *mask, float scale, int n_sm, void *scratch, size_t scratch_size);
 
 #ifdef __cplusplus
 }

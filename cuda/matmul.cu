@@ -4,9 +4,11 @@
  * GEMM of large batches, and the matrix-vector kernel for few columns: each
  * warp takes a row of the weights, its lanes walk the row's elements
  * (dequantizing on the fly, adjacent lanes on adjacent elements) against
- * every column of the activations, converted once to contiguous F32.
- * TODO (cuda/README.md): activations quantized to Q8_1 once and integer
- * dot products (dp4a) per block, as the CPU's dot kernels do.
+ * every column of the activations, converted once: for the integer
+ * types to Q8_1 blocks (32 values, a scale and the scaled sum), met by
+ * integer dot products (dp4a) per 32-value segment of the weights, a lane
+ * per segment (cuda/quant.h, checked on the host); for the float types to
+ * contiguous F32, a lane per element.
  */
 #include "common.cuh"
 
@@ -39,27 +41,64 @@ extern "C" cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor 
 
 #define MMV_WARPS 4
 
+/* Types whose weights meet Q8_1 activations in integer dot products, and
+ * their 32-value segments per block. */
+template <int TYPE> struct tcu_qdot {
+    static constexpr bool yes = TYPE == TCU_Q4_0 || TYPE == TCU_Q4_1 || TYPE == TCU_Q5_0 || TYPE == TCU_Q5_1 ||
+                                TYPE == TCU_Q8_0 || TYPE == TCU_Q4_K || TYPE == TCU_Q5_K || TYPE == TCU_Q6_K;
+    static constexpr int spb = TYPE == TCU_Q4_K || TYPE == TCU_Q5_K || TYPE == TCU_Q6_K ? 8 : 1;
+};
+
+/* A lane's part of the dots of weight row arow with ncols columns of y:
+ * Q8_1 blocks (nseg = k / 32 per column) for the integer types, each lane
+ * on whole segments (adjacent lanes on adjacent blocks); F32 values (k per
+ * column) for the float types, adjacent lanes on adjacent elements. */
+template <int TYPE>
+__device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t k, int64_t nb0, const void *y,
+                                             int ncols, float *acc, int lane) {
+    if constexpr (tcu_qdot<TYPE>::yes) {
+        const tcu_q8_1 *yq = (const tcu_q8_1 *)y;
+        const int64_t nseg = k / 32;
+        const int bb = tcu_block_bytes(TYPE);
+        for (int64_t g = lane; g < nseg; g += 32) {
+            const unsigned char *blk = arow + (g / tcu_qdot<TYPE>::spb) * bb;
+            const int sub = (int)(g % tcu_qdot<TYPE>::spb);
+#pragma unroll
+            for (int c = 0; c < TCU_MMV_MAX_COLS; c++)
+                if (c < ncols)
+                    acc[c] += tcu_dot_q8_1(TYPE, blk, sub, yq + c * nseg + g);
+        }
+    } else {
+        const float *yf = (const float *)y;
+        for (int64_t e = lane; e < k; e += 32) {
+            const float w = tcu_load(TYPE, arow, e, nb0);
+#pragma unroll
+            for (int c = 0; c < TCU_MMV_MAX_COLS; c++)
+                if (c < ncols)
+                    acc[c] += w * yf[c * k + e];
+        }
+    }
+}
+
+/* Values per column of y: segments (Q8_1) or elements (F32). */
+template <int TYPE> __device__ __forceinline__ int64_t tcu_ycol(int64_t k) { return tcu_qdot<TYPE>::yes ? k / 32 : k; }
+
 /* grid.x: rows of a in groups of MMV_WARPS (grid-stride); grid.y: the
  * matrices of b (i12 + ne12 * i13). One instance per weight type, so the
- * element loader's type switch and block arithmetic fold at compile time. */
-template <int TYPE> __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y) {
+ * loader's type switch and block arithmetic fold at compile time. */
+template <int TYPE> __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t k = a.ne[0], m = a.ne[1], ncols = b.ne[1];
     const int64_t mat = blockIdx.y, i12 = mat % b.ne[2], i13 = mat / b.ne[2];
     const int64_t r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
-    const float *ym = y + (size_t)mat * (size_t)(ncols * k);
+    const size_t ybytes = tcu_qdot<TYPE>::yes ? sizeof(tcu_q8_1) : sizeof(float);
+    const char *ym = (const char *)y + (size_t)mat * (size_t)(ncols * tcu_ycol<TYPE>(k)) * ybytes;
     for (int64_t i = blockIdx.x * (int64_t)MMV_WARPS + warp; i < m; i += (int64_t)gridDim.x * MMV_WARPS) {
         const unsigned char *arow = (const unsigned char *)tcu_at(a, 0, i, i12 / r2, i13 / r3);
         float acc[TCU_MMV_MAX_COLS];
 #pragma unroll
         for (int c = 0; c < TCU_MMV_MAX_COLS; c++) acc[c] = 0.0f;
-        for (int64_t e = lane; e < k; e += 32) {
-            const float w = tcu_load(TYPE, arow, e, a.nb[0]);
-#pragma unroll
-            for (int c = 0; c < TCU_MMV_MAX_COLS; c++)
-                if (c < ncols)
-                    acc[c] += w * ym[c * k + e];
-        }
+        tcu_row_dots<TYPE>(arow, k, a.nb[0], ym, (int)ncols, acc, lane);
 #pragma unroll
         for (int c = 0; c < TCU_MMV_MAX_COLS; c++) {
             if (c >= ncols)
@@ -71,7 +110,33 @@ template <int TYPE> __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_
     }
 }
 
-extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const float *y) {
+/* Every row of b (rows in order i1, i2, i3) as Q8_1 blocks: a thread per
+ * 32 values (tcu_quantize_q8_1, the function the host test checks). */
+__global__ void k_quantize_q8_1(tcu_q8_1 *out, tcu_tensor b, int64_t n) {
+    const int64_t nseg = b.ne[0] / 32;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / nseg, g = i % nseg;
+        const int64_t i1 = r % b.ne[1], i2 = (r / b.ne[1]) % b.ne[2], i3 = r / (b.ne[1] * b.ne[2]);
+        float x[32];
+#pragma unroll
+        for (int e = 0; e < 32; e++) x[e] = tcu_get(b, 32 * g + e, i1, i2, i3);
+        tcu_quantize_q8_1(x, out + i);
+    }
+}
+
+extern "C" cudaError_t tcu_activations(cudaStream_t s, void *y, tcu_tensor b, int wtype) {
+    if (!tcu_dot_q8_1_type(wtype))
+        return tcu_tensor_to_f32(s, (float *)y, b);
+    if (b.ne[0] % 32)
+        return cudaErrorInvalidValue;
+    const int64_t n = b.ne[0] / 32 * b.ne[1] * b.ne[2] * b.ne[3];
+    if (n == 0)
+        return cudaSuccess;
+    k_quantize_q8_1<<<tcu_blocks(n, 128), 128, 0, s>>>((tcu_q8_1 *)y, b, n);
+    return TCU_LAUNCHED();
+}
+
+extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y) {
     const int64_t mats = b.ne[2] * b.ne[3];
     if (a.ne[1] == 0 || b.ne[1] == 0 || mats == 0)
         return cudaSuccess;
@@ -114,31 +179,30 @@ __device__ __forceinline__ void tcu_bad_id(int *status, int node, int id, int64_
  * of the pair's expert (a warp per row, as k_mat_vec with one column). A
  * pair with a bad id gets zeros and is recorded. */
 template <int TYPE>
-__global__ void k_mat_vec_id(tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const float *y, int64_t n_b, int node,
+__global__ void k_mat_vec_id(tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const void *y, int64_t n_b, int node,
                              int *status) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t k = as.ne[0], m = as.ne[1], n_used = ids.ne[0], n_pairs = n_used * ids.ne[1];
+    const size_t ybytes = tcu_qdot<TYPE>::yes ? sizeof(tcu_q8_1) : sizeof(float);
     for (int64_t p = blockIdx.y; p < n_pairs; p += gridDim.y) {
         const int64_t t = p / n_used, slot = p % n_used;
         const int id = *(const int *)tcu_at(ids, slot, t, 0, 0);
         const bool ok = id >= 0 && id < as.ne[2];
         if (!ok && blockIdx.x == 0 && threadIdx.x == 0)
             tcu_bad_id(status, node, id, t, slot);
-        const float *ym = y + (size_t)((slot % n_b) + n_b * t) * (size_t)k;
+        const char *ym = (const char *)y + (size_t)((slot % n_b) + n_b * t) * (size_t)tcu_ycol<TYPE>(k) * ybytes;
         for (int64_t i = blockIdx.x * (int64_t)MMV_WARPS + warp; i < m; i += (int64_t)gridDim.x * MMV_WARPS) {
-            float acc = 0.0f;
-            if (ok) {
-                const unsigned char *arow = (const unsigned char *)tcu_at(as, 0, i, id, 0);
-                for (int64_t e = lane; e < k; e += 32) acc += tcu_load(TYPE, arow, e, as.nb[0]) * ym[e];
-            }
-            acc = tcu_warp_sum(acc);
+            float acc[TCU_MMV_MAX_COLS] = {0.0f};
+            if (ok)
+                tcu_row_dots<TYPE>((const unsigned char *)tcu_at(as, 0, i, id, 0), k, as.nb[0], ym, 1, acc, lane);
+            const float v = tcu_warp_sum(acc[0]);
             if (lane == 0)
-                *(float *)tcu_at(dst, i, slot, t, 0) = acc;
+                *(float *)tcu_at(dst, i, slot, t, 0) = v;
         }
     }
 }
 
-extern "C" cudaError_t tcu_mat_vec_id(cudaStream_t s, tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const float *y,
+extern "C" cudaError_t tcu_mat_vec_id(cudaStream_t s, tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const void *y,
                                       int64_t n_b, int node, int *status) {
     const int64_t n_pairs = ids.ne[0] * ids.ne[1];
     if (as.ne[1] == 0 || n_pairs == 0)

@@ -264,4 +264,158 @@ TCU_HD void tcu_quantize_q8_0(const float *x, unsigned char *out) {
     }
 }
 
+/* ---- activations quantized once: Q8_1 and integer dot products ------------ */
+
+/* 32 activations: x ~ d * qs, s = d * (sum of qs) (the offset terms of the
+ * weight types use it). */
+typedef struct tcu_q8_1 {
+    float d, s;
+    signed char qs[32];
+} tcu_q8_1;
+
+/* Quantizes 32 floats (d = absmax / 127, q = round(x / d), as Q8_0). */
+TCU_HD void tcu_quantize_q8_1(const float *x, tcu_q8_1 *out) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        const float a = x[i] < 0 ? -x[i] : x[i];
+        if (a > amax)
+            amax = a;
+    }
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; i++) {
+        const float v = x[i] * id;
+        const int q = v < 0 ? -(int)(-v + 0.5f) : (int)(v + 0.5f);
+        out->qs[i] = (signed char)q;
+        sum += q;
+    }
+    out->d = d;
+    out->s = d * (float)sum;
+}
+
+/* Four bytes at p (p even: every quantized field the dots read is). */
+TCU_HD uint32_t tcu_u32(const unsigned char *p) {
+#ifdef __CUDA_ARCH__
+    const uint16_t *h = (const uint16_t *)p;
+    return (uint32_t)h[0] | ((uint32_t)h[1] << 16);
+#else
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+#endif
+}
+
+/* c + the dot product of a's and b's four signed bytes (__dp4a). */
+TCU_HD int tcu_dp4a(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+#endif
+}
+
+TCU_HD uint32_t tcu_yq(const tcu_q8_1 *y, int i) { return tcu_u32((const unsigned char *)y->qs + 4 * i); }
+
+/* The sum of q_i * y_i over a 32-value segment whose weights are 4-bit
+ * values, low nibbles of qs[0..15] for values 0..15 (or, with hi, the high
+ * nibbles), the fifth bits from qh (bit i for value i) when qh5 is set. */
+TCU_HD int tcu_dot_nib(const unsigned char *qs, int hi_first, const tcu_q8_1 *y, int yoff) {
+    int acc = 0;
+    for (int j = 0; j < 4; j++) {
+        const uint32_t v = tcu_u32(qs + 4 * j);
+        acc = tcu_dp4a(hi_first ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu, tcu_yq(y, yoff + j), acc);
+    }
+    return acc;
+}
+
+/* Spreads bits b..b+3 of qh to bit 4 of four bytes. */
+TCU_HD uint32_t tcu_qh4(uint32_t qh, int b) {
+    const uint32_t v = qh >> b;
+    return ((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25);
+}
+
+/* Segment sub (32 values) of the weight block wb against y: the float dot
+ * product of the dequantized weights with y's values (y.d * y.qs). The
+ * 32-value types have one segment per block, the K types eight. */
+TCU_HD float tcu_dot_q8_1(int type, const unsigned char *wb, int sub, const tcu_q8_1 *y) {
+    switch (type) {
+    case TCU_Q4_0: {
+        const int sum = tcu_dot_nib(wb + 2, 0, y, 0) + tcu_dot_nib(wb + 2, 1, y, 4);
+        return tcu_half_to_float(tcu_u16(wb)) * (y->d * (float)sum - 8.0f * y->s);
+    }
+    case TCU_Q4_1: {
+        const int sum = tcu_dot_nib(wb + 4, 0, y, 0) + tcu_dot_nib(wb + 4, 1, y, 4);
+        return tcu_half_to_float(tcu_u16(wb)) * y->d * (float)sum + tcu_half_to_float(tcu_u16(wb + 2)) * y->s;
+    }
+    case TCU_Q5_0:
+    case TCU_Q5_1: {
+        const int off = type == TCU_Q5_0 ? 2 : 4;
+        const uint32_t qh = tcu_u32(wb + off);
+        const unsigned char *qs = wb + off + 4;
+        int sum = 0;
+        for (int j = 0; j < 4; j++) {
+            const uint32_t v = tcu_u32(qs + 4 * j);
+            sum = tcu_dp4a((v & 0x0F0F0F0Fu) | tcu_qh4(qh, 4 * j), tcu_yq(y, j), sum);
+            sum = tcu_dp4a(((v >> 4) & 0x0F0F0F0Fu) | tcu_qh4(qh, 16 + 4 * j), tcu_yq(y, 4 + j), sum);
+        }
+        const float d = tcu_half_to_float(tcu_u16(wb));
+        return type == TCU_Q5_0 ? d * (y->d * (float)sum - 16.0f * y->s)
+                                : d * y->d * (float)sum + tcu_half_to_float(tcu_u16(wb + 2)) * y->s;
+    }
+    case TCU_Q8_0: {
+        int sum = 0;
+        for (int j = 0; j < 8; j++) sum = tcu_dp4a(tcu_u32(wb + 2 + 4 * j), tcu_yq(y, j), sum);
+        return tcu_half_to_float(tcu_u16(wb)) * y->d * (float)sum;
+    }
+    case TCU_Q4_K:
+    case TCU_Q5_K: {
+        int sc, m;
+        tcu_scale_min_k4(sub, wb + 4, &sc, &m);
+        const int g = sub / 2, hi = sub % 2;
+        const unsigned char *qs = wb + 4 + 12 + (type == TCU_Q5_K ? 32 : 0) + 32 * g;
+        int sum = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint32_t v = tcu_u32(qs + 4 * j);
+            uint32_t q = hi ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu;
+            if (type == TCU_Q5_K) /* bit `sub` of qh[l] is bit 4 of value l */
+                q |= ((tcu_u32(wb + 16 + 4 * j) >> sub) & 0x01010101u) << 4;
+            sum = tcu_dp4a(q, tcu_yq(y, j), sum);
+        }
+        return tcu_half_to_float(tcu_u16(wb)) * (float)sc * y->d * (float)sum -
+               tcu_half_to_float(tcu_u16(wb + 2)) * (float)m * y->s;
+    }
+    case TCU_Q6_K: { /* segment sub = 4 * h + quarter: values l = 0..31 */
+        const int h = sub / 4, quarter = sub % 4;
+        const unsigned char *ql = wb + 64 * h + ((quarter & 1) ? 32 : 0), *qh = wb + 128 + 32 * h;
+        const signed char *scales = (const signed char *)(wb + 192) + 8 * h + 2 * quarter;
+        int part[2] = {0, 0}, ysum[2] = {0, 0}; /* (q - 32) . y = q . y - 32 (sum of y), per 16 values */
+        for (int j = 0; j < 8; j++) {
+            const uint32_t lo = tcu_u32(ql + 4 * j), hb = tcu_u32(qh + 4 * j);
+            const uint32_t q4 = (quarter & 2) ? (lo >> 4) & 0x0F0F0F0Fu : lo & 0x0F0F0F0Fu;
+            const uint32_t q = q4 | (((hb >> (2 * quarter)) & 0x03030303u) << 4);
+            part[j / 4] = tcu_dp4a(q, tcu_yq(y, j), part[j / 4]);
+            ysum[j / 4] = tcu_dp4a(0x01010101u, tcu_yq(y, j), ysum[j / 4]);
+        }
+        return tcu_half_to_float(tcu_u16(wb + 208)) * y->d *
+               ((float)scales[0] * (float)(part[0] - 32 * ysum[0]) +
+                (float)scales[1] * (float)(part[1] - 32 * ysum[1]));
+    }
+    default: return 0.0f;
+    }
+}
+
+/* Whether the matrix-vector kernels take type's weights with Q8_1 activations. */
+TCU_HD int tcu_dot_q8_1_type(int type) {
+    switch (type) {
+    case TCU_Q4_0:
+    case TCU_Q4_1:
+    case TCU_Q5_0:
+    case TCU_Q5_1:
+    case TCU_Q8_0:
+    case TCU_Q4_K:
+    case TCU_Q5_K:
+    case TCU_Q6_K: return 1;
+    default: return 0;
+    }
+}
+
 #endif /* TCU_QUANT_H */

@@ -4,7 +4,9 @@
  * checked on the CPU against the library's reference: for every type the
  * kernels read, each element of rows quantized by the reference quantizer
  * equals the reference dequantizer's value; F16 and BF16 conversions agree
- * with the library's on a sweep of floats; Q8_0 blocks are byte-identical.
+ * with the library's on a sweep of floats; Q8_0 blocks are byte-identical;
+ * the mat-vec kernels' Q8_1 activation quantizer and its integer dot
+ * products (a host __dp4a) agree with the float dot of the dequantized values.
  * Needs no GPU and no CUDA toolkit.
  */
 #include "internal.h"
@@ -47,6 +49,37 @@ int main(void) {
         }
         CHECK(bad == 0);
         printf("%-5s %d elements as the reference dequantizer\n", tr->name, N);
+        /* the integer dot products with Q8_1 activations: each 32-value
+         * segment as the float dot of the dequantized weights with the
+         * activations' values d * qs */
+        CHECK_EQ_INT(tcu_dot_q8_1_type(types[t]), types[t] != TSR_TYPE_F16 && types[t] != TSR_TYPE_BF16);
+        if (!tcu_dot_q8_1_type(types[t]))
+            continue;
+        static float y[N];
+        static tcu_q8_1 yq[N / 32];
+        for (int i = 0; i < N; i++) y[i] = frand(&seed) * (i % 61 == 0 ? 8.0f : 1.0f);
+        int bad_q = 0, bad_dot = 0;
+        for (int g = 0; g < N / 32; g++) {
+            tcu_quantize_q8_1(y + 32 * g, &yq[g]);
+            int sum = 0;
+            for (int i = 0; i < 32; i++) {
+                sum += yq[g].qs[i];
+                bad_q += fabsf(y[32 * g + i] - yq[g].d * yq[g].qs[i]) > 0.5f * yq[g].d * (1 + 1e-5f) + 1e-30f;
+            }
+            bad_q += yq[g].s != yq[g].d * (float)sum;
+            const int spb = (int)tr->block_size / 32;
+            const float got = tcu_dot_q8_1(types[t], q + (size_t)(g / spb) * tr->block_bytes, g % spb, &yq[g]);
+            double want = 0, mag = 0;
+            for (int i = 0; i < 32; i++) {
+                const double w = ref[32 * g + i], v = (double)yq[g].d * yq[g].qs[i];
+                want += w * v;
+                mag += fabs(w * v) + fabs(w) * fabs(v) * 16; /* the offset terms of the formulas */
+            }
+            if (fabs(got - want) > 2e-6 * mag + 1e-30 && bad_dot++ < 3)
+                fprintf(stderr, "%s segment %d: dot %.9g, reference %.9g\n", tr->name, g, got, want);
+        }
+        CHECK(bad_q == 0 && bad_dot == 0, "%s: %d quantized values off, %d dots off", tr->name, bad_q, bad_dot);
+        printf("%-5s %d segments: Q8_1 integer dots as the float reference\n", tr->name, N / 32);
     }
     int bad = 0;
     for (uint32_t bits = 0; bits < 0xffffffffu - 99991u; bits += 99991u) {

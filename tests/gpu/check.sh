@@ -24,15 +24,28 @@
 #            64-token prompt with -ngl 99 against the CPU, flash attention
 #            off and on; mean KL(cpu || gpu) must stay below 0.01
 #            (gpu-model kl)
-#   bench    tensr-bench pp512/tg128 -ngl 99 on that model (llama.cpp's
-#            CUDA llama-bench beside it when one is on PATH; none is carried)
-# A short table of the results comes last. Exit status 0 when every step
-# passed and CUDA0 was there. GPU_CHECK_STEPS="build module ops" runs some steps only.
+#   bench    tensr-bench pp512/tg128 -ngl 99 on that model and on its Q4_0
+#            copy (tensr-quantize), CUDA graphs on and off, the CPU beside
+#   llama    tensr-bench beside llama.cpp's CUDA llama-bench (ratios) on
+#            the same two files, -ngl 99; llama-bench built on
+#            the device from llama-cuda-src.tar.xz (bench/llama-cuda-src.sh:
+#            the trimmed llama.cpp of the llama-cpp-python sdist, carried
+#            beside the libtensr tarball, found as ../llama-cuda-src.tar.xz
+#            or $LLAMA_CUDA_SRC); the build starts first, in the background
+#            (nice), and the step waits for it; llama-bench on PATH instead
+#            when there is one
+# A short table of the results comes last (each row is written as its step
+# ends, so a run cut short still leaves the rows it reached). Exit status 0
+# when every step passed and CUDA0 was there. GPU_CHECK_DEADLINE (default
+# 570 s) bounds the wait for the llama.cpp build.
+# GPU_CHECK_STEPS="build module ops" runs some steps only.
 set -u
+t_start=$(date +%s)
+deadline=${GPU_CHECK_DEADLINE:-570} # seconds from the start the whole run must end within
 OUT=${OUT:-$PWD/gpu-logs}
 WORK=$PWD/gpu-work # the model and the logits (hundreds of MB): not under $OUT
 mkdir -p "$OUT" "$WORK"
-steps=${GPU_CHECK_STEPS:-"build module ops large sched kl bench"}
+steps=${GPU_CHECK_STEPS:-"build module ops large sched kl bench llama"}
 table=$OUT/table.txt
 : > "$table"
 rc=0
@@ -65,6 +78,34 @@ want() { case " $steps " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 cat "$OUT/nvidia-smi.txt"
+
+# llama.cpp's CUDA build, in the background from the start (about 150 nvcc
+# objects: minutes on 16 cores)
+llama_src=${LLAMA_CUDA_SRC:-}
+for f in ../llama-cuda-src.tar.xz ./llama-cuda-src.tar.xz; do
+    [ -z "$llama_src" ] && [ -f "$f" ] && llama_src=$f
+done
+llama_bin=
+llama_pid=
+if want llama && ! command -v llama-bench > /dev/null 2>&1 && [ -n "$llama_src" ]; then
+    llama_dir=$WORK/llama
+    llama_bin=$llama_dir/build/bin/llama-bench
+    llama_cmd="rm -rf '$llama_dir' && mkdir -p '$llama_dir' && tar xJf '$llama_src' -C '$llama_dir' && \
+        cmake -S '$llama_dir/llama.cpp' -B '$llama_dir/build' -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+            -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+            -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+            -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF && \
+        nice -n 10 cmake --build '$llama_dir/build' --target llama-bench -j 16"
+    # its own process group (setsid), so that running out of time stops the whole build
+    if command -v setsid > /dev/null 2>&1; then
+        setsid sh -c "$llama_cmd" > "$OUT/llama-build.log" 2>&1 &
+    else
+        sh -c "$llama_cmd" > "$OUT/llama-build.log" 2>&1 &
+    fi
+    llama_pid=$!
+elif command -v llama-bench > /dev/null 2>&1; then
+    llama_bin=$(command -v llama-bench)
+fi
 
 if want build; then
     step configure 180 "./configure --enable-cuda=yes --with-cuda-arch=90"
@@ -118,16 +159,41 @@ if want kl; then
     row kl "$last_res" "$(grep -E '^KL' "$OUT/kl.log" | tr '\n' ';' | cut -c1-160)$gpu_note"
 fi
 
+model_q=$WORK/smollm2-shape-random-q4_0.gguf
 if want bench; then
-    step bench 200 "{ test -f '$model' || tests/gpu/gpu-model '$model'; } && \
-        ./examples/tensr-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3 -fa on --no-llama && \
-        ./examples/tensr-bench -m '$model' -ngl 0 -p 512 -n 128 -r 1 -t 16 -fa on --no-llama"
-    row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)$gpu_note"
-    if command -v llama-bench > /dev/null 2>&1; then
-        step llama 120 "llama-bench -m '$model' -ngl 99 -p 512 -n 128 -r 3"
-        row llama "$last_res" "$(grep -E 'pp512|tg128' "$OUT/llama.log" | tr -s ' ' | tr '\n' ';' | cut -c1-200)"
+    step bench 240 "{ test -f '$model' || tests/gpu/gpu-model '$model'; } && \
+        { test -f '$model_q' || ./examples/tensr-quantize '$model' '$model_q' q4_0 -j 16; } && \
+        for m in '$model' '$model_q'; do \
+          ./examples/tensr-bench -m \$m -ngl 99 -p 512 -n 128 -r 3 -fa on --no-llama && \
+          TSR_CUDA_GRAPHS=0 ./examples/tensr-bench -m \$m -ngl 99 -p 0 -n 128 -r 3 -fa on --no-llama | \
+            sed 's/tg128/tg128 (CUDA graphs off)/' && \
+          ./examples/tensr-bench -m \$m -ngl 0 -p 512 -n 128 -r 1 -t 16 -fa on --no-llama || exit 1; \
+        done"
+    row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-400)$gpu_note"
+fi
+
+if want llama; then
+    if [ -n "$llama_pid" ]; then # the background build: wait for it while 100 s are left for the benchmark
+        while kill -0 "$llama_pid" 2> /dev/null && [ $(($(date +%s) - t_start)) -lt $((deadline - 100)) ]; do
+            sleep 5
+        done
+        if kill -0 "$llama_pid" 2> /dev/null; then
+            kill -- "-$llama_pid" 2> /dev/null || kill "$llama_pid"
+            echo "llama.cpp build: out of time" >> "$OUT/llama-build.log"
+        fi
+        wait "$llama_pid" 2> /dev/null
+        echo "== llama.cpp build: $(tail -n 3 "$OUT/llama-build.log" | tr '\n' ' ')"
+    fi
+    if [ -n "$llama_bin" ] && [ -x "$llama_bin" ]; then
+        left=$((deadline - ($(date +%s) - t_start)))
+        [ "$left" -gt 30 ] || left=30
+        step llama "$left" "{ test -f '$model' || tests/gpu/gpu-model '$model'; } && \
+            { test -f '$model_q' || ./examples/tensr-quantize '$model' '$model_q' q4_0 -j 16; } && \
+            ./examples/tensr-bench -m '$model' -m '$model_q' -ngl 99 -p 512 -n 128 -r 3 -fa on --llama-bench '$llama_bin'"
+        row llama "$last_res" "$(grep -E 'pp512|tg128' "$OUT/llama.log" | tr -s ' ' | tr '\n' ';' | cut -c1-400)"
     else
-        row llama SKIP "no llama-bench on PATH (llama.cpp CUDA not built here)"
+        rc=1
+        row llama FAIL "no llama.cpp CUDA llama-bench (llama-cuda-src.tar.xz not carried, or its build failed: llama-build.log)"
     fi
 fi
 
