@@ -343,6 +343,15 @@ static bool cu_contig_rows(const tsr_tensor *t) { return t->nb[0] == 0 || t->nb[
 
 static bool cu_fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+/* The integer dots read the weights' fields two bytes at a time: quantized
+ * weights at even addresses and strides (every block size is even; only a
+ * view at an odd byte offset is not). */
+static bool cu_even(const tsr_tensor *a) {
+    if (!tcu_dot_q8_1_type((int)a->type))
+        return true;
+    return !(((uintptr_t)a->data | a->nb[1] | a->nb[2] | a->nb[3]) & 1);
+}
+
 /* The row-major layout without gaps (tsr__is_contiguous of the core, which
  * a module cannot call). */
 static bool cu_is_contiguous(const tsr_tensor *t) {
@@ -408,11 +417,11 @@ static bool cu_supports(const tsr_device *d, const tsr_tensor *op) {
     case TSR_OP_ARGSORT:
     case TSR_OP_TOP_K: return cu_is_f32(a) && a->ne[0] <= TCU_SORT_MAX; /* longer rows: the CPU */
     case TSR_OP_MUL_MAT:
-        return cu_readable(a) && cu_is_f32(b) && cu_fits_int(a->ne[0]) && cu_fits_int(a->ne[1]) &&
+        return cu_readable(a) && cu_even(a) && cu_is_f32(b) && cu_fits_int(a->ne[0]) && cu_fits_int(a->ne[1]) &&
                cu_fits_int(b->ne[1]) && b->ne[2] * b->ne[3] <= TCU_MAX_GRID;
     case TSR_OP_MUL_MAT_ID: { /* ids: I32 rows of whole elements (the host reads them for large batches) */
         const tsr_tensor *ids = op->src[2];
-        return cu_readable(a) && cu_is_f32(b) && ids->type == TSR_TYPE_I32 && cu_fits_int(a->ne[0]) &&
+        return cu_readable(a) && cu_even(a) && cu_is_f32(b) && ids->type == TSR_TYPE_I32 && cu_fits_int(a->ne[0]) &&
                cu_fits_int(a->ne[1]) && cu_fits_int(a->ne[2]) && cu_fits_int(ids->ne[0] * ids->ne[1]) &&
                (ids->ne[0] <= 1 || ids->nb[0] == sizeof(int32_t)) &&
                (ids->ne[1] <= 1 || ids->nb[1] >= (size_t)ids->ne[0] * sizeof(int32_t));
@@ -606,16 +615,18 @@ static tsr_status cu_reserve(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
 static tsr_status cu_check_ids(cu_stream *s) {
     cu_dev *c = s->c;
     int h[5];
-    s->check_ids = false;
     CU_CHECK(c, "cudaMemcpyAsync (device to host)",
              cudaMemcpyAsync(h, s->status, sizeof h, cudaMemcpyDeviceToHost, c->stream));
     tsr_status st = cu_sync(c);
-    if (st != TSR_OK || !h[0])
+    if (st != TSR_OK || !h[0]) {
+        s->check_ids = st != TSR_OK; /* unread: the next compute clears the record */
         return st;
+    }
     CU_CHECK(c, "cudaMemsetAsync", cudaMemsetAsync(s->status, 0, sizeof h, c->stream));
     st = cu_sync(c);
     if (st != TSR_OK)
         return st;
+    s->check_ids = false;
     const tsr_tensor *node = h[1] >= 0 && (size_t)h[1] < s->n_nodes ? s->nodes[h[1]] : NULL;
     const long long ne = node ? (long long)node->src[0]->ne[2] : 0;
     return tsr__error(
@@ -904,7 +915,11 @@ static tsr_status cu_graph_key(cu_stream *s, tsr_tensor *const *nodes, size_t n_
         k = cu_key_tensor(k, t);
         for (int j = 0; j < TSR_MAX_OP_PARAMS; j += 2)
             *k++ = (uint64_t)(uint32_t)t->op_params[j] | (uint64_t)(uint32_t)t->op_params[j + 1] << 32;
-        for (int j = 0; j < TSR_MAX_SRC && t->src[j]; j++) k = cu_key_tensor(k, t->src[j]);
+        for (int j = 0; j < TSR_MAX_SRC; j++)
+            if (t->src[j])
+                k = cu_key_tensor(k, t->src[j]);
+            else
+                for (int w = 0; w < 10; w++) *k++ = 0;
         while (k < end) *k++ = 0;
     }
     const size_t n = (size_t)(k - s->key_new);
@@ -939,9 +954,15 @@ static void cu_graph_drop(cu_stream *s) {
 /* Captures the nodes on s->cap into s->exec (nothing runs yet). */
 static tsr_status cu_capture(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
+    /* cublasSetStream resets the handle's workspace: set ours again each time */
     CU_BLAS(c, "cublasSetStream", cublasSetStream(s->blas, s->cap));
-    cudaError_t e = cudaStreamBeginCapture(s->cap, cudaStreamCaptureModeThreadLocal);
-    tsr_status st = e == cudaSuccess ? TSR_OK : cu_fail(c, e, "cudaStreamBeginCapture");
+    tsr_status st = TSR_OK;
+    cublasStatus_t bs = cublasSetWorkspace(s->blas, s->ws, CU_WORKSPACE);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        st = cu_blas_fail(c, bs, "cublasSetWorkspace");
+    cudaError_t e = cudaSuccess;
+    if (st == TSR_OK && (e = cudaStreamBeginCapture(s->cap, cudaStreamCaptureModeThreadLocal)) != cudaSuccess)
+        st = cu_fail(c, e, "cudaStreamBeginCapture");
     cudaGraph_t g = NULL;
     if (st == TSR_OK) {
         s->cs = s->cap;
@@ -954,9 +975,14 @@ static tsr_status cu_capture(cu_stream *s, tsr_tensor *const *nodes, size_t n_no
         if (st == TSR_OK && e != cudaSuccess)
             st = cu_fail(c, e, "cudaStreamEndCapture");
     }
-    const cublasStatus_t bs = cublasSetStream(s->blas, c->stream);
-    if (st == TSR_OK && bs != CUBLAS_STATUS_SUCCESS)
-        st = cu_blas_fail(c, bs, "cublasSetStream");
+    bs = cublasSetStream(s->blas, c->stream);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetWorkspace(s->blas, s->ws, CU_WORKSPACE);
+    if (bs != CUBLAS_STATUS_SUCCESS) { /* the handle is not back on the device's stream: no more graphs */
+        s->graphs = false;
+        if (st == TSR_OK)
+            st = cu_blas_fail(c, bs, "cublasSetStream/cublasSetWorkspace");
+    }
     if (st == TSR_OK && (e = cudaGraphInstantiate(&s->exec, g, 0)) != cudaSuccess) {
         s->exec = NULL;
         st = cu_fail(c, e, "cudaGraphInstantiate");

@@ -149,7 +149,9 @@ __global__ void __launch_bounds__(FA_THREADS)
                 const float *pr = p + r * FA_KT;
                 float acc = o[i] * corr[r];
 #pragma unroll 8
-                for (int j = 0; j < FA_KT; j++) acc += pr[j] * vt[j * idv + d];
+                for (int j = 0; j < FA_KT; j++) /* a masked key (p 0) adds nothing, even an inf in V */
+                    if (pr[j] != 0.0f)
+                        acc += pr[j] * vt[j * idv + d];
                 o[i] = acc;
             }
         }

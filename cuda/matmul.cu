@@ -136,7 +136,14 @@ extern "C" cudaError_t tcu_activations(cudaStream_t s, void *y, tcu_tensor b, in
     return TCU_LAUNCHED();
 }
 
+/* The integer dots' two-byte reads need even weight addresses and strides. */
+static bool tcu_even(const tcu_tensor &a) {
+    return !tcu_dot_q8_1_type(a.type) || !(((uintptr_t)a.data | (uint64_t)(a.nb[1] | a.nb[2] | a.nb[3])) & 1);
+}
+
 extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y) {
+    if (!tcu_even(a))
+        return cudaErrorInvalidValue;
     const int64_t mats = b.ne[2] * b.ne[3];
     if (a.ne[1] == 0 || b.ne[1] == 0 || mats == 0)
         return cudaSuccess;
@@ -205,6 +212,8 @@ __global__ void k_mat_vec_id(tcu_tensor dst, tcu_tensor as, tcu_tensor ids, cons
 extern "C" cudaError_t tcu_mat_vec_id(cudaStream_t s, tcu_tensor dst, tcu_tensor as, tcu_tensor ids, const void *y,
                                       int64_t n_b, int node, int *status) {
     const int64_t n_pairs = ids.ne[0] * ids.ne[1];
+    if (!tcu_even(as))
+        return cudaErrorInvalidValue;
     if (as.ne[1] == 0 || n_pairs == 0)
         return cudaSuccess;
     dim3 grid(tcu_blocks(as.ne[1], MMV_WARPS), (unsigned)(n_pairs < TCU_MAX_GRID ? n_pairs : TCU_MAX_GRID));

@@ -305,9 +305,9 @@ TCU_HD uint32_t tcu_u32(const unsigned char *p) {
 
 /* c + the dot product of a's and b's four signed bytes (__dp4a). */
 TCU_HD int tcu_dp4a(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
     return __dp4a((int)a, (int)b, c);
-#else
+#else /* the host, and GPUs before sm_61 */
     for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
     return c;
 #endif

@@ -165,8 +165,8 @@ if want bench; then
         { test -f '$model_q' || ./examples/tensr-quantize '$model' '$model_q' q4_0 -j 16; } && \
         for m in '$model' '$model_q'; do \
           ./examples/tensr-bench -m \$m -ngl 99 -p 512 -n 128 -r 3 -fa on --no-llama && \
-          TSR_CUDA_GRAPHS=0 ./examples/tensr-bench -m \$m -ngl 99 -p 0 -n 128 -r 3 -fa on --no-llama | \
-            sed 's/tg128/tg128 (CUDA graphs off)/' && \
+          TSR_CUDA_GRAPHS=0 ./examples/tensr-bench -m \$m -ngl 99 -p 0 -n 128 -r 3 -fa on --no-llama \
+            > '$WORK/graphs-off.txt' && sed 's/tg128/tg128 (CUDA graphs off)/' '$WORK/graphs-off.txt' && \
           ./examples/tensr-bench -m \$m -ngl 0 -p 512 -n 128 -r 1 -t 16 -fa on --no-llama || exit 1; \
         done"
     row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-400)$gpu_note"
