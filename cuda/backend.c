@@ -61,6 +61,18 @@ typedef struct cu_dev {
     pthread_mutex_t lock;
 } cu_dev;
 
+/* A compute's description (op, types, shapes, strides, addresses and
+ * parameters of every node and its sources) and, once it was seen twice,
+ * its CUDA graph (ids: it runs mul_mat_id's matrix-vector kernel). */
+#define CU_GRAPHS 4
+typedef struct cu_graph {
+    uint64_t *key;
+    size_t n, cap;
+    uint64_t used; /* the stream's tick when last seen (least recent is replaced) */
+    cudaGraphExec_t exec;
+    bool no_capture, ids;
+} cu_graph;
+
 typedef struct cu_stream {
     cu_dev *c;
     cublasHandle_t blas;
@@ -77,13 +89,14 @@ typedef struct cu_stream {
     int32_t *group;
     size_t group_n;
     /* CUDA graphs: kernels go to cs, the device's stream, or cap while a
-     * compute is captured; key describes the last compute's nodes; exec
-     * replays it (exec_ids: it ran mul_mat_id's matrix-vector kernel) */
+     * compute is captured; the descriptions of the last computes seen, each
+     * with its graph once it repeated; key_new: the one being made */
     cudaStream_t cs, cap;
-    bool graphs, no_capture, exec_ids;
-    uint64_t *key, *key_new;
-    size_t key_n, key_cap;
-    cudaGraphExec_t exec;
+    bool graphs;
+    cu_graph g[CU_GRAPHS];
+    uint64_t *key_new;
+    size_t key_new_cap;
+    uint64_t tick;
 } cu_stream;
 
 static cu_dev cu_devs[CU_MAX];
@@ -525,13 +538,14 @@ static void cu_stream_free(tsr_stream *ts) {
             (void)cudaFree(s->arena);
         if (s->status)
             (void)cudaFree(s->status);
-        if (s->exec)
-            (void)cudaGraphExecDestroy(s->exec);
+        for (int i = 0; i < CU_GRAPHS; i++)
+            if (s->g[i].exec)
+                (void)cudaGraphExecDestroy(s->g[i].exec);
         if (s->cap)
             (void)cudaStreamDestroy(s->cap);
         (void)cudaGetLastError();
     }
-    tsr__free(s->key);
+    for (int i = 0; i < CU_GRAPHS; i++) tsr__free(s->g[i].key);
     tsr__free(s->key_new);
     tsr__free(s->group);
     tsr__free(s);
@@ -882,26 +896,19 @@ static uint64_t *cu_key_tensor(uint64_t *k, const tsr_tensor *t) {
     return k;
 }
 
-/* Describes the compute in s->key_new; *same: it is the last compute's. */
-static tsr_status cu_graph_key(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes, bool *same) {
-    *same = false;
+/* Describes the compute in s->key_new; its length in words, 0 when there
+ * is no room for it (then no graph). */
+static size_t cu_graph_key(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     if (n_nodes > (SIZE_MAX / sizeof(uint64_t) - 4) / CU_KEY_NODE)
-        return TSR_E_NOMEM;
+        return 0;
     const size_t need = 4 + n_nodes * CU_KEY_NODE;
-    if (need > s->key_cap) {
-        uint64_t *a = tsr__malloc(need * sizeof *a), *b = tsr__malloc(need * sizeof *b);
-        if (!a || !b) {
-            tsr__free(a);
-            tsr__free(b);
-            return TSR_E_NOMEM; /* no graph: the nodes run as they are */
-        }
-        if (s->key_n)
-            memcpy(a, s->key, s->key_n * sizeof *a);
-        tsr__free(s->key);
+    if (need > s->key_new_cap) {
+        uint64_t *a = tsr__malloc(need * sizeof *a);
+        if (!a)
+            return 0;
         tsr__free(s->key_new);
-        s->key = a;
-        s->key_new = b;
-        s->key_cap = need;
+        s->key_new = a;
+        s->key_new_cap = need;
     }
     uint64_t *k = s->key_new;
     *k++ = (uint64_t)n_nodes;
@@ -922,13 +929,43 @@ static tsr_status cu_graph_key(cu_stream *s, tsr_tensor *const *nodes, size_t n_
                 for (int w = 0; w < 10; w++) *k++ = 0;
         while (k < end) *k++ = 0;
     }
-    const size_t n = (size_t)(k - s->key_new);
-    *same = n == s->key_n && !memcmp(s->key, s->key_new, n * sizeof *k);
-    uint64_t *tmp = s->key;
-    s->key = s->key_new;
-    s->key_new = tmp;
-    s->key_n = n;
-    return TSR_OK;
+    return (size_t)(k - s->key_new);
+}
+
+/* The entry whose description is s->key_new (n words); else the least
+ * recently seen one, now holding that description (its graph dropped),
+ * *fresh set. NULL when it cannot be kept. */
+static cu_graph *cu_graph_find(cu_stream *s, size_t n, bool *fresh) {
+    *fresh = false;
+    cu_graph *old = &s->g[0];
+    for (int i = 0; i < CU_GRAPHS; i++) {
+        cu_graph *e = &s->g[i];
+        if (e->n == n && !memcmp(e->key, s->key_new, n * sizeof *e->key)) {
+            e->used = ++s->tick;
+            return e;
+        }
+        if (e->used < old->used)
+            old = e;
+    }
+    if (old->exec) {
+        (void)cudaGraphExecDestroy(old->exec);
+        old->exec = NULL;
+    }
+    if (n > old->cap) { /* the entry takes key_new's buffer, key_new the entry's */
+        uint64_t *t = old->key;
+        const size_t tc = old->cap;
+        old->key = s->key_new;
+        old->cap = s->key_new_cap;
+        s->key_new = t;
+        s->key_new_cap = tc;
+    } else {
+        memcpy(old->key, s->key_new, n * sizeof *old->key);
+    }
+    old->n = n;
+    old->used = ++s->tick;
+    old->no_capture = old->ids = false;
+    *fresh = true;
+    return old;
 }
 
 /* Whether the nodes can be captured: no scratch to grow, no host work. */
@@ -943,16 +980,8 @@ static bool cu_capturable(const cu_stream *s, tsr_tensor *const *nodes, size_t n
     return true;
 }
 
-static void cu_graph_drop(cu_stream *s) {
-    if (s->exec) {
-        (void)cudaGraphExecDestroy(s->exec);
-        s->exec = NULL;
-    }
-    s->no_capture = false;
-}
-
-/* Captures the nodes on s->cap into s->exec (nothing runs yet). */
-static tsr_status cu_capture(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
+/* Captures the nodes on s->cap into e->exec (nothing runs yet). */
+static tsr_status cu_capture(cu_stream *s, cu_graph *e, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
     /* cublasSetStream resets the handle's workspace: set ours again each time */
     CU_BLAS(c, "cublasSetStream", cublasSetStream(s->blas, s->cap));
@@ -960,20 +989,20 @@ static tsr_status cu_capture(cu_stream *s, tsr_tensor *const *nodes, size_t n_no
     cublasStatus_t bs = cublasSetWorkspace(s->blas, s->ws, CU_WORKSPACE);
     if (bs != CUBLAS_STATUS_SUCCESS)
         st = cu_blas_fail(c, bs, "cublasSetWorkspace");
-    cudaError_t e = cudaSuccess;
-    if (st == TSR_OK && (e = cudaStreamBeginCapture(s->cap, cudaStreamCaptureModeThreadLocal)) != cudaSuccess)
-        st = cu_fail(c, e, "cudaStreamBeginCapture");
+    cudaError_t err = cudaSuccess;
+    if (st == TSR_OK && (err = cudaStreamBeginCapture(s->cap, cudaStreamCaptureModeThreadLocal)) != cudaSuccess)
+        st = cu_fail(c, err, "cudaStreamBeginCapture");
     cudaGraph_t g = NULL;
     if (st == TSR_OK) {
         s->cs = s->cap;
         s->check_ids = false;
         st = cu_run_nodes(s, nodes, n_nodes);
         s->cs = c->stream;
-        s->exec_ids = s->check_ids;
+        e->ids = s->check_ids;
         s->check_ids = false;
-        e = cudaStreamEndCapture(s->cap, &g);
-        if (st == TSR_OK && e != cudaSuccess)
-            st = cu_fail(c, e, "cudaStreamEndCapture");
+        err = cudaStreamEndCapture(s->cap, &g);
+        if (st == TSR_OK && err != cudaSuccess)
+            st = cu_fail(c, err, "cudaStreamEndCapture");
     }
     bs = cublasSetStream(s->blas, c->stream);
     if (bs == CUBLAS_STATUS_SUCCESS)
@@ -983,9 +1012,9 @@ static tsr_status cu_capture(cu_stream *s, tsr_tensor *const *nodes, size_t n_no
         if (st == TSR_OK)
             st = cu_blas_fail(c, bs, "cublasSetStream/cublasSetWorkspace");
     }
-    if (st == TSR_OK && (e = cudaGraphInstantiate(&s->exec, g, 0)) != cudaSuccess) {
-        s->exec = NULL;
-        st = cu_fail(c, e, "cudaGraphInstantiate");
+    if (st == TSR_OK && (err = cudaGraphInstantiate(&e->exec, g, 0)) != cudaSuccess) {
+        e->exec = NULL;
+        st = cu_fail(c, err, "cudaGraphInstantiate");
     }
     if (g)
         (void)cudaGraphDestroy(g);
@@ -998,10 +1027,11 @@ static tsr_status cu_capture(cu_stream *s, tsr_tensor *const *nodes, size_t n_no
     return st;
 }
 
-/* A compute whose description repeats the last one's is captured once
- * into a CUDA graph and replayed after (TSR_CUDA_GRAPHS=0: never); a
- * compute the capture cannot take (scratch to grow, host work) and any
- * other compute launch their kernels. */
+/* A compute whose description is one of the last CU_GRAPHS seen is
+ * captured into a CUDA graph the second time and replayed after
+ * (TSR_CUDA_GRAPHS=0: never), so the splits of one graph on the device take
+ * turns; a compute the capture cannot take (scratch to grow, host work)
+ * and a new one launch their kernels. */
 static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_stream *s = (cu_stream *)ts;
     cu_dev *c = s->c;
@@ -1014,26 +1044,26 @@ static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
     }
     s->nodes = nodes;
     s->n_nodes = n_nodes;
-    bool same = false;
-    if (!s->graphs || cu_graph_key(s, nodes, n_nodes, &same) != TSR_OK || !same) {
-        cu_graph_drop(s);
+    const size_t n = s->graphs ? cu_graph_key(s, nodes, n_nodes) : 0;
+    bool fresh = true;
+    cu_graph *e = n ? cu_graph_find(s, n, &fresh) : NULL;
+    if (!e || fresh)
         return cu_run_nodes(s, nodes, n_nodes);
-    }
-    if (!s->exec && !s->no_capture) {
-        if (!cu_capturable(s, nodes, n_nodes) || cu_capture(s, nodes, n_nodes) != TSR_OK) {
+    if (!e->exec && !e->no_capture) {
+        if (!cu_capturable(s, nodes, n_nodes) || cu_capture(s, e, nodes, n_nodes) != TSR_OK) {
             char buf[64];
             tsr__log(TSR_LOG_DEBUG, "cuda: compute not captured as a graph", 2, "device", c->dev.name, "nodes",
                      tsr__fmt(buf, sizeof buf, "%zu", n_nodes));
-            s->no_capture = true; /* until the description changes */
+            e->no_capture = true; /* while its description is kept */
         }
         if (c->lost)
             return tsr__error(TSR_E_DEVICE, "%s: the device is lost after an earlier error (%s)", c->dev.name,
                               c->lost_why);
     }
-    if (!s->exec)
+    if (!e->exec)
         return cu_run_nodes(s, nodes, n_nodes);
-    CU_CHECK(c, "cudaGraphLaunch", cudaGraphLaunch(s->exec, c->stream));
-    s->check_ids = s->exec_ids;
+    CU_CHECK(c, "cudaGraphLaunch", cudaGraphLaunch(e->exec, c->stream));
+    s->check_ids = e->ids;
     return TSR_OK;
 }
 
