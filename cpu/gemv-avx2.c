@@ -102,7 +102,7 @@ INLINE void rows32(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_
         for (int r = 0; r < R; r++) {
             const char *row = x + (size_t)r * xs;
             if ((b * blk_bytes(t)) % 64 < blk_bytes(t)) /* a new cache line */
-                _mm_prefetch(row + pfo + b * blk_bytes(t) + 64, _MM_HINT_T0);
+                _mm_prefetch(row + pfo + b * blk_bytes(t) + 64, _MM_HINT_T1);
             __m256 dx;
             const __m256i isum = blk1(t, row, b, yq, neg, &dx);
             if (t == TSR_TYPE_Q4_1)
@@ -155,7 +155,7 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
             __m256i sumi = _mm256_setzero_si256();
             for (int j = 0; j < 4; j++) {
                 if (j < 3)
-                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * 144 + 64 * j, _MM_HINT_T0);
+                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * 144 + 64 * j, _MM_HINT_T1);
                 const __m256i bits = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
                 const __m256i lo = _mm256_and_si256(bits, _mm256_set1_epi8(0x0F));
                 const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0x0F));
@@ -185,8 +185,8 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
             for (int c = 0; c < 2; c++) {
                 const uint8_t *ql = q->ql + 64 * c, *qh = q->qh + 32 * c;
                 const int8_t *q8 = y->qs + 128 * c, *sc = q->scales + 8 * c;
-                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 128 * c, _MM_HINT_T0);
-                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 128 * c + 64, _MM_HINT_T0);
+                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 128 * c, _MM_HINT_T1);
+                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 128 * c + 64, _MM_HINT_T1);
                 const __m256i b1 = _mm256_loadu_si256((const __m256i *)ql);
                 const __m256i b2 = _mm256_loadu_si256((const __m256i *)(ql + 32));
                 const __m256i bh = _mm256_loadu_si256((const __m256i *)qh);

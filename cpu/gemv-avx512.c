@@ -152,9 +152,9 @@ INLINE void pair32(tsr_type t, int R, const char *x, size_t xs, size_t pfo, cons
     for (int r = 0; r < R; r++) {
         const char *row = x + (size_t)r * xs;
         const char *pf = row + pfo + b * blk_bytes(t);
-        _mm_prefetch(pf, _MM_HINT_T0);
+        _mm_prefetch(pf, _MM_HINT_T1);
         if (2 * blk_bytes(t) > 64)
-            _mm_prefetch(pf + 64, _MM_HINT_T0);
+            _mm_prefetch(pf + 64, _MM_HINT_T1);
         __m256 d0, d1;
         const __m512i p = _mm512_dpbusd_epi32(neg, blk2(t, row, b, two, &d0, &d1), q);
         if (t == TSR_TYPE_Q4_1) { /* one block at a time (ggml's order) */
@@ -236,7 +236,7 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
             UNROLL
             for (int p = 0; p < 4; p++) {
                 if (p < 3)
-                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * 144 + 64 * p, _MM_HINT_T0);
+                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * 144 + 64 * p, _MM_HINT_T1);
                 const __m256i t = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * p));
                 const __m512i u = _mm512_and_si512(
                     _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), _mm512_set1_epi8(0x0F));
@@ -272,7 +272,7 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
             UNROLL
             for (int p = 0; p < 4; p++) { /* values 64p .. 64p + 63: blocks 2 (p % 2), + 1 of the half p / 2 */
                 const int h = p / 2;
-                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 64 * p, _MM_HINT_T0);
+                _mm_prefetch(x + (size_t)r * xs + pfo + sb * 210 + 64 * p, _MM_HINT_T1);
                 __m512i lo = _mm512_loadu_si512((const void *)(q->ql + 64 * h));
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)(q->qh + 32 * h));
                 __m256i h0, h1; /* the two high bits of each block's values, at bits 4..5 */

@@ -78,7 +78,9 @@ static inline void transpose8_epi32(const __m256i r[8], __m256i *out) {
 /* The matrix-vector products (gemv-avx2.c, gemv-avx512.c) read several
  * rows side by side, which the hardware prefetchers do not follow: software
  * prefetch GEMV_PF rows ahead. */
+#ifndef GEMV_PF /* (overridable for benchmarks) */
 #define GEMV_PF 24
+#endif
 /* The first GEMV_PF rows of a call into L2 (the rows then prefetch GEMV_PF rows ahead). */
 static inline void ramp(const char *x, int64_t m, size_t xs) {
     const size_t n = (size_t)(m < GEMV_PF ? m : GEMV_PF) * xs;

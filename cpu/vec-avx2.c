@@ -300,8 +300,8 @@ static void gemv_f16(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t
         int64_t i = 0;
         for (; i + 64 <= k; i += 64) {
             if (pfo) {
-                _mm_prefetch((const char *)(xr + i) + pfo, _MM_HINT_T0);
-                _mm_prefetch((const char *)(xr + i) + pfo + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)(xr + i) + pfo, _MM_HINT_T1);
+                _mm_prefetch((const char *)(xr + i) + pfo + 64, _MM_HINT_T1);
             }
             for (int q = 0; q < 8; q++)
                 a[q] = _mm256_fmadd_ps(load_fp16x8(xr + i + 8 * q), load_fp16x8(y + i + 8 * q), a[q]);

@@ -72,8 +72,8 @@ static inline __attribute__((always_inline)) void f16_rows(int R, int64_t n, con
         UNROLL4 for (int r = 0; r < R; r++) {
             const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs) + i;
             if (pfo) {
-                _mm_prefetch((const char *)xr + pfo, _MM_HINT_T0);
-                _mm_prefetch((const char *)xr + pfo + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)xr + pfo, _MM_HINT_T1);
+                _mm_prefetch((const char *)xr + pfo + 64, _MM_HINT_T1);
             }
             UNROLL4 for (int q = 0; q < 4; q++) a[r][q] = _mm512_fmadd_ps(load_fp16x16(xr + 16 * q), yv[q], a[r][q]);
         }
@@ -86,7 +86,7 @@ static inline __attribute__((always_inline)) void f16_rows(int R, int64_t n, con
             UNROLL4 for (int r = 0; r < R; r++) {
                 const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs);
                 if (pfo && q % 2 == 0 && left > 0)
-                    _mm_prefetch((const char *)(xr + o) + pfo, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(xr + o) + pfo, _MM_HINT_T1);
                 const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, xr + (left > 0 ? o : 0)));
                 a[r][q] = _mm512_fmadd_ps(xv, yv, a[r][q]);
             }
