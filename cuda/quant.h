@@ -245,23 +245,31 @@ TCU_HD float tcu_load(int type, const unsigned char *row, int64_t e, int64_t nb0
     }
 }
 
-/* Quantizes 32 floats into one Q8_0 block (as the library's reference:
- * d = absmax / 127, q = round(x / d)). */
-TCU_HD void tcu_quantize_q8_0(const float *x, unsigned char *out) {
+/* The 8-bit quantizers' scale of 32 floats: absmax / 127 (*inv its inverse, 0 for 0). */
+TCU_HD float tcu_scale32(const float *x, float *inv) {
     float amax = 0.0f;
     for (int i = 0; i < 32; i++) {
         const float a = x[i] < 0 ? -x[i] : x[i];
         if (a > amax)
             amax = a;
     }
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = amax / 127.0f;
+    *inv = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+/* Rounded to nearest, halves away from zero. */
+TCU_HD int tcu_round(float v) { return v < 0 ? -(int)(-v + 0.5f) : (int)(v + 0.5f); }
+
+/* Quantizes 32 floats into one Q8_0 block (as the library's reference:
+ * d = absmax / 127, q = round(x / d)). */
+TCU_HD void tcu_quantize_q8_0(const float *x, unsigned char *out) {
+    float id;
+    const float d = tcu_scale32(x, &id);
     const uint16_t dh = tcu_float_to_half(d);
     out[0] = (unsigned char)(dh & 0xff);
     out[1] = (unsigned char)(dh >> 8);
-    for (int i = 0; i < 32; i++) {
-        const float v = x[i] * id;
-        out[2 + i] = (unsigned char)(signed char)(v < 0 ? -(int)(-v + 0.5f) : (int)(v + 0.5f));
-    }
+    for (int i = 0; i < 32; i++) out[2 + i] = (unsigned char)(signed char)tcu_round(x[i] * id);
 }
 
 /* ---- activations quantized once: Q8_1 and integer dot products ------------ */
@@ -275,17 +283,11 @@ typedef struct tcu_q8_1 {
 
 /* Quantizes 32 floats (d = absmax / 127, q = round(x / d), as Q8_0). */
 TCU_HD void tcu_quantize_q8_1(const float *x, tcu_q8_1 *out) {
-    float amax = 0.0f;
-    for (int i = 0; i < 32; i++) {
-        const float a = x[i] < 0 ? -x[i] : x[i];
-        if (a > amax)
-            amax = a;
-    }
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    float id;
+    const float d = tcu_scale32(x, &id);
     int sum = 0;
     for (int i = 0; i < 32; i++) {
-        const float v = x[i] * id;
-        const int q = v < 0 ? -(int)(-v + 0.5f) : (int)(v + 0.5f);
+        const int q = tcu_round(x[i] * id);
         out->qs[i] = (signed char)q;
         sum += q;
     }

@@ -48,15 +48,21 @@ static const char *log_line_with(const char *a, const char *b) {
     return NULL;
 }
 
-/* x + w with w placed on dev, read back, compared exactly. */
-static int add_on(tsr_device *dev) {
+/* A backend on dev alone (NULL on failure). */
+static tsr_backend *backend_on(tsr_device *dev) {
     tsr_device *devs[2] = {dev, NULL};
     tsr_backend_params bp;
     tsr_backend_params_init(&bp, sizeof bp);
     bp.devices = devs;
     bp.n_threads = 2;
     tsr_backend *b = NULL;
-    if (tsr_backend_new(&bp, &b) != TSR_OK)
+    return tsr_backend_new(&bp, &b) == TSR_OK ? b : NULL;
+}
+
+/* x + w with w placed on dev, read back, compared exactly. */
+static int add_on(tsr_device *dev) {
+    tsr_backend *b = backend_on(dev);
+    if (!b)
         return 0;
     tsr_context *ctx = tsr_context_new(b);
     int64_t ne[1] = {1000};
@@ -93,13 +99,8 @@ static void check_graphs(tsr_device *d) {
     for (int mode = 0; mode < 2; mode++) {
         setenv("TSR_CUDA_GRAPHS", mode ? "0" : "1", 1);
         log_text[0] = '\0';
-        tsr_device *devs[2] = {d, NULL};
-        tsr_backend_params bp;
-        tsr_backend_params_init(&bp, sizeof bp);
-        bp.devices = devs;
-        bp.n_threads = 2;
-        tsr_backend *b = NULL;
-        CHECK_OK(tsr_backend_new(&bp, &b));
+        tsr_backend *b = backend_on(d);
+        CHECK(b != NULL, "backend on %s: %s", tsr_device_name(d), tsr_last_error());
         if (!b)
             return;
         tsr_context *ctx = tsr_context_new(b);
