@@ -40,7 +40,8 @@ INLINE __m256i nib32(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_srlv_epi64(b, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
-/* sum of each 32-bit lane's four products of unsigned u (below 64) and signed y */
+/* sum of each 32-bit lane's four products of unsigned u and signed y (the
+ * 16-bit pair sums saturate as the dots' do: u below 64, or Q8_0's |x|) */
 INLINE __m256i dot4(__m256i u, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 }

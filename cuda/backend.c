@@ -934,7 +934,7 @@ static size_t cu_graph_key(cu_stream *s, tsr_tensor *const *nodes, size_t n_node
 
 /* The entry whose description is s->key_new (n words); else the least
  * recently seen one, now holding that description (its graph dropped),
- * *fresh set. NULL when it cannot be kept. */
+ * *fresh set. */
 static cu_graph *cu_graph_find(cu_stream *s, size_t n, bool *fresh) {
     *fresh = false;
     cu_graph *old = &s->g[0];
@@ -1044,6 +1044,15 @@ static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
     }
     s->nodes = nodes;
     s->n_nodes = n_nodes;
+    if (s->graphs) { /* the arena first: the description holds its address */
+        size_t need = 0;
+        for (size_t i = 0; i < n_nodes; i++) {
+            const size_t x = cu_scratch_need(c, nodes[i]);
+            need = x > need ? x : need;
+        }
+        if ((st = cu_arena_grow(s, need)) != TSR_OK)
+            return st;
+    }
     const size_t n = s->graphs ? cu_graph_key(s, nodes, n_nodes) : 0;
     bool fresh = true;
     cu_graph *e = n ? cu_graph_find(s, n, &fresh) : NULL;

@@ -87,7 +87,7 @@ static int add_on(tsr_device *dev) {
  * in a replay is still TSR_E_RANGE, and the step after it is right. */
 static void check_graphs(tsr_device *d) {
     enum { K = 64, M = 48, N = 16, NE = 4, NU = 2, STEPS = 7, BAD = 5 };
-    static float w[K * M * NE], w2[M * N], x[STEPS][K], got[2][STEPS][N * NU];
+    static float w[K * M * NE], w2[M * N], x[STEPS][K], got[2][STEPS][N * NU], turns[2][6][N * NU];
     static int32_t ids[STEPS][NU];
     for (int i = 0; i < K * M * NE; i++) w[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
     for (int i = 0; i < M * N; i++) w2[i] = (float)((i * 53) % 89) / 44.0f - 1.0f;
@@ -101,8 +101,10 @@ static void check_graphs(tsr_device *d) {
         log_text[0] = '\0';
         tsr_backend *b = backend_on(d);
         CHECK(b != NULL, "backend on %s: %s", tsr_device_name(d), tsr_last_error());
-        if (!b)
+        if (!b) {
+            unsetenv("TSR_CUDA_GRAPHS");
             return;
+        }
         tsr_context *ctx = tsr_context_new(b);
         const int64_t ne_w[3] = {K, M, NE}, ne_w2[2] = {M, N}, ne_x[3] = {K, 1, 1}, ne_i[2] = {NU, 1};
         tsr_tensor *W = tsr_new_tensor(ctx, tsr_device_buffer_type(d), TSR_TYPE_F32, 3, ne_w);
@@ -141,6 +143,17 @@ static void check_graphs(tsr_device *d) {
                 CHECK(err <= 1e-8 * mag, "step %d slot %d: NMSE %g", s, e, err / mag);
             }
         }
+        /* two graphs taking turns (each its own description, kept side by
+         * side): the same bits as plain launches */
+        tsr_tensor *out2 = tsr_scale(ctx, tsr_mul_mat(ctx, W2, y), 0.25f);
+        CHECK(out2 != NULL);
+        CHECK_OK(tsr_tensor_write(X, x[0], 0, sizeof x[0]));
+        CHECK_OK(tsr_tensor_write(I, ids[0], 0, sizeof ids[0]));
+        for (int i = 0; out2 && i < 6; i++) {
+            tsr_tensor *o = i % 2 ? out2 : out;
+            CHECK_OK(tsr_compute(ctx, &o, 1));
+            CHECK_OK(tsr_tensor_read(o, turns[mode][i], 0, sizeof turns[mode][i]));
+        }
         const int captured = log_line_with("cuda: compute captured as a graph", "CUDA0") != NULL;
         CHECK(captured == (mode == 0), "graphs %s: captured %d", mode ? "off" : "on", (int)captured);
         tsr_context_close(ctx);
@@ -148,6 +161,10 @@ static void check_graphs(tsr_device *d) {
     }
     unsetenv("TSR_CUDA_GRAPHS");
     CHECK(memcmp(got[0], got[1], sizeof got[0]) == 0, "graph replays give the bits of plain launches");
+    CHECK(memcmp(turns[0], turns[1], sizeof turns[0]) == 0, "two graphs in turn give the bits of plain launches");
+    CHECK(memcmp(turns[0][0], got[0][0], sizeof turns[0][0]) == 0 &&
+              memcmp(turns[0][0], turns[0][4], sizeof turns[0][0]) == 0,
+          "the first graph's result is step 0's in every turn");
 }
 
 static void case_no_gpu(void) {
