@@ -9,7 +9,9 @@
  * its pinned staging type CUDA0_Host allocates, an allocation larger than
  * the card is TSR_E_DEVICE_NOMEM naming the free memory, and twenty cycles
  * of a backend computing on CUDA0 and of a large buffer give the memory back
- * (within 64 MiB of the free memory after the first computation).
+ * (within 64 MiB of the free memory after the first computation); CUDA
+ * graphs replay a decode-like graph and two graphs in turn with the bits of
+ * plain launches (check_graphs).
  * A copy of the module whose NEEDED entry names a CUDA runtime that does not
  * exist (libcudart patched to libcudaRT in its string table) stands for a
  * machine without the CUDA runtime: dlopen fails, the loader logs the
