@@ -234,7 +234,7 @@ static bool fa_tiled_ok(tcu_tensor q, tcu_tensor k, tcu_tensor v, int *max_shmem
         (void)cudaGetLastError();
         return false;
     }
-    return q.ne[2] % k.ne[2] == 0 && fa_shmem(fa_qt(q, k), q.ne[0], v.ne[0]) <= (size_t)*max_shmem;
+    return k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0 && fa_shmem(fa_qt(q, k), q.ne[0], v.ne[0]) <= (size_t)*max_shmem;
 }
 
 extern "C" size_t tcu_flash_attn_scratch(tcu_tensor q, tcu_tensor k, tcu_tensor v, int n_sm) {
