@@ -140,6 +140,7 @@ typedef struct task {
     int64_t s, hk, r0, nr; /* sequence, KV head, first row of the group, rows */
     int64_t j0, j1;        /* key range */
     int64_t slot;          /* partial: task * n_split + split */
+    bool span;             /* prefetch_kv: the first KV head's task fetches them all */
 } task;
 
 static void task_at(const tsr_tensor *dst, const plan *pl, int64_t item, task *t) {
@@ -155,6 +156,7 @@ static void task_at(const tsr_tensor *dst, const plan *pl, int64_t item, task *t
     t->j0 = sp * pl->kv_split;
     t->slot = it * pl->n_split + sp;
     t->j1 = t->j0 + pl->kv_split < pl->n_kv ? t->j0 + pl->kv_split : pl->n_kv;
+    t->span = false;
 }
 
 /* Address off bytes into x's data. A zero-sized tensor (heads of no
@@ -346,13 +348,41 @@ static float *dst_row(const tsr_tensor *dst, const plan *pl, const task *t, int6
 #define PF_KEYS 16 /* keys per request (and per kernel call) */
 static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_t n, int z) {
     const tsr_tensor *x = dst->src[z]; /* 1: K, 2: V */
-    const size_t bytes = tsr_row_size(x->type, x->ne[0]);
+    size_t bytes = tsr_row_size(x->type, x->ne[0]);
     if (!x->data)
         return;
-    for (int64_t j = 0; j < n; j++) {
-        const char *row = kv_row(x, j0 + j, t);
-        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+    task t0 = *t;
+    if (t->span) { /* the first KV head's task fetches every head's rows (span_heads) */
+        if (t->hk != 0)
+            return;
+        bytes += (size_t)(x->ne[2] - 1) * x->nb[2];
+        t0.hk = 0;
     }
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = kv_row(x, j0 + j, &t0);
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2); /* to L2 */
+    }
+}
+
+/* Decode, the KV heads of a task group on one thread one after the other
+ * (the op's loop): when the heads of a cache cell lie in one span of its
+ * row, in K and in V, the hardware prefetchers stream whole rows much
+ * better than one head's part of each, so the first head's task fetches
+ * the span and the other heads' tasks find it in L2 -- while the group's
+ * K and V rows fit there (GROUP_SPAN_MAX bytes); past that (very long
+ * contexts, few splits) each task fetches its own head's part. Measured,
+ * depth 4096, SmolLM2 (3 KV heads of 64), Zen 4, 2 threads, the 30
+ * layers' attention alone: 12.3-13.3 ms per token with each task fetching
+ * its own part (L1 prefetches), 7.7 ms with the span to L2; depth 32768
+ * (per head, to L2): 35-36 ms before, 12.2-12.9 ms. */
+#define GROUP_SPAN_MAX (512 * 1024)
+static bool heads_in_span(const tsr_tensor *x) {
+    const size_t bytes = tsr_row_size(x->type, x->ne[0]);
+    return x->ne[2] > 1 && x->nb[2] < x->nb[1] && (size_t)(x->ne[2] - 1) * x->nb[2] + bytes <= x->nb[1];
+}
+static bool span_heads(const tsr_tensor *dst, const plan *pl) {
+    const tsr_tensor *k = dst->src[1], *v = dst->src[2];
+    return heads_in_span(k) && heads_in_span(v) && pl->kv_split * (int64_t)(k->nb[1] + v->nb[1]) <= GROUP_SPAN_MAX;
 }
 
 static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,
@@ -490,11 +520,23 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     if (p->ith == 0)
         atomic_store(&p->stream->chunk, p->nth);
     tsr__tp_barrier(p->stream->tp);
-    for (int64_t c = p->ith; c < n_items; c = atomic_fetch_add(&p->stream->chunk, 1)) {
-        task t;
-        task_at(dst, &pl, c, &t);
-        run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)t.slot * pf : NULL);
-    }
+    /* Decode (key splits, one block of few rows per KV head): the tasks of
+     * one key range in groups of every KV head, a group at a time to a
+     * thread, where that leaves at least 2 groups per thread (the partial of
+     * each task is the same whichever thread runs it, so the grouping
+     * changes no result). Else one task at a time. */
+    const int64_t n_rb = (pl.rows + pl.rb - 1) / pl.rb, n_hk = dst->src[1]->ne[2];
+    const bool grouped = partials && n_rb == 1 && pl.rb <= PREFETCH_ROWS && n_hk > 1 &&
+                         n_items / n_hk >= 2 * (int64_t)p->nth;
+    const int64_t gsz = grouped ? n_hk : 1; /* items c of one group: c / n_hk equal (n_tasks = n_seq * n_hk) */
+    const bool span = grouped && span_heads(dst, &pl);
+    for (int64_t g = p->ith; g * gsz < n_items; g = atomic_fetch_add(&p->stream->chunk, 1))
+        for (int64_t c = g * gsz; c < (g + 1) * gsz; c++) {
+            task t;
+            task_at(dst, &pl, c, &t);
+            t.span = span;
+            run_task(p, dst, &pl, &t, &sc, partials ? partials + (size_t)t.slot * pf : NULL);
+        }
     if (!partials)
         return;
     tsr__tp_barrier(p->stream->tp);
