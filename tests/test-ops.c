@@ -945,7 +945,7 @@ static void cases_flash_attn(void) {
  * every row) cut the key splits (fewer keys may give more splits than the
  * work buffer's plan for all of them: Llama-3.2-1B-like 32 / 8 heads, 768
  * cells, 512 or 400 in use); a prompt whose heads per KV head (3) do not
- * divide the rows per task (256). */
+ * divide the rows per task (256); decode over cache-laid-out K/V. */
 static void cases_flash_attn_plans(void) {
     static const int64_t live[] = {512, 400};
     for (size_t i = 0; i < N_OF(live); i++)
@@ -957,6 +957,16 @@ static void cases_flash_attn_plans(void) {
              S(TSR_TYPE_F16, 16, 1024, 3, 1), S(TSR_TYPE_F16, 16, 1024, 3, 1),
              KIND(S(TSR_TYPE_F16, 1024, 1024, 1, 1), K_MASK, 0))
         ->f[0] = 0.25f;
+    /* decode over K/V laid out as the cache lays them out (the KV heads of
+     * a cell side by side in its row): the tasks of a key range go to one
+     * thread in groups, the first head's task fetching every head's rows
+     * (SmolLM2-like 9 / 3 heads; F16 and Q8_0 cells) */
+    static const tsr_type cell[] = {TSR_TYPE_F16, TSR_TYPE_Q8_0};
+    for (size_t i = 0; i < N_OF(cell); i++)
+        add_case(TSR_OP_FLASH_ATTN, cell[i], 5e-4, 4, S(TSR_TYPE_F32, 64, 1, 9, 1),
+                 P(S(cell[i], 64, 1000, 3, 1), 0, 2, 1, 3), P(S(cell[i], 64, 1000, 3, 1), 0, 2, 1, 3),
+                 KIND(S(TSR_TYPE_F16, 1000, 1, 1, 1), K_MASK, 0))
+            ->f[0] = 0.125f;
 }
 
 /* Head dimensions of the models (16 to 256), F16 K/V: decode and a prompt. */
