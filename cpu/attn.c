@@ -338,12 +338,13 @@ static float *dst_row(const tsr_tensor *dst, const plan *pl, const task *t, int6
 /* With few rows a block's work is short next to fetching its K and V rows
  * (strided: one head's part of each cell), which the hardware prefetchers
  * do not run ahead of, and a core has few requests in flight: the rows are
- * requested (into L2) PF_KEYS keys at a time between kernel calls of as many keys,
- * each half a block ahead (a block's values while its scores are computed,
- * the next block's keys while its values are summed). Measured, decode at
- * depth 4096, 2 threads, attention alone: 8-9.8 ms per token with the
- * whole next block requested at once, 6.0-7.0 ms with two requests per
- * block, 4.3-4.9 ms with 16 keys per request. */
+ * requested (into L2) PF_KEYS keys at a time between kernel calls of as
+ * many keys, each half a block ahead (a block's values while its scores
+ * are computed, the next block's keys while its values are summed).
+ * Measured, decode at depth 4096, 2 threads, attention alone (Zen 5,
+ * SmolLM2, prefetches into L1 then): 8-9.8 ms per token with the whole
+ * next block requested at once, 6.0-7.0 ms with two requests per block,
+ * 4.3-4.9 ms with 16 keys per request. */
 #define PREFETCH_ROWS 16
 #define PF_KEYS 16 /* keys per request (and per kernel call) */
 static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_t n, int z) {
@@ -351,15 +352,13 @@ static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_
     size_t bytes = tsr_row_size(x->type, x->ne[0]);
     if (!x->data)
         return;
-    task t0 = *t;
     if (t->span) { /* the first KV head's task fetches every head's rows (span_heads) */
         if (t->hk != 0)
             return;
         bytes += (size_t)(x->ne[2] - 1) * x->nb[2];
-        t0.hk = 0;
     }
     for (int64_t j = 0; j < n; j++) {
-        const char *row = kv_row(x, j0 + j, &t0);
+        const char *row = kv_row(x, j0 + j, t);
         for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 2); /* to L2 */
     }
 }
@@ -369,20 +368,26 @@ static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_
  * row, in K and in V, the hardware prefetchers stream whole rows much
  * better than one head's part of each, so the first head's task fetches
  * the span and the other heads' tasks find it in L2 -- while the group's
- * K and V rows fit there (GROUP_SPAN_MAX bytes); past that (very long
- * contexts, few splits) each task fetches its own head's part. Measured,
- * depth 4096, SmolLM2 (3 KV heads of 64), Zen 4, 2 threads, the 30
- * layers' attention alone: 12.3-13.3 ms per token with each task fetching
- * its own part (L1 prefetches), 7.7 ms with the span to L2; depth 32768
- * (per head, to L2): 35-36 ms before, 12.2-12.9 ms. */
+ * spans fit there (GROUP_SPAN_MAX bytes, a part of the 1 MiB or more of a
+ * core's L2 on current x86 server cores); past that (very long contexts,
+ * few splits) each task fetches its own head's part. (With a mask of
+ * several heads, a block dead for the first head but not for the others is
+ * not fetched ahead: slower, not wrong.) Measured, depth 4096, SmolLM2 (3
+ * KV heads of 64), Zen 4, 2 threads, the 30 layers' attention alone:
+ * 12.3-13.3 ms per token with each task fetching its own part into L1
+ * (before), 7.7 ms with the span into L2; depth 32768 (span off: each head
+ * its own part, into L2 and grouped) 35-36 ms before, 12.2-12.9 ms. */
 #define GROUP_SPAN_MAX (512 * 1024)
-static bool heads_in_span(const tsr_tensor *x) {
+static size_t heads_span(const tsr_tensor *x) { /* bytes of a cell's heads; 0: not in one span */
     const size_t bytes = tsr_row_size(x->type, x->ne[0]);
-    return x->ne[2] > 1 && x->nb[2] < x->nb[1] && (size_t)(x->ne[2] - 1) * x->nb[2] + bytes <= x->nb[1];
+    if (bytes == 0 || x->ne[2] < 2 || x->nb[2] >= x->nb[1])
+        return 0;
+    const size_t span = (size_t)(x->ne[2] - 1) * x->nb[2] + bytes;
+    return span <= x->nb[1] ? span : 0;
 }
 static bool span_heads(const tsr_tensor *dst, const plan *pl) {
-    const tsr_tensor *k = dst->src[1], *v = dst->src[2];
-    return heads_in_span(k) && heads_in_span(v) && pl->kv_split * (int64_t)(k->nb[1] + v->nb[1]) <= GROUP_SPAN_MAX;
+    const size_t k = heads_span(dst->src[1]), v = heads_span(dst->src[2]);
+    return k && v && (size_t)pl->kv_split * (k + v) <= GROUP_SPAN_MAX;
 }
 
 static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const plan *pl, const task *t,

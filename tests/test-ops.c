@@ -967,6 +967,10 @@ static void cases_flash_attn_plans(void) {
                  P(S(cell[i], 64, 1000, 3, 1), 0, 2, 1, 3), P(S(cell[i], 64, 1000, 3, 1), 0, 2, 1, 3),
                  KIND(S(TSR_TYPE_F16, 1000, 1, 1, 1), K_MASK, 0))
             ->f[0] = 0.125f;
+    add_case(TSR_OP_FLASH_ATTN, TSR_TYPE_F16, 5e-4, 4, S(TSR_TYPE_F32, 64, 1, 9, 2), /* two sequences */
+             P(S(TSR_TYPE_F16, 64, 1000, 3, 2), 0, 2, 1, 3), P(S(TSR_TYPE_F16, 64, 1000, 3, 2), 0, 2, 1, 3),
+             KIND(S(TSR_TYPE_F16, 1000, 1, 1, 1), K_MASK, 0))
+        ->f[0] = 0.125f;
 }
 
 /* Head dimensions of the models (16 to 256), F16 K/V: decode and a prompt. */
