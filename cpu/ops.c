@@ -58,6 +58,7 @@ void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst) {
     const int64_t ne0 = dst->ne[0];
     const bool fast = a->type == TSR_TYPE_F32 && b->type == TSR_TYPE_F32 && a->nb[0] == 4 && b->nb[0] == 4 &&
                       b->ne[0] == ne0;
+    const bool scalar_b = a->type == TSR_TYPE_F32 && b->type == TSR_TYPE_F32 && a->nb[0] == 4 && b->ne[0] == 1;
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         row_coords(dst, r, &i1, &i2, &i3);
@@ -74,6 +75,24 @@ void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst) {
             case TSR_OP_MUL: p->k->mul(ne0, d, x, y); break;
             default:
                 for (int64_t i = 0; i < ne0; i++) d[i] = x[i] / y[i];
+                break;
+            }
+            continue;
+        }
+        if (scalar_b) { /* one value of b per row (MoE: each expert's output times its weight) */
+            const float *x = (const float *)pa, y = *(const float *)pb;
+            switch (dst->op) {
+            case TSR_OP_ADD:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] + y;
+                break;
+            case TSR_OP_SUB:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] - y;
+                break;
+            case TSR_OP_MUL:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] * y;
+                break;
+            default:
+                for (int64_t i = 0; i < ne0; i++) d[i] = x[i] / y;
                 break;
             }
             continue;

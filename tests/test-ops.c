@@ -773,6 +773,11 @@ static void cases_elementwise(void) {
                 add_case(bin[o], a, 1e-7, 2, S(a, 7, 4, 3, 2), pb); /* broadcast */
                 add_case(bin[o], a, 1e-7, 2, PAD(S(a, 33, 3, 2, 1)), P(S(b, 33, 3, 1, 1), 1, 0, 2, 3));
                 add_case(bin[o], a, 1e-7, 2, S(a, 0, 3, 1, 1), S(b, 1, 3, 1, 1));
+                /* one value of b per row of a (MoE's expert weights), and one in all */
+                add_case(bin[o], a, 1e-7, 2, S(a, 37, 4, 3, 1),
+                         KIND(S(b, 1, 4, 3, 1), bin[o] == TSR_OP_DIV ? K_POSITIVE : K_NORMAL, 0));
+                add_case(bin[o], a, 1e-7, 2, P(S(a, 19, 4, 2, 1), 1, 0, 2, 3),
+                         KIND(S(b, 1, 1, 1, 1), bin[o] == TSR_OP_DIV ? K_POSITIVE : K_NORMAL, 0));
                 add_case(bin[o], a, 1e-7, 2, S(a, 1, 1, 1, 1), S(b, 1, 1, 1, 1));
             }
     /* scale, unary and gated ops take F32 (the core's contract) */
