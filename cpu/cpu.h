@@ -122,7 +122,8 @@ typedef struct tsr_cpu_kernels {
  * d and d * sum(qs), each rounded to F16 (stored as floats) as in Q8_0's and
  * Q8_1's blocks, so that a batch's rows agree with the one-column dot
  * products over those (unrounded, a mixed batch's logits moved by 1.7% of
- * the largest from the same sequence's alone); -128 times the sum of all 32
+ * the largest from the same sequence's alone; a d * sum past F16's range
+ * stays the float, not infinity); -128 times the sum of all 32
  * and of the first 16 values, exact, so that a kernel can multiply unsigned
  * bytes (a weight + 128) and take the offset back out in integers; then the
  * values qs = round(x * 127 / max|x|) (values are d * qs). */
@@ -144,8 +145,9 @@ static inline float tsr__cpu_q8s_inv(float d, float amax) {
 /* A block's scales and sums from d = max|x| / 127 and the integer sums of its
  * values (all 32, the first 16): the same in every variant. */
 static inline void tsr__cpu_q8s_finish(tsr_cpu_q8s *y, float d, int32_t sum, int32_t lo) {
+    const float ds = d * (float)sum, r = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(ds));
     y->d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
-    y->ds = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d * (float)sum));
+    y->ds = r - r == 0.0f ? r : ds; /* past F16's range (a block summing past 65504): the float itself */
     y->c = -128 * sum;
     y->c_lo = -128 * lo;
 }

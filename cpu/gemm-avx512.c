@@ -351,8 +351,9 @@ static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
     const __m128i sum4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, sall));
     const __m128i lo4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, slo));
     __m128 r0 = _mm_cvtph_ps(_mm_cvtps_ph(d4, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    __m128 r1 = _mm_cvtph_ps(
-        _mm_cvtps_ph(_mm_mul_ps(d4, _mm_cvtepi32_ps(sum4)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m128 ds4 = _mm_mul_ps(d4, _mm_cvtepi32_ps(sum4));
+    __m128 r1 = _mm_cvtph_ps(_mm_cvtps_ph(ds4, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    r1 = _mm_blendv_ps(ds4, r1, _mm_cmp_ps(_mm_sub_ps(r1, r1), _mm_setzero_ps(), _CMP_EQ_OQ)); /* past F16: the float */
     __m128 r2 = _mm_castsi128_ps(_mm_mullo_epi32(sum4, _mm_set1_epi32(-128)));
     __m128 r3 = _mm_castsi128_ps(_mm_mullo_epi32(lo4, _mm_set1_epi32(-128)));
     _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* block j: d, ds, c, c_lo */

@@ -10,10 +10,12 @@
 /* tsr__cpu_q8s_finish (cpu.h) with F16C's conversions (round to nearest
  * even: the same bits). */
 static inline void q8s_finish_f16c(tsr_cpu_q8s *y, float d, int32_t sum, int32_t lo) {
+    const float ds = d * (float)sum;
     const __m128 r = _mm_cvtph_ps(
-        _mm_cvtps_ph(_mm_setr_ps(d, d * (float)sum, 0.0f, 0.0f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm_cvtps_ph(_mm_setr_ps(d, ds, 0.0f, 0.0f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const float rds = _mm_cvtss_f32(_mm_movehdup_ps(r));
     y->d = _mm_cvtss_f32(r);
-    y->ds = _mm_cvtss_f32(_mm_movehdup_ps(r));
+    y->ds = rds - rds == 0.0f ? rds : ds;
     y->c = -128 * sum;
     y->c_lo = -128 * lo;
 }
