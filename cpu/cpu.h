@@ -80,7 +80,8 @@ typedef struct tsr_cpu_kernels {
     void (*gemm_f32_nt)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
                         int64_t ldb, float *c, int64_t ldc);
     /* Register-tiled matmul for batches (tsr__cpu_op_mul_mat uses it for >= 2
-     * activation columns; NULL: none): s[j * ss + i] = dot(x row i, y row j)
+     * activation columns, tsr__cpu_op_mul_mat_id for an expert's >= 2;
+     * NULL: none): s[j * ss + i] = dot(x row i, y row j)
      * for i < m, j < n over k elements; x rows xs bytes apart (weight type),
      * y rows ys bytes apart in gemm_type[weight type] (activations converted
      * as for dot_type); scratch: TSR_CPU_GEMM_SCRATCH(k)
@@ -145,9 +146,11 @@ static inline float tsr__cpu_q8s_inv(float d, float amax) {
 /* A block's scales and sums from d = max|x| / 127 and the integer sums of its
  * values (all 32, the first 16): the same in every variant. */
 static inline void tsr__cpu_q8s_finish(tsr_cpu_q8s *y, float d, int32_t sum, int32_t lo) {
-    const float ds = d * (float)sum, r = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(ds));
+    const float ds = d * (float)sum;
+    const uint16_t h = tsr__fp32_to_fp16(ds);
     y->d = TSR_FP16_TO_FP32(tsr__fp32_to_fp16(d));
-    y->ds = r - r == 0.0f ? r : ds; /* past F16's range (a block summing past 65504): the float itself */
+    y->ds = (h & 0x7C00) != 0x7C00 ? TSR_FP16_TO_FP32(h)
+                                   : ds; /* past F16's range (a block summing past 65504): the float */
     y->c = -128 * sum;
     y->c_lo = -128 * lo;
 }

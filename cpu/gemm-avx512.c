@@ -352,8 +352,10 @@ static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
     const __m128i lo4 = _mm512_castsi512_si128(_mm512_permutexvar_epi32(first, slo));
     __m128 r0 = _mm_cvtph_ps(_mm_cvtps_ph(d4, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m128 ds4 = _mm_mul_ps(d4, _mm_cvtepi32_ps(sum4));
-    __m128 r1 = _mm_cvtph_ps(_mm_cvtps_ph(ds4, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    r1 = _mm_blendv_ps(ds4, r1, _mm_cmp_ps(_mm_sub_ps(r1, r1), _mm_setzero_ps(), _CMP_EQ_OQ)); /* past F16: the float */
+    const __m128i h4 = _mm_cvtps_ph(ds4, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128i e4 = _mm_and_si128(_mm_cvtepu16_epi32(h4), _mm_set1_epi32(0x7C00));
+    /* past F16's range: the float */
+    __m128 r1 = _mm_blendv_ps(_mm_cvtph_ps(h4), ds4, _mm_castsi128_ps(_mm_cmpeq_epi32(e4, _mm_set1_epi32(0x7C00))));
     __m128 r2 = _mm_castsi128_ps(_mm_mullo_epi32(sum4, _mm_set1_epi32(-128)));
     __m128 r3 = _mm_castsi128_ps(_mm_mullo_epi32(lo4, _mm_set1_epi32(-128)));
     _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* block j: d, ds, c, c_lo */

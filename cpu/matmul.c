@@ -316,7 +316,7 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
  * gemv's bits). Every output element's value depends on its expert's
  * column count and the tiling, never on the thread count. Work buffer
  * (planned by tsr__cpu_mul_mat_id_work): the grouping, the converted rows
- * of b when several slots share one (n_b == 1, no gemm), the gathered
+ * of b when several slots share one (n_b == 1; for the dots), the gathered
  * rows, per-thread scratch (a row of b as F32 or the gemm's scratch, then
  * the gemm's tile of results).
  * Measured (synthetic qwen3moe, 12 layers, 32 experts of 512 x 256, 4 per
@@ -354,7 +354,7 @@ static mmid_layout mmid_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst) {
         rb = g > rb ? g : rb;
     }
     l.row_bytes = tsr__pad(rb, 4);
-    l.stage = b->ne[1] == 1 && ids->ne[0] > 1 && !l.gemm;
+    l.stage = b->ne[1] == 1 && ids->ne[0] > 1; /* (for the one-column experts: the gemm's convert their own) */
     size_t tb = (size_t)b->ne[0] * sizeof(float);
     if (l.gemm && TSR_CPU_GEMM_SCRATCH(b->ne[0]) > tb)
         tb = TSR_CPU_GEMM_SCRATCH(b->ne[0]);
@@ -443,7 +443,7 @@ static void mmid_gather(const tsr_compute_params *p, const tsr_tensor *dst, cons
         const bool gm = mmid_gemm(l, first[x + 1] - first[x]);
         const int64_t t = pairs[g] / n_used, slot = pairs[g] % n_used;
         char *y = rows + (size_t)g * l->row_bytes;
-        if (l->stage) {
+        if (l->stage && !gm) {
             memcpy(y, staged + (size_t)t * l->row_bytes, l->row_bytes);
             continue;
         }

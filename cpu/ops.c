@@ -80,7 +80,8 @@ void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst) {
             continue;
         }
         if (scalar_b) { /* one value of b per row (MoE: each expert's output times its weight) */
-            const float *x = (const float *)pa, y = *(const float *)pb;
+            const float *x = (const float *)pa;
+            const float y = *(const float *)pb;
             switch (dst->op) {
             case TSR_OP_ADD:
                 for (int64_t i = 0; i < ne0; i++) d[i] = x[i] + y;

@@ -11,11 +11,11 @@
  * even: the same bits). */
 static inline void q8s_finish_f16c(tsr_cpu_q8s *y, float d, int32_t sum, int32_t lo) {
     const float ds = d * (float)sum;
-    const __m128 r = _mm_cvtph_ps(
-        _mm_cvtps_ph(_mm_setr_ps(d, ds, 0.0f, 0.0f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    const float rds = _mm_cvtss_f32(_mm_movehdup_ps(r));
+    const __m128i h = _mm_cvtps_ph(_mm_setr_ps(d, ds, 0.0f, 0.0f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m128 r = _mm_cvtph_ps(h);
     y->d = _mm_cvtss_f32(r);
-    y->ds = rds - rds == 0.0f ? rds : ds;
+    /* past F16's range (a block summing past 65504): the float */
+    y->ds = (_mm_extract_epi16(h, 1) & 0x7C00) != 0x7C00 ? _mm_cvtss_f32(_mm_movehdup_ps(r)) : ds;
     y->c = -128 * sum;
     y->c_lo = -128 * lo;
 }

@@ -116,12 +116,13 @@ static void check_variant(const tsr_cpu_kernels *k, int64_t n) {
         CHECK(!bad, "%s q8s_from_float n=%lld: tiny blocks", k->name, (long long)n);
         /* blocks whose sum is past F16's range (d * sum > 65504): ds stays
          * the float (finite), the same in every variant */
-        for (int64_t i = 0; i < n; i++) y[i] = 3000.0f + (float)(i % 7);
+        for (int64_t i = 0; i < n; i++) y[i] = (i / 32 % 2 ? -3000.0f : 3000.0f) + (float)(i % 7);
         k->q8s_from_float(y, a, n);
         tsr__cpu_q8s_from_float_ref(y, r, n);
         bad = memcmp(a, r, TSR_CPU_Q8S_ROW(n)) != 0;
         for (int64_t b = 0; b < n / 32; b++)
-            bad |= !isfinite(r[b].ds) || r[b].ds < 65504.0f || fabs(r[b].ds - (double)r[b].d * (-r[b].c / 128)) > 1e-3 * r[b].ds;
+            bad |= !isfinite(r[b].ds) || fabs(r[b].ds) < 65504.0f ||
+                   fabs(r[b].ds - (double)r[b].d * (-r[b].c / 128)) > 1e-3 * fabs(r[b].ds);
         CHECK(!bad, "%s q8s_from_float n=%lld: blocks past F16's range", k->name, (long long)n);
         free(a), free(r);
     }

@@ -776,6 +776,8 @@ static void cases_elementwise(void) {
                 /* one value of b per row of a (MoE's expert weights), and one in all */
                 add_case(bin[o], a, 1e-7, 2, S(a, 37, 4, 3, 1),
                          KIND(S(b, 1, 4, 3, 1), bin[o] == TSR_OP_DIV ? K_POSITIVE : K_NORMAL, 0));
+                add_case(bin[o], a, 1e-7, 2, S(a, 19, 4, 2, 1),
+                         KIND(S(b, 1, 1, 1, 1), bin[o] == TSR_OP_DIV ? K_POSITIVE : K_NORMAL, 0));
                 add_case(bin[o], a, 1e-7, 2, P(S(a, 19, 4, 2, 1), 1, 0, 2, 3),
                          KIND(S(b, 1, 1, 1, 1), bin[o] == TSR_OP_DIV ? K_POSITIVE : K_NORMAL, 0));
                 add_case(bin[o], a, 1e-7, 2, S(a, 1, 1, 1, 1), S(b, 1, 1, 1, 1));
