@@ -386,7 +386,7 @@ static int32_t mmid_id(const tsr_tensor *ids, int64_t slot, int64_t t) {
 
 /* Weight rows and columns per tile: more rows when an expert has one column (decode). */
 static int64_t mmid_blk0(const mmid_layout *l, int64_t cols) {
-    return mmid_gemm(l, cols) ? ID_GEMM_ROWS : cols == 1 ? 4 * ID_ROWS : ID_ROWS;
+    return mmid_gemm(l, cols) ? ID_GEMM_ROWS : cols == 1 ? 8 * ID_ROWS : ID_ROWS;
 }
 static int64_t mmid_blk1(const mmid_layout *l, int64_t cols) { return mmid_gemm(l, cols) ? ID_GEMM_COLS : ID_COLS; }
 
@@ -485,6 +485,14 @@ static void mmid_tile(const tsr_compute_params *p, const tsr_tensor *dst, const 
                       (pairs[j] / n_used) * (int64_t)dst->nb[2];
             memcpy((float *)d + i0s, c + (j - j0s) * nr, (size_t)nr * sizeof(float));
         }
+        return;
+    }
+    if (j0e - j0s == 1 && k->gemv[as->type] &&
+        dst->nb[0] == sizeof(float)) { /* one column: the gemv (the dots' bits) */
+        float *d = (float *)((char *)dst->data + (pairs[j0s] % n_used) * (int64_t)dst->nb[1] +
+                             (pairs[j0s] / n_used) * (int64_t)dst->nb[2]);
+        k->gemv[as->type](as->ne[0], i0e - i0s, 0, w + i0s * (int64_t)as->nb[1], as->nb[1],
+                          rows + (size_t)j0s * l->row_bytes, d + i0s);
         return;
     }
     for (int64_t j = j0s; j < j0e;) {
