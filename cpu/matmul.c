@@ -462,6 +462,11 @@ static void mmid_gather(const tsr_compute_params *p, const tsr_tensor *dst, cons
     }
 }
 
+/* The output row of pair q (token q / n_used, slot q % n_used). */
+static char *mmid_out(const tsr_tensor *dst, int64_t n_used, int64_t q) {
+    return (char *)dst->data + (q % n_used) * (int64_t)dst->nb[1] + (q / n_used) * (int64_t)dst->nb[2];
+}
+
 /* One tile: weight rows [i0s, i0e) of expert x against its gathered columns [j0s, j0e). */
 static void mmid_tile(const tsr_compute_params *p, const tsr_tensor *dst, const mmid_layout *l, int64_t x, int64_t i0s,
                       int64_t i0e, int64_t j0s, int64_t j0e) {
@@ -481,16 +486,13 @@ static void mmid_tile(const tsr_compute_params *p, const tsr_tensor *dst, const 
         k->gemm[as->type](as->ne[0], nr, j0e - j0s, w + i0s * (int64_t)as->nb[1], as->nb[1],
                           rows + (size_t)j0s * l->row_bytes, l->row_bytes, c, (size_t)nr, scratch);
         for (int64_t j = j0s; j < j0e; j++) {
-            char *d = (char *)dst->data + (pairs[j] % n_used) * (int64_t)dst->nb[1] +
-                      (pairs[j] / n_used) * (int64_t)dst->nb[2];
-            memcpy((float *)d + i0s, c + (j - j0s) * nr, (size_t)nr * sizeof(float));
+            memcpy((float *)mmid_out(dst, n_used, pairs[j]) + i0s, c + (j - j0s) * nr, (size_t)nr * sizeof(float));
         }
         return;
     }
     if (j0e - j0s == 1 && k->gemv[as->type] &&
         dst->nb[0] == sizeof(float)) { /* one column: the gemv (the dots' bits) */
-        float *d = (float *)((char *)dst->data + (pairs[j0s] % n_used) * (int64_t)dst->nb[1] +
-                             (pairs[j0s] / n_used) * (int64_t)dst->nb[2]);
+        float *d = (float *)mmid_out(dst, n_used, pairs[j0s]);
         k->gemv[as->type](as->ne[0], i0e - i0s, 0, w + i0s * (int64_t)as->nb[1], as->nb[1],
                           rows + (size_t)j0s * l->row_bytes, d + i0s);
         return;
@@ -498,9 +500,7 @@ static void mmid_tile(const tsr_compute_params *p, const tsr_tensor *dst, const 
     for (int64_t j = j0s; j < j0e;) {
         const int nc = dot4 && j + 4 <= j0e ? 4 : 1;
         char *d[4];
-        for (int c = 0; c < nc; c++)
-            d[c] = (char *)dst->data + (pairs[j + c] % n_used) * (int64_t)dst->nb[1] +
-                   (pairs[j + c] / n_used) * (int64_t)dst->nb[2];
+        for (int c = 0; c < nc; c++) d[c] = mmid_out(dst, n_used, pairs[j + c]);
         const char *y = rows + (size_t)j * l->row_bytes;
         for (int64_t i = i0s; i < i0e; i++) {
             const char *arow = w + i * (int64_t)as->nb[1];
