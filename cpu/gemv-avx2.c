@@ -43,8 +43,9 @@ INLINE __m256i nib32(const uint8_t *qs) {
 
 /* linear_pf: the rows of a pass (R side by side, rows32 and the k-quants'
  * rows) request the R rows GEMV_PF rows ahead as one linear sequence, R
- * blocks' worth per block step (the rows are adjacent: the same bytes as
- * each row requesting its own, in address order), instead of R sequences
+ * blocks' worth per block step (with rows xs apart exactly their size, the
+ * usual case, the same bytes as each row requesting its own, in address
+ * order; padded rows leave a little unrequested), instead of R sequences
  * one row apart, which the memory side streams worse. Measured (Zen 3, 100
  * matrices of 1536 x 768 in sequence, best of 5, GB/s, before -> after):
  * 1 thread Q4_1 8.7-9.4 -> 12.2-12.8, Q5_0 9.5-10.0 -> 10.8-11.1, Q4_0
@@ -60,15 +61,16 @@ INLINE __m256i dot4(__m256i u, __m256i y) {
 
 /* Q5_0's unsigned values: the nibbles plus 16 where the high bit is set.
  * With as few constants as can be (the 0x0F of the nibbles serves twice):
- * bytes_from_bits with OR and -1 and an AND with 0x10 took two registers
+ * bits_to_bytes32 (OR and -1) and an AND with 0x10 took two registers
  * more, and the four rows' pass spilled an accumulator to the stack (in
- * cache, 1 thread, Zen 3: 6.4-6.9 cycles per row and block, Q4_0 3.3). */
+ * cache, 1 thread, Zen 3: 6.4-6.9 cycles per row and block, now 3.5-3.6;
+ * Q4_0 3.3). */
 INLINE __m256i q5_u(const uint8_t *qs, const uint8_t *qh) {
     uint32_t x;
     memcpy(&x, qh, 4);
     const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
                                             0x0303030303030303);
-    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull); /* bit j of byte j / 8 */
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull); /* byte j: 1 << (j % 8) */
     const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel); /* 0xFF where the bit is set */
     /* nibble - 0xF0 (as bytes) = nibble + 16 */
