@@ -59,22 +59,13 @@ INLINE __m256i dot4(__m256i u, __m256i y) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
 }
 
-/* Q5_0's unsigned values: the nibbles plus 16 where the high bit is set.
- * With as few constants as can be (the 0x0F of the nibbles serves twice):
- * bits_to_bytes32 (OR and -1) and an AND with 0x10 took two registers
- * more, and the four rows' pass spilled an accumulator to the stack (in
- * cache, 1 thread, Zen 3: 6.4-6.9 cycles per row and block, now 3.5-3.6;
- * Q4_0 3.3). */
+/* Q5_0's unsigned values: the nibbles plus 16 where the high bit is set,
+ * as nibble - 0xF0 (bytes), so that the nibbles' 0x0F serves twice: with
+ * an AND with 0x10 (and bits_to_bytes32's former OR-and-compare form) the
+ * four rows' pass spilled an accumulator to the stack (in cache, 1 thread,
+ * Zen 3: 6.4-6.9 cycles per row and block, now 3.5-3.6; Q4_0 3.3). */
 INLINE __m256i q5_u(const uint8_t *qs, const uint8_t *qh) {
-    uint32_t x;
-    memcpy(&x, qh, 4);
-    const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
-                                            0x0303030303030303);
-    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull); /* byte j: 1 << (j % 8) */
-    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel); /* 0xFF where the bit is set */
-    /* nibble - 0xF0 (as bytes) = nibble + 16 */
-    return _mm256_sub_epi8(nib32(qs), _mm256_andnot_si256(_mm256_set1_epi8(0x0F), set));
+    return _mm256_sub_epi8(nib32(qs), _mm256_andnot_si256(_mm256_set1_epi8(0x0F), bits_to_bytes32(qh)));
 }
 
 static inline int64_t blk_bytes(tsr_type t) {

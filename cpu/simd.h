@@ -34,15 +34,18 @@ static inline __m256i nibbles32(const uint8_t *qs) {
     return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
 }
 
-/* Byte k = 0xFF where bit k of the 32-bit word is set. */
+/* Byte k = 0xFF where bit k of the 32-bit word is set: byte k holds word
+ * byte k / 8, selected by 1 << (k % 8). One constant beside the shuffle's
+ * (an OR with the other bits and a compare with -1 takes two): in
+ * gemv-avx2.c's four-row Q5_0 pass the second one spilled an accumulator. */
 static inline __m256i bits_to_bytes32(const uint8_t *p) {
     uint32_t x;
     memcpy(&x, p, 4);
     const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
                                             0x0303030303030303);
-    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
-    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1));
+    const __m256i sel = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(b, sel), sel);
 }
 
 /* Sum of products of unsigned bytes u (0..127) and signed bytes s as 8 i32. */
