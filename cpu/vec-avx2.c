@@ -942,6 +942,12 @@ static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t
                         acc[p] = _mm256_fmadd_ps(av, _mm256_load_ps(bq + p * 8), acc[p]);
                 }
                 __m256 r = sum8x8(acc);
+                if (nj == 8) { /* plain: a masked store is microcoded and slow on AMD cores */
+                    if (l0 > 0)
+                        r = _mm256_add_ps(_mm256_loadu_ps(c + i * ldc + j), r);
+                    _mm256_storeu_ps(c + i * ldc + j, r);
+                    continue;
+                }
                 const __m256i mj = lanes8(nj);
                 if (l0 > 0)
                     r = _mm256_add_ps(_mm256_maskload_ps(c + i * ldc + j, mj), r);
@@ -983,7 +989,12 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
     const int nv = (int)((n + 7) / 8);
     UNROLL8 for (int q = 0; q < 8; q++) {
         v[q] = ninf;
-        if (q < nv) { /* lanes past n: -inf */
+        if (q < nv && n - 8 * q >= 8) { /* whole vectors: plain loads */
+            v[q] = _mm256_mul_ps(_mm256_loadu_ps(y + 8 * q), s);
+            if (mask)
+                v[q] = _mm256_add_ps(v[q], _mm256_loadu_ps(mask + 8 * q));
+            mx = _mm256_max_ps(mx, v[q]);
+        } else if (q < nv) { /* lanes past n: -inf */
             const __m256i k = lanes8(n - 8 * q);
             v[q] = _mm256_mul_ps(_mm256_maskload_ps(y + 8 * q, k), s);
             if (mask)
@@ -1004,7 +1015,10 @@ static float softmax_step(int64_t n, float *y, float scale, const float *mask, f
         if (q < nv) {
             const __m256 e = exp8(_mm256_sub_ps(v[q], mv));
             acc = _mm256_add_ps(acc, e);
-            _mm256_maskstore_ps(y + 8 * q, lanes8(n - 8 * q), e);
+            if (n - 8 * q >= 8) /* (a masked store is microcoded and slow on AMD cores) */
+                _mm256_storeu_ps(y + 8 * q, e);
+            else
+                _mm256_maskstore_ps(y + 8 * q, lanes8(n - 8 * q), e);
         }
     }
     return hsum_ps256(acc);
