@@ -313,7 +313,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
     for (int64_t b = 0; b < k / 32; b++, x += 32) {
         __m256 v[4];
         __m256 mx = _mm256_setzero_ps();
-        for (int q = 0; q < 4; q++) {
+        UNROLL for (int q = 0; q < 4; q++) {
             v[q] = _mm256_loadu_ps(x + 8 * q);
             mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[q]));
         }
@@ -324,7 +324,7 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         const float d = amax / 127.0f, id = tsr__cpu_q8s_inv(d, amax);
         const __m256 vid = _mm256_set1_ps(id);
         __m256i i32[4];
-        for (int q = 0; q < 4; q++) i32[q] = _mm256_cvtps_epi32(_mm256_mul_ps(v[q], vid));
+        UNROLL for (int q = 0; q < 4; q++) i32[q] = _mm256_cvtps_epi32(_mm256_mul_ps(v[q], vid));
         /* the lane sums: values 0..15 in the low half */
         const __m256i s01 = _mm256_add_epi32(i32[0], i32[1]), s23 = _mm256_add_epi32(i32[2], i32[3]);
         const __m256i p01 = _mm256_packs_epi32(i32[0], i32[1]), p23 = _mm256_packs_epi32(i32[2], i32[3]);
