@@ -20,6 +20,12 @@ static inline void q8s_finish_f16c(tsr_cpu_q8s *y, float d, int32_t sum, int32_t
     y->c_lo = -128 * lo;
 }
 
+/* tsr__fp32_to_fp16 with F16C (round to nearest even, NaNs quieted: the
+ * same bits), inline: a call per block cost more than the block's work. */
+static inline uint16_t fp16_f16c(float f) {
+    return (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0);
+}
+
 static inline float hsum_ps256(__m256 x) {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));

@@ -572,10 +572,14 @@ static void dot4_q6_K(int64_t n, float s[4], const void *vx, const void *vy, siz
 
 /* ---- activation quantizers --------------------------------------------------- */
 
+/* GCC -O2 keeps a loop over a small register array as a loop, the array on
+ * the stack (a store and a load per element): unrolled, it stays in registers. */
+#define UNROLL4 _Pragma("GCC unroll 4")
+
 static inline float absmax32(const float *x, __m256 v[4]) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int k = 0; k < 4; k++) {
+    UNROLL4 for (int k = 0; k < 4; k++) {
         v[k] = _mm256_loadu_ps(x + 8 * k);
         m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
     }
@@ -591,9 +595,8 @@ static inline float absmax32(const float *x, __m256 v[4]) {
 static inline __m256i quant32(__m256 v[4], float id) {
     const __m256 mul = _mm256_set1_ps(id);
     __m256i i32[4];
-    for (int k = 0; k < 4; k++)
-        i32[k] = _mm256_cvtps_epi32(
-            _mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    UNROLL4 for (int k = 0; k < 4; k++) i32[k] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m256i p01 = _mm256_packs_epi32(i32[0], i32[1]), p23 = _mm256_packs_epi32(i32[2], i32[3]);
     const __m256i p = _mm256_packs_epi16(p01, p23);
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -606,7 +609,7 @@ static void quantize_q8_0(const float *x, void *vy, int64_t n) {
     for (int64_t i = 0; i < n / 32; i++, x += 32) {
         __m256 v[4];
         const float amax = absmax32(x, v);
-        y[i].d = tsr__fp32_to_fp16(amax / 127.0f);
+        y[i].d = fp16_f16c(amax / 127.0f);
         _mm256_storeu_si256((__m256i *)y[i].qs, quant32(v, amax != 0.0f ? 127.0f / amax : 0.0f));
     }
 }
@@ -622,8 +625,8 @@ static void quantize_q8_1(const float *x, void *vy, int64_t n) {
         __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
         t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-        y[i].d = tsr__fp32_to_fp16(d);
-        y[i].s = tsr__fp32_to_fp16(d * (float)_mm_cvtsi128_si32(t));
+        y[i].d = fp16_f16c(d);
+        y[i].s = fp16_f16c(d * (float)_mm_cvtsi128_si32(t));
     }
 }
 
