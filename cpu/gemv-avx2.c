@@ -163,10 +163,10 @@ INLINE __m128i q4k_scales(const uint8_t *sc) {
     return _mm_loadu_si128((const __m128i *)w);
 }
 
-/* 16-bit lane k of v in every lane */
-INLINE __m256i bcast16(__m128i v, int k) {
-    const __m128i b = _mm_shuffle_epi8(v, _mm_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k))));
-    return _mm256_set_m128i(b, b);
+/* 16-bit lane k of each 128-bit half of v (the same eight scales in both)
+ * in every lane of that half: one in-lane shuffle */
+INLINE __m256i bcast16(__m256i v, int k) {
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k))));
 }
 
 INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
@@ -186,9 +186,9 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
             pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
             pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
             accm[r] += y->d * F16F(q->dmin) * (float)_mm_cvtsi128_si32(pm);
-            const __m128i sc = _mm_cvtepu8_epi16(sm);
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
             __m256i sumi = _mm256_setzero_si256();
-            for (int j = 0; j < 4; j++) {
+            UNROLL for (int j = 0; j < 4; j++) {
                 if (j < 3)
                     _mm_prefetch(x + pfo + (sb * R + r) * 144 + 64 * j, _MM_HINT_T1); /* linear_pf */
                 const __m256i bits = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
@@ -217,7 +217,7 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
         for (int r = 0; r < R; r++) {
             const tsr_block_q6_K *q = (const tsr_block_q6_K *)(x + (size_t)r * xs) + sb;
             __m256i sumi = _mm256_setzero_si256();
-            for (int c = 0; c < 2; c++) {
+            UNROLL for (int c = 0; c < 2; c++) {
                 const uint8_t *ql = q->ql + 64 * c, *qh = q->qh + 32 * c;
                 const int8_t *q8 = y->qs + 128 * c, *sc = q->scales + 8 * c;
                 _mm_prefetch(x + pfo + (sb * R + r) * 210 + 128 * c, _MM_HINT_T1); /* linear_pf */
@@ -233,10 +233,16 @@ INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 4), m2), 4));
                 v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m4),
                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(bh, 6), m2), 4));
-                for (int g = 0; g < 4; g++) {
+                /* the half's eight scales as 16 bits in both 128-bit lanes */
+                const __m256i sc16 = _mm256_broadcastsi128_si256(
+                    _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)sc)));
+                UNROLL for (int g = 0; g < 4; g++) {
                     const __m256i y8 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * g));
                     const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(v[g], y8), _mm256_maddubs_epi16(m32, y8));
-                    const __m256i sv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * g + 1]), _mm_set1_epi16(sc[2 * g]));
+                    /* scale 2g in the low lane, 2g + 1 in the high one */
+                    const __m256i sv = _mm256_shuffle_epi8(
+                        sc16, _mm256_set_m128i(_mm_set1_epi16((short)(((4 * g + 3) << 8) | (4 * g + 2))),
+                                               _mm_set1_epi16((short)(((4 * g + 1) << 8) | (4 * g)))));
                     sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sv, p));
                 }
             }
