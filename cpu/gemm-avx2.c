@@ -38,6 +38,9 @@
 #include <immintrin.h>
 #include <string.h>
 
+/* Loops over rows, groups and columns unrolled, so that vectors and accumulators live in registers. */
+#define UNROLL _Pragma("GCC unroll 8")
+
 typedef struct il8 {
     uint8_t u[256]; /* [group g][row r][4 bytes] */
     float d[8];     /* scale / multiplier (Q6_K: of values 0..15) */
@@ -76,7 +79,7 @@ static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const cha
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[8], v[8];
         float d[8], m[8];
-        for (int i = 0; i < 8; i++) {
+        UNROLL for (int i = 0; i < 8; i++) {
             if (i < rows) {
                 r[i] = il_row(t, x + (size_t)i * xs, b, &d[i], &m[i]);
             } else {
@@ -86,22 +89,19 @@ static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const cha
         }
         if (t == TSR_TYPE_Q8_0) {
             transpose8_epi32(r, v);
-            for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].x + 32 * g), v[g]);
-            for (int i = 0; i < 8; i++) r[i] = _mm256_sign_epi8(r[i], r[i]);
+            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].x + 32 * g), v[g]);
+            UNROLL for (int i = 0; i < 8; i++) r[i] = _mm256_sign_epi8(r[i], r[i]);
             transpose8_epi32(r, v);
-            for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].u + 32 * g), v[g]);
+            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].u + 32 * g), v[g]);
             memcpy(os[b].d, d, sizeof d);
         } else {
             transpose8_epi32(r, v);
-            for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(o[b].u + 32 * g), v[g]);
+            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(o[b].u + 32 * g), v[g]);
             memcpy(o[b].d, d, sizeof d);
             memcpy(o[b].m, m, sizeof m);
         }
     }
 }
-
-/* The column and group loops unrolled, so that the accumulators live in registers. */
-#define UNROLL _Pragma("GCC unroll 8")
 
 /* Keeps v in a register as it is: the 16-bit sums are chains, one per
  * column; GCC would otherwise reassociate them into trees that need all the

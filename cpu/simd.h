@@ -66,21 +66,25 @@ static inline __m256i dot_s8s8(__m256i x, __m256i y) {
 
 static inline __m256 load_fp16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+/* GCC -O2 keeps a short loop over an array of vectors as a loop, the array
+ * on the stack (a store and a load per element); unrolled, it stays in
+ * registers. */
+#define UNROLL_ALL _Pragma("GCC unroll 8")
+
 /* v[g] = dword g of each of the 8 rows r[0..7] (an 8 x 8 transpose of dwords). */
 static inline void transpose8_epi32(const __m256i r[8], __m256i *out) {
     __m256i t[8], u[8];
-    for (int i = 0; i < 4; i++) {
+    UNROLL_ALL for (int i = 0; i < 4; i++) {
         t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
     }
     /* t0: r0r1 dwords 0,1 | 4,5; t1: 2,3 | 6,7; t2/t3: r2r3 ... */
-    for (int i = 0; i < 2; i++)
-        for (int h = 0; h < 2; h++) {
-            u[4 * i + 2 * h] = _mm256_unpacklo_epi64(t[4 * i + h], t[4 * i + 2 + h]);
-            u[4 * i + 2 * h + 1] = _mm256_unpackhi_epi64(t[4 * i + h], t[4 * i + 2 + h]);
-        }
+    UNROLL_ALL for (int i = 0; i < 2; i++) UNROLL_ALL for (int h = 0; h < 2; h++) {
+        u[4 * i + 2 * h] = _mm256_unpacklo_epi64(t[4 * i + h], t[4 * i + 2 + h]);
+        u[4 * i + 2 * h + 1] = _mm256_unpackhi_epi64(t[4 * i + h], t[4 * i + 2 + h]);
+    }
     /* u0: rows 0-3 dword 0 | dword 4; u1: dword 1 | 5; u2: 2 | 6; u3: 3 | 7; u4..7: rows 4-7 */
-    for (int g = 0; g < 4; g++) {
+    UNROLL_ALL for (int g = 0; g < 4; g++) {
         out[g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x20);
         out[4 + g] = _mm256_permute2x128_si256(u[g], u[4 + g], 0x31);
     }
