@@ -364,8 +364,10 @@ static void prefetch_kv(const tsr_tensor *dst, const task *t, int64_t j0, int64_
 }
 
 /* Decode, the KV heads of a task group on one thread one after the other
- * (the op's loop): when the heads of a cache cell lie in one span of its
- * row, in K and in V, the hardware prefetchers stream whole rows much
+ * (the op's loop): when the heads of a cell lie in one span of its row, in
+ * K and in V (K and V laid out a token's heads per row, as tsr_attention
+ * without a cache gives them; the KV cache keeps each head's cells
+ * together instead, which streams best of all), the hardware prefetchers stream whole rows much
  * better than one head's part of each, so the first head's task fetches
  * the span and the other heads' tasks find it in L2 -- while the group's
  * spans fit there (GROUP_SPAN_MAX bytes, a part of the 1 MiB or more of a

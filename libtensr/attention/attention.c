@@ -226,13 +226,10 @@ tsr_tensor *tsr_attention_nocache(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k
 
 /* ---- with the cache ------------------------------------------------------------- */
 
-/* Writes src [hd, n_head_kv, n_tokens] as rows of cache t [hd * n_head_kv,
- * n_ctx] at the batch's cells; returns the written cache as
- * [hd, n_ctx, n_head_kv]. */
+/* Writes src [hd, n_head_kv, n_tokens] as rows of cache t [hd, n_ctx,
+ * n_head_kv] at the batch's cells; returns the written cache. */
 static tsr_tensor *tsr_write_rows(tsr_context *ctx, tsr_tensor *t, tsr_tensor *src, tsr_tensor *idx) {
-    int64_t hd = src->ne[0], nkv = src->ne[1];
-    tsr_tensor *dst = tsr_view_3d(ctx, t, hd, t->ne[1], nkv, t->nb[1], tsr_row_size(t->type, hd), 0);
-    return tsr_set_rows(ctx, dst, tsr_permute(ctx, src, 0, 2, 1, 3), idx);
+    return tsr_set_rows(ctx, t, tsr_permute(ctx, src, 0, 2, 1, 3), idx);
 }
 
 /* Writes v [hd_v, n_head_kv, n_tokens] into the transposed cache t

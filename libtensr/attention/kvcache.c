@@ -6,11 +6,15 @@
  * mask as inputs of the forward pass. The writes into the cache and the
  * reads from it are built by tsr_attention (attention.c).
  *
- * Layout: K of layer il is [head_dim_k * n_head_kv, n_ctx] (a token's heads
- * in one row). On the plain path V is stored transposed,
- * [n_ctx, head_dim_v * n_head_kv], so V*softmax(K*Q) reads it without a
- * copy; on the flash path V is stored like K. A cell belongs to one
- * sequence.
+ * Layout: K of layer il is [head_dim_k, n_ctx, n_head_kv]: each KV head's
+ * cells one after another, so that attention, which reads the cells of one
+ * head at a time, streams each head's keys from memory in order (with a
+ * token's heads in one row, [head_dim_k * n_head_kv, n_ctx], a head's keys
+ * were one slice of every row: decode at depth 4096, SmolLM2 Q4_0, Zen 3,
+ * 2 threads, 54.5 -> 74.1 tokens/s). On the plain path V is stored
+ * transposed, [n_ctx, head_dim_v * n_head_kv], so V*softmax(K*Q) reads it
+ * without a copy; on the flash path V is stored like K. A cell belongs to
+ * one sequence.
  *
  * Sliding window: layers flagged in swa_layers read the same cells through
  * a second mask that also hides cells n_swa or more positions behind the
@@ -113,16 +117,17 @@ static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
 /* Shapes one cache tensor struct (layer il, K or V). */
 static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
     const tsr_kv_cache_params *p = &c->p;
-    int64_t width = (int64_t)(is_v ? c->l_hdv[il] : c->l_hdk[il]) * c->l_nkvh[il];
+    int64_t hd = is_v ? c->l_hdv[il] : c->l_hdk[il], width = hd * c->l_nkvh[il];
     t->type = is_v ? p->type_v : p->type_k;
-    t->n_dims = 2;
     t->op = TSR_OP_NONE;
     t->flags = TSR_FLAG_PERSIST;
     t->device_id = -1;
     bool trans = is_v && !c->flash;
-    t->ne[0] = trans ? c->n_ctx_alloc : width;
+    t->n_dims = trans ? 2 : 3;
+    t->ne[0] = trans ? c->n_ctx_alloc : hd;
     t->ne[1] = trans ? width : c->n_ctx_alloc;
-    t->ne[2] = t->ne[3] = 1;
+    t->ne[2] = trans ? 1 : c->l_nkvh[il];
+    t->ne[3] = 1;
     snprintf(t->name, sizeof t->name, "cache_%c_l%d", is_v ? 'v' : 'k', il);
     return tsr__set_contiguous_strides(t);
 }
