@@ -361,7 +361,9 @@ TSR_API tsr_buffer_type *tsr_tensor_buffer_type(const tsr_tensor *t);
 /* Reads/writes bytes of the tensor's contents in contiguous row-major order
  * (as tsr_cont would lay them out): offset + size <= tsr_tensor_nbytes(t).
  * The tensor must hold data: a weight, an input, a tsr_new_tensor, or an
- * output of the latest tsr_compute on its backend (TSR_E_STATE otherwise). */
+ * output of the latest tsr_compute on its backend (TSR_E_STATE otherwise).
+ * A weight the CPU backend keeps with its rows interleaved is put back as
+ * stored first, for good (TSR_E_NOMEM when host memory for that lacks). */
 TSR_API tsr_status tsr_tensor_read(const tsr_tensor *t, void *dst, size_t offset, size_t size);
 TSR_API tsr_status tsr_tensor_write(tsr_tensor *t, const void *src, size_t offset, size_t size);
 

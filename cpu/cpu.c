@@ -12,6 +12,7 @@
 
 #include <sched.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -300,6 +301,8 @@ tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
     s->device = d;
     s->n_threads = n_threads;
     s->k = tsr__cpu_kernels();
+    const char *rp = getenv("TSR_CPU_REPACK");
+    s->repack = !(rp && strcmp(rp, "0") == 0);
     *out = s;
     return TSR_OK;
 }
@@ -414,6 +417,50 @@ static void run_job(void *arg, int ith, int nth) {
     }
 }
 
+/* ---- weights in the 8-row interleaved layout (libtensr/quant/repack.c) ----
+ * Before a job: a weight that the job uses otherwise than as src0 of a
+ * matmul into float rows or of a gather (get_rows, as a tied embedding
+ * is), or through a view, goes back to its stored layout for good; then
+ * every weight that is src0 of such a matmul and can take the interleaved
+ * layout takes it, once (decode's kernels read it faster: gemv-avx2.c).
+ * Uses on other devices and reads of its bytes are the core's to handle
+ * (tsr__il8_canonical). TSR_CPU_REPACK=0 turns it off; kernel tables
+ * without interleaved kernels never start it. */
+static bool il8_direct_use(const tsr_tensor *node, int j, const tsr_tensor *src) {
+    if (j != 0 || src->view_src)
+        return false;
+    if (node->op == TSR_OP_GET_ROWS) /* rows gathered block by block (ops.c), 1-D indices */
+        return node->src[1] && node->src[1]->ne[1] == 1 && node->src[1]->ne[2] == 1 && node->src[1]->ne[3] == 1;
+    return node->op == TSR_OP_MUL_MAT && node->nb[0] == sizeof(float);
+}
+
+static tsr_status il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
+    if (!s->repack)
+        return TSR_OK;
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < TSR_MAX_SRC; j++) {
+            tsr_tensor *src = nodes[i]->src[j], *root = src;
+            if (!src || il8_direct_use(nodes[i], j, src))
+                continue;
+            while (root->view_src) root = root->view_src;
+            if (!(root->flags & TSR_FLAG_WEIGHT) || !tsr__il8_type(root->type))
+                continue;
+            root->flags |= TSR_FLAG_NOREPACK;
+            tsr_status st = tsr__il8_canonical(root);
+            if (st != TSR_OK)
+                return st;
+        }
+    for (size_t i = 0; i < n; i++) {
+        tsr_tensor *w = nodes[i]->src[0];
+        if (nodes[i]->op != TSR_OP_MUL_MAT || !w || !il8_direct_use(nodes[i], 0, w) ||
+            (w->flags & (TSR_FLAG_IL8 | TSR_FLAG_NOREPACK)) != 0 || !(w->flags & TSR_FLAG_WEIGHT) || !w->buffer ||
+            w->buffer->buft->iface != &tsr__cpu_buft_iface || !s->k->gemv_il8[w->type] || !s->k->gemm_il8[w->type])
+            continue;
+        tsr__il8_repack(w); /* (out of memory: it stays as it is) */
+    }
+    return TSR_OK;
+}
+
 tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (nodes[i]->op != TSR_OP_NONE && nodes[i]->op != TSR_OP_VIEW && !kernel_of(nodes[i]->op))
@@ -422,6 +469,8 @@ tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
     }
     size_t conv_off;
     tsr_status st = ensure_work(s, nodes_work(s, nodes, n, &conv_off));
+    if (st == TSR_OK)
+        st = il8_prepare(s, nodes, n);
     if (st != TSR_OK)
         return st;
     s->conv_off = conv_off;

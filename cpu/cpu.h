@@ -106,6 +106,16 @@ typedef struct tsr_cpu_kernels {
      * into them as into its own. */
     void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y,
                                  float *s);
+    /* gemv and gemm of weights in the 8-row interleaved layout
+     * (TSR_FLAG_IL8, libtensr/quant/repack.c), the same arguments, x the
+     * first row of whole 8-row groups (m % 8 == 0). gemm_il8 gives the
+     * bits of gemm[wt] over the same rows stored plainly; gemv_il8 sums a
+     * row's blocks in order as one float lane (its own bits, the same
+     * whatever m and the row's place). NULL: weights keep the stored layout. */
+    void (*gemv_il8[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y,
+                                     float *s);
+    void (*gemm_il8[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y,
+                                     size_t ys, float *s, size_t ss, void *scratch);
     /* One step of the fused attention's online softmax over a row of scores:
      * y = y * scale + mask (mask may be NULL); with mx = max(y), the running
      * max *m becomes mx where *m is -inf or mx > *m + slack; then y =
@@ -222,7 +232,8 @@ struct tsr_stream {
      * after the job, on the calling thread. TSR_OK while none. */
     atomic_int error;
     char error_msg[256];
-    bool prof; /* TSR_PROFILE: time kernels and barriers */
+    bool prof;   /* TSR_PROFILE: time kernels and barriers */
+    bool repack; /* matmul weights take the interleaved layout (cpu.c: il8_prepare) */
     /* Batched matmuls convert their activations into the work buffer at
      * conv_off, past every node's own scratch, where they stay until the
      * next conversion: a matmul whose activations are the last ones

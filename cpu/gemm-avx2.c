@@ -103,6 +103,43 @@ static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const cha
     }
 }
 
+/* An 8-row group of weights in the interleaved layout (TSR_FLAG_IL8,
+ * libtensr/quant/repack.c) -> the blocks il8_pack makes of the same rows
+ * stored plainly, byte for byte: the interleaved vectors already hold each
+ * row's 4-byte groups side by side, so no transpose. */
+static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const char *x, int64_t nb, void *out) {
+    il8 *o = out;
+    il8s *os = out;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const size_t bs8 = 8 * (t == TSR_TYPE_Q8_0   ? sizeof(tsr_block_q8_0)
+                            : t == TSR_TYPE_Q4_1 ? sizeof(tsr_block_q4_1)
+                                                 : sizeof(tsr_block_q4_0));
+    for (int64_t b = 0; b < nb; b++) {
+        const char *blk = x + (size_t)b * bs8;
+        __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        if (t == TSR_TYPE_Q8_0) {
+            UNROLL for (int g = 0; g < 8; g++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
+                _mm256_storeu_si256((__m256i *)(os[b].x + 32 * g), v);
+                _mm256_storeu_si256((__m256i *)(os[b].u + 32 * g), _mm256_sign_epi8(v, v));
+            }
+            _mm256_storeu_ps(os[b].d, d);
+            continue;
+        }
+        const char *q = blk + (t == TSR_TYPE_Q4_1 ? 32 : 16);
+        UNROLL for (int c = 0; c < 4; c++) {
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * c), _mm256_and_si256(raw, m4));
+            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * (c + 4)), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+        }
+        if (t == TSR_TYPE_Q4_0)
+            d = _mm256_mul_ps(d, _mm256_set1_ps(1.0f / 16)); /* as il_row: the zero point comes out through 16 */
+        _mm256_storeu_ps(o[b].d, d);
+        _mm256_storeu_ps(o[b].m, t == TSR_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
+                                                    : _mm256_setzero_ps());
+    }
+}
+
 /* Keeps v in a register as it is: the 16-bit sums are chains, one per
  * column; GCC would otherwise reassociate them into trees that need all the
  * products at once, and spill. */
@@ -265,9 +302,9 @@ IL8_COLS(cols_s8, IL_S8, true)
 
 typedef void (*il8_cols_fn)(int, int64_t, const void *, const char *, size_t, float *, size_t, int);
 
-static inline __attribute__((always_inline)) void gemm8(tsr_type t, int64_t k, int64_t m, int64_t n, const void *vx,
-                                                        size_t xs, const void *vy, size_t ys, float *s, size_t ss,
-                                                        void *scratch) {
+static inline __attribute__((always_inline)) void gemm8(tsr_type t, bool il8src, int64_t k, int64_t m, int64_t n,
+                                                        const void *vx, size_t xs, const void *vy, size_t ys, float *s,
+                                                        size_t ss, void *scratch) {
     const int64_t nb = k / 32;
     il8_cols_fn cols;
     int ncmax;
@@ -283,7 +320,10 @@ static inline __attribute__((always_inline)) void gemm8(tsr_type t, int64_t k, i
     }
     for (int64_t i = 0; i < m; i += 8) {
         const int rows = m - i < 8 ? (int)(m - i) : 8;
-        il8_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, scratch);
+        if (il8src) /* whole groups (m % 8 == 0) */
+            il8_pack_il8(t, (const char *)vx + (size_t)i * xs, nb, scratch);
+        else
+            il8_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, scratch);
         for (int64_t j = 0; j < n; j += ncmax) {
             const int nc = n - j < ncmax ? (int)(n - j) : ncmax;
             cols(nc, nb, scratch, (const char *)vy + (size_t)j * ys, ys, s + (size_t)j * ss + (size_t)i, ss, rows);
@@ -294,8 +334,16 @@ static inline __attribute__((always_inline)) void gemm8(tsr_type t, int64_t k, i
 #define GEMM8(name, T)                                                                                              \
     static void name(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s, \
                      size_t ss, void *scratch) {                                                                    \
-        gemm8(T, k, m, n, x, xs, y, ys, s, ss, scratch);                                                            \
+        gemm8(T, false, k, m, n, x, xs, y, ys, s, ss, scratch);                                                     \
     }
+#define GEMM8_IL8(name, T)                                                                                          \
+    static void name(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s, \
+                     size_t ss, void *scratch) {                                                                    \
+        gemm8(T, true, k, m, n, x, xs, y, ys, s, ss, scratch);                                                      \
+    }
+GEMM8_IL8(gemm_il8_q8_0, TSR_TYPE_Q8_0)
+GEMM8_IL8(gemm_il8_q4_0, TSR_TYPE_Q4_0)
+GEMM8_IL8(gemm_il8_q4_1, TSR_TYPE_Q4_1)
 GEMM8(gemm_q8_0, TSR_TYPE_Q8_0)
 GEMM8(gemm_q4_0, TSR_TYPE_Q4_0)
 GEMM8(gemm_q5_0, TSR_TYPE_Q5_0)
@@ -349,4 +397,7 @@ void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k) {
              {TSR_TYPE_Q5_K, gemm_q5_k}, {TSR_TYPE_Q6_K, gemm_q6_k}};
     k->q8s_from_float = q8s_from_float;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) tsr__cpu_set_q8s_gemm(k, g[i].t, g[i].fn);
+    k->gemm_il8[TSR_TYPE_Q8_0] = gemm_il8_q8_0;
+    k->gemm_il8[TSR_TYPE_Q4_0] = gemm_il8_q4_0;
+    k->gemm_il8[TSR_TYPE_Q4_1] = gemm_il8_q4_1;
 }

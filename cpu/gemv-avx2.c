@@ -276,6 +276,107 @@ GEMV(gemv_q4_1, TSR_TYPE_Q4_1)
 GEMV(gemv_q4_k, TSR_TYPE_Q4_K)
 GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
 
+/* ---- weights in the 8-row interleaved layout (TSR_FLAG_IL8) ---------------------
+ * One 8-row group after another, its blocks in order: per block the 8 rows'
+ * scales in one vector and, for each 4-byte group of values, the 8 rows'
+ * bytes in one 32-byte vector, multiplied by the activations' 4 bytes
+ * broadcast. Each row's blocks are summed in one float lane, the integer
+ * sum of a block exact, so a row's result does not depend on m or on its
+ * place; it differs from the stored layout's dot product (summed in 8
+ * lanes) by rounding only. Measured (Zen 3, 100 matrices of 1536 x 576
+ * Q4_0 in sequence, 2 threads, best of 10): 23.6-26.3 GB/s stored, 32-34
+ * interleaved. */
+
+/* Q4_0's offset: the sums of the activation blocks' values, once per call
+ * (up to this many blocks; past that, per block and group). */
+#define IL8_YSUM_MAX 512
+
+INLINE int32_t qsum32(const int8_t *q) {
+    const __m256i s = dot4(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)q));
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    return _mm_cvtsi128_si32(t);
+}
+
+INLINE __m256i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The 8 rows' sums of nibbles x values of a block (Q4_0, Q4_1): vector c
+ * holds values 4c.. in its low nibbles, 16+4c.. in its high ones; the
+ * 16-bit sums of all 8 products stay below 8 * 2 * 15 * 127. */
+INLINE __m256i il8_nib(const uint8_t *q, const int8_t *a) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i h = _mm256_setzero_si256();
+    UNROLL for (int c = 0; c < 4; c++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+        const __m256i p = _mm256_add_epi16(
+            _mm256_maddubs_epi16(_mm256_and_si256(raw, m4), bcast32(a + 4 * c)),
+            _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), bcast32(a + 16 + 4 * c)));
+        h = c ? _mm256_add_epi16(h, p) : p;
+    }
+    return _mm256_madd_epi16(h, _mm256_set1_epi16(1));
+}
+
+/* Q8_0: signed x signed by the sign trick, each vector widened to 32 bits. */
+INLINE __m256i il8_s8(const int8_t *q, const int8_t *a) {
+    __m256i is = _mm256_setzero_si256();
+    UNROLL for (int c = 0; c < 8; c++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+        const __m256i p = dot4(_mm256_sign_epi8(x, x), _mm256_sign_epi8(bcast32(a + 4 * c), x));
+        is = c ? _mm256_add_epi32(is, p) : p;
+    }
+    return is;
+}
+
+INLINE void il8_rows(tsr_type t, int64_t k, int64_t m, int64_t ahead, const char *x, size_t xs, const void *vy,
+                     float *s) {
+    const int64_t nb = k / 32;
+    const size_t bs8 = 8 * (size_t)blk_bytes(t), pfd = (size_t)GEMV_PF * xs;
+    const char *end = x + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
+    int32_t ysum[IL8_YSUM_MAX];
+    const bool pre = t == TSR_TYPE_Q4_0 && nb <= IL8_YSUM_MAX;
+    for (int64_t b = 0; pre && b < nb; b++) ysum[b] = qsum32(((const tsr_block_q8_0 *)vy)[b].qs);
+    for (int64_t g = 0; g < m / 8; g++) {
+        const char *w = x + (size_t)g * 8 * xs;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const char *blk = w + (size_t)b * bs8, *pf = blk + pfd;
+            for (size_t o = 0; o < bs8 && pf + o < end; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            if (t == TSR_TYPE_Q4_1) {
+                const tsr_block_q8_1 *y = (const tsr_block_q8_1 *)vy + b;
+                const __m256i is = il8_nib((const uint8_t *)blk + 32, y->qs);
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, bcast_f16(&y->d)), acc);
+                acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16))), bcast_f16(&y->s),
+                                      acc);
+                continue;
+            }
+            const tsr_block_q8_0 *y = (const tsr_block_q8_0 *)vy + b;
+            __m256i is;
+            if (t == TSR_TYPE_Q8_0) {
+                is = il8_s8((const int8_t *)blk + 16, y->qs);
+            } else { /* Q4_0: values q - 8 */
+                is = il8_nib((const uint8_t *)blk + 16, y->qs);
+                is = _mm256_sub_epi32(is, _mm256_set1_epi32(8 * (pre ? ysum[b] : qsum32(y->qs))));
+            }
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, bcast_f16(&y->d)), acc);
+        }
+        _mm256_storeu_ps(s + 8 * g, acc);
+    }
+}
+
+#define GEMV_IL8(name, T)                                                                                        \
+    static void name(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) { \
+        il8_rows(T, k, m, ahead, vx, xs, vy, s);                                                                 \
+    }
+GEMV_IL8(gemv_il8_q4_0, TSR_TYPE_Q4_0)
+GEMV_IL8(gemv_il8_q4_1, TSR_TYPE_Q4_1)
+GEMV_IL8(gemv_il8_q8_0, TSR_TYPE_Q8_0)
+
 void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
     /* Q8_0: one row at a time with every block prefetched into L2 reads
      * faster than the dot's hardware prefetch alone (Zen 3, 1 thread:
@@ -286,4 +387,7 @@ void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
     k->gemv[TSR_TYPE_Q4_1] = gemv_q4_1;
     k->gemv[TSR_TYPE_Q4_K] = gemv_q4_k;
     k->gemv[TSR_TYPE_Q6_K] = gemv_q6_k;
+    k->gemv_il8[TSR_TYPE_Q4_0] = gemv_il8_q4_0;
+    k->gemv_il8[TSR_TYPE_Q4_1] = gemv_il8_q4_1;
+    k->gemv_il8[TSR_TYPE_Q8_0] = gemv_il8_q8_0;
 }

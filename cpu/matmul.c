@@ -187,6 +187,8 @@ bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int 
 /* The rows of dst = a x b for one column b: each thread its range, then the others' leftovers. */
 static void gemv_rows(const tsr_compute_params *p, tsr_tensor *dst, const void *y) {
     const tsr_tensor *a = dst->src[0];
+    void (*const gemv)(int64_t, int64_t, int64_t, const void *, size_t, const void *,
+                       float *) = a->flags & TSR_FLAG_IL8 ? p->k->gemv_il8[a->type] : p->k->gemv[a->type];
     const int64_t nr0 = a->ne[1];
     const gemv_split g = gemv_split_of(nr0, p->nth);
     for (int o = 0; o < p->nth; o++) { /* its own range (o = 0), then the others' from their backs */
@@ -197,8 +199,8 @@ static void gemv_rows(const tsr_compute_params *p, tsr_tensor *dst, const void *
             const int64_t i0s = 8 * (g0 + c * g.per_claim);
             const int64_t cend = 8 * (g0 + (c + 1) * g.per_claim < g1 ? g0 + (c + 1) * g.per_claim : g1);
             const int64_t i0e = cend < nr0 ? cend : nr0, rend = 8 * g1 < nr0 ? 8 * g1 : nr0;
-            p->k->gemv[a->type](a->ne[0], i0e - i0s, o == 0 ? rend - i0e : 0,
-                                (const char *)a->data + i0s * (int64_t)a->nb[1], a->nb[1], y, (float *)dst->data + i0s);
+            gemv(a->ne[0], i0e - i0s, o == 0 ? rend - i0e : 0, (const char *)a->data + i0s * (int64_t)a->nb[1],
+                 a->nb[1], y, (float *)dst->data + i0s);
         }
     }
 }
@@ -231,6 +233,12 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     size_t row_bytes;
     const bool q8s = mm_q8s(k, dst, path);
     const size_t conv = conv_bytes(dst, dt, q8s, &row_bytes);
+    if ((a->flags & TSR_FLAG_IL8) && path == MM_DOT) { /* (the job's preparation rules it out: cpu.c) */
+        if (p->ith == 0)
+            tsr__cpu_fail(p->stream, TSR_E_STATE, "mul_mat node '%s': interleaved weight '%s' on the dot path",
+                          dst->name, a->name);
+        return;
+    }
     if (path == MM_GEMV) { /* its own converted row, no barrier */
         char *own = (char *)p->work + (size_t)p->ith * (conv + thread_bytes(dst, path));
         const float *x = b->data;
@@ -277,8 +285,9 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
                          i13 * (int64_t)dst->nb[3];
             if (path == MM_GEMM) { /* the columns of this tile in the same matrix, at once */
                 const int64_t je = j0e < j - i11 + b->ne[1] ? j0e : j - i11 + b->ne[1];
-                k->gemm[a->type](a->ne[0], i0e - i0s, je - j, arow + i0s * (int64_t)a->nb[1], a->nb[1], yrow, row_bytes,
-                                 (float *)drow + i0s, dst->nb[1] / sizeof(float), scratch);
+                (a->flags & TSR_FLAG_IL8 ? k->gemm_il8 : k->gemm)[a->type](
+                    a->ne[0], i0e - i0s, je - j, arow + i0s * (int64_t)a->nb[1], a->nb[1], yrow, row_bytes,
+                    (float *)drow + i0s, dst->nb[1] / sizeof(float), scratch);
                 j = je;
                 continue;
             }

@@ -401,6 +401,9 @@ void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap) {
 #ifdef TSR_HAVE_AVX512_BUILD
     bool vnni;
     if (have_avx512(&vnni)) {
+        /* the interleaved layout has AVX2 kernels only; the AVX-512 ones read the stored layout */
+        memset(k->gemv_il8, 0, sizeof k->gemv_il8);
+        memset(k->gemm_il8, 0, sizeof k->gemm_il8);
         tsr__cpu_kernels_avx512(k, vnni);
         if (vnni) {
             tsr__cpu_gemm_avx512_vnni(k);

@@ -564,8 +564,11 @@ static void tsr_bind(tsr_sched *s) {
 static tsr_status tsr_copy_root(tsr_sched *s, const tsr_copy *c) {
     const tsr_tensor *r = c->root;
     size_t size = tsr_tensor_nbytes(r);
-    tsr_status st = tsr__buffer_copy_staged(c->copy->buffer, c->copy->data, r->buffer, r->data, size, s->staging,
-                                            s->staging_size);
+    /* another device reads a weight the CPU backend keeps interleaved: as stored from now on */
+    tsr_status st = tsr__il8_canonical((tsr_tensor *)r);
+    if (st == TSR_OK)
+        st = tsr__buffer_copy_staged(c->copy->buffer, c->copy->data, r->buffer, r->data, size, s->staging,
+                                     s->staging_size);
     if (st != TSR_OK)
         tsr__error_prefix("copying '%s' (%zu bytes) to %s", r->name, size, s->b->devices[c->dev]->name);
     return st;
@@ -581,9 +584,10 @@ static tsr_status tsr_sync_weight_copies(tsr_sched *s) {
         const tsr_weight_copy *wc = &b->weights.copies[i];
         if (!wc->primary->buffer || !wc->copy->buffer)
             continue;
-        tsr_status st = tsr__buffer_copy_staged(wc->copy->buffer, wc->copy->data, wc->primary->buffer,
-                                                wc->primary->data, tsr_tensor_nbytes(wc->primary), s->staging,
-                                                s->staging_size);
+        tsr_status st = tsr__il8_canonical(wc->primary);
+        if (st == TSR_OK)
+            st = tsr__buffer_copy_staged(wc->copy->buffer, wc->copy->data, wc->primary->buffer, wc->primary->data,
+                                         tsr_tensor_nbytes(wc->primary), s->staging, s->staging_size);
         if (st != TSR_OK)
             return st;
     }

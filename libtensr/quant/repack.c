@@ -1,0 +1,124 @@
+/*
+ * repack.c - the 8-row interleaved layout (IL8) of CPU matmul weights.
+ *
+ * A weight that the CPU backend only ever multiplies (src0 of MUL_MAT) or
+ * gathers rows of (get_rows: a tied embedding, tsr__il8_block) is
+ * rearranged in place, 8 rows at a time, so that the matrix-vector
+ * products of decode read one stream with the scales of 8 rows side by
+ * side and the 4-byte groups of a block's values of 8 rows in one 32-byte
+ * vector (the form the integer dot products multiply), and the batched
+ * gemm unpacks 8 rows without a transpose. Per 32-value block of an 8-row
+ * group (the group's 8 rows occupy the same bytes as before, so nothing is
+ * allocated):
+ *   Q4_0: d[8] (F16), then 4 vectors of 32 bytes: vector c holds bytes
+ *         qs[4c .. 4c+3] of rows 0..7 (4 bytes each), i.e. values 4c..4c+3
+ *         in the low nibbles and 16+4c.. in the high ones;
+ *   Q4_1: d[8], m[8], then the 4 vectors as Q4_0;
+ *   Q8_0: d[8], then 8 vectors: vector c holds qs[4c .. 4c+3] of rows 0..7.
+ * The layout is invisible from outside: the core turns a tensor back
+ * (tsr__il8_canonical) before it reads or writes its bytes or copies them
+ * to another device, and the CPU backend before any other op reads it;
+ * once turned back, a weight stays in the stored layout (TSR_FLAG_NOREPACK).
+ */
+#include "quant/quants.h"
+
+typedef struct il8_shape {
+    int n_fields; /* F16 fields before the values: d, or d and m */
+    int chunks;   /* 4-byte chunks of a block's values */
+    size_t bs;    /* bytes of one stored block */
+} il8_shape;
+
+static bool il8_shape_of(tsr_type t, il8_shape *s) {
+    switch (t) {
+    case TSR_TYPE_Q4_0: *s = (il8_shape){1, 4, sizeof(tsr_block_q4_0)}; return true;
+    case TSR_TYPE_Q4_1: *s = (il8_shape){2, 4, sizeof(tsr_block_q4_1)}; return true;
+    case TSR_TYPE_Q8_0: *s = (il8_shape){1, 8, sizeof(tsr_block_q8_0)}; return true;
+    default: return false;
+    }
+}
+
+bool tsr__il8_type(tsr_type t) {
+    il8_shape s;
+    return il8_shape_of(t, &s);
+}
+
+/* Whether t can take the layout: a 2-D matrix of a layout type whose rows
+ * are stored one after another, in whole groups of 8. */
+bool tsr__il8_fits(const tsr_tensor *t) {
+    il8_shape s;
+    return il8_shape_of(t->type, &s) && t->data && !t->view_src && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] > 0 &&
+           t->ne[1] % 8 == 0 && t->ne[0] > 0 && t->nb[1] == tsr_row_size(t->type, t->ne[0]) && t->nb[0] == s.bs;
+}
+
+/* One group of 8 rows (nb blocks each): from the stored layout in src
+ * (rows xs bytes apart) to the interleaved one in dst, or back. */
+static void il8_group(const il8_shape *s, int64_t nb, size_t xs, const char *src, char *dst, bool to_il8) {
+    const size_t head = 2 * (size_t)s->n_fields;
+    for (int64_t b = 0; b < nb; b++) {
+        char *g = (to_il8 ? dst : (char *)src) + (size_t)b * 8 * s->bs; /* the interleaved block */
+        for (int r = 0; r < 8; r++) {
+            char *row = (to_il8 ? (char *)src : dst) + (size_t)r * xs + (size_t)b * s->bs; /* the stored block */
+            for (int f = 0; f < s->n_fields; f++) {
+                char *il = g + 16 * (size_t)f + 2 * (size_t)r;
+                to_il8 ? memcpy(il, row + 2 * f, 2) : memcpy(row + 2 * f, il, 2);
+            }
+            for (int c = 0; c < s->chunks; c++) {
+                char *il = g + 16 * (size_t)s->n_fields + 32 * (size_t)c + 4 * (size_t)r;
+                to_il8 ? memcpy(il, row + head + 4 * c, 4) : memcpy(row + head + 4 * c, il, 4);
+            }
+        }
+    }
+}
+
+/* Rearranges t's rows in place, group by group, through a copy of one
+ * group; false when that copy cannot be allocated (nothing changed). */
+static bool il8_convert(tsr_tensor *t, bool to_il8) {
+    il8_shape s;
+    if (!il8_shape_of(t->type, &s))
+        return false;
+    const size_t xs = t->nb[1], group = 8 * xs;
+    const int64_t nb = t->ne[0] / tsr_type_block_size(t->type);
+    char *tmp = tsr__malloc(group);
+    if (!tmp)
+        return false;
+    for (int64_t g = 0; g < t->ne[1] / 8; g++) {
+        char *base = (char *)t->data + (size_t)g * group;
+        memcpy(tmp, base, group);
+        il8_group(&s, nb, xs, tmp, base, to_il8);
+    }
+    tsr__free(tmp);
+    if (to_il8)
+        t->flags |= TSR_FLAG_IL8;
+    else
+        t->flags &= ~(uint32_t)TSR_FLAG_IL8;
+    return true;
+}
+
+void tsr__il8_block(const tsr_tensor *t, int64_t r, int64_t b, void *blk) {
+    il8_shape s;
+    if (!il8_shape_of(t->type, &s))
+        return;
+    const char *g = (const char *)t->data + (size_t)(r / 8) * 8 * t->nb[1] + (size_t)b * 8 * s.bs;
+    char *o = blk;
+    const int rr = (int)(r % 8);
+    for (int f = 0; f < s.n_fields; f++) memcpy(o + 2 * f, g + 16 * f + 2 * rr, 2);
+    for (int c = 0; c < s.chunks; c++) memcpy(o + 2 * s.n_fields + 4 * c, g + 16 * s.n_fields + 32 * c + 4 * rr, 4);
+}
+
+/* An optimization: out of memory leaves the weight as it is, with no error set. */
+bool tsr__il8_repack(tsr_tensor *t) {
+    if (t->flags & TSR_FLAG_IL8)
+        return true;
+    return tsr__il8_fits(t) && il8_convert(t, true);
+}
+
+tsr_status tsr__il8_canonical(tsr_tensor *t) {
+    while (t->view_src) t = t->view_src;
+    if (!(t->flags & TSR_FLAG_IL8))
+        return TSR_OK;
+    if (!il8_convert(t, false))
+        return tsr__error(TSR_E_NOMEM, "weight '%s': out of host memory restoring its stored layout (%zu bytes)",
+                          t->name, 8 * t->nb[1]);
+    t->flags |= TSR_FLAG_NOREPACK;
+    return TSR_OK;
+}
