@@ -113,6 +113,7 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const size_t bs8 = 8 * (t == TSR_TYPE_Q8_0   ? sizeof(tsr_block_q8_0)
                             : t == TSR_TYPE_Q4_1 ? sizeof(tsr_block_q4_1)
+                            : t == TSR_TYPE_Q5_0 ? sizeof(tsr_block_q5_0)
                                                  : sizeof(tsr_block_q4_0));
     for (int64_t b = 0; b < nb; b++) {
         const char *blk = x + (size_t)b * bs8;
@@ -126,14 +127,18 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
             _mm256_storeu_ps(os[b].d, d);
             continue;
         }
-        const char *q = blk + (t == TSR_TYPE_Q4_1 ? 32 : 16);
+        const char *q = blk + (t == TSR_TYPE_Q4_1 ? 32 : t == TSR_TYPE_Q5_0 ? 48 : 16);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16)); /* (Q5_0) */
         UNROLL for (int c = 0; c < 4; c++) {
             const __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
-            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * c), _mm256_and_si256(raw, m4));
-            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * (c + 4)), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4));
+            __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (t == TSR_TYPE_Q5_0)
+                lo = _mm256_or_si256(lo, il8_q5_bits(qh, c, false)), hi = _mm256_or_si256(hi, il8_q5_bits(qh, c, true));
+            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * c), lo);
+            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * (c + 4)), hi);
         }
-        if (t == TSR_TYPE_Q4_0)
-            d = _mm256_mul_ps(d, _mm256_set1_ps(1.0f / 16)); /* as il_row: the zero point comes out through 16 */
+        if (t == TSR_TYPE_Q4_0 || t == TSR_TYPE_Q5_0) /* as il_row: the zero point comes out through 16 or 8 */
+            d = _mm256_mul_ps(d, _mm256_set1_ps(t == TSR_TYPE_Q4_0 ? 1.0f / 16 : 1.0f / 8));
         _mm256_storeu_ps(o[b].d, d);
         _mm256_storeu_ps(o[b].m, t == TSR_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
                                                     : _mm256_setzero_ps());
@@ -344,6 +349,7 @@ static inline __attribute__((always_inline)) void gemm8(tsr_type t, bool il8src,
 GEMM8_IL8(gemm_il8_q8_0, TSR_TYPE_Q8_0)
 GEMM8_IL8(gemm_il8_q4_0, TSR_TYPE_Q4_0)
 GEMM8_IL8(gemm_il8_q4_1, TSR_TYPE_Q4_1)
+GEMM8_IL8(gemm_il8_q5_0, TSR_TYPE_Q5_0)
 GEMM8(gemm_q8_0, TSR_TYPE_Q8_0)
 GEMM8(gemm_q4_0, TSR_TYPE_Q4_0)
 GEMM8(gemm_q5_0, TSR_TYPE_Q5_0)
@@ -400,4 +406,5 @@ void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k) {
     k->gemm_il8[TSR_TYPE_Q8_0] = gemm_il8_q8_0;
     k->gemm_il8[TSR_TYPE_Q4_0] = gemm_il8_q4_0;
     k->gemm_il8[TSR_TYPE_Q4_1] = gemm_il8_q4_1;
+    k->gemm_il8[TSR_TYPE_Q5_0] = gemm_il8_q5_0;
 }

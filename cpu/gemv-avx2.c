@@ -287,7 +287,7 @@ GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
  * Q4_0 in sequence, 2 threads, best of 10): 23.6-26.3 GB/s stored, 32-34
  * interleaved. */
 
-/* Q4_0's offset: the sums of the activation blocks' values, once per call
+/* Q4_0's and Q5_0's offsets: the sums of the activation blocks' values, once per call
  * (up to this many blocks; past that, per block and group). */
 #define IL8_YSUM_MAX 512
 
@@ -321,6 +321,23 @@ INLINE __m256i il8_nib(const uint8_t *q, const int8_t *a) {
     return _mm256_madd_epi16(h, _mm256_set1_epi16(1));
 }
 
+/* The 8 rows' sums of 5-bit values x activations of a Q5_0 block: two
+ * 16-bit sums of 4 products pairs each (below 4 * 2 * 31 * 127). */
+INLINE __m256i il8_q5(const uint8_t *q, __m256i qh, const int8_t *a) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i h0 = _mm256_setzero_si256(), h1 = h0;
+    UNROLL for (int c = 0; c < 4; c++) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), il8_q5_bits(qh, c, false));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), il8_q5_bits(qh, c, true));
+        const __m256i p0 = _mm256_maddubs_epi16(lo, bcast32(a + 4 * c)),
+                      p1 = _mm256_maddubs_epi16(hi, bcast32(a + 16 + 4 * c));
+        h0 = c ? _mm256_add_epi16(h0, p0) : p0;
+        h1 = c ? _mm256_add_epi16(h1, p1) : p1;
+    }
+    return _mm256_add_epi32(_mm256_madd_epi16(h0, _mm256_set1_epi16(1)), _mm256_madd_epi16(h1, _mm256_set1_epi16(1)));
+}
+
 /* Q8_0: signed x signed by the sign trick, each vector widened to 32 bits. */
 INLINE __m256i il8_s8(const int8_t *q, const int8_t *a) {
     __m256i is = _mm256_setzero_si256();
@@ -338,7 +355,7 @@ INLINE void il8_rows(tsr_type t, int64_t k, int64_t m, int64_t ahead, const char
     const size_t bs8 = 8 * (size_t)blk_bytes(t), pfd = (size_t)GEMV_PF * xs;
     const char *end = x + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
     int32_t ysum[IL8_YSUM_MAX];
-    const bool pre = t == TSR_TYPE_Q4_0 && nb <= IL8_YSUM_MAX;
+    const bool pre = (t == TSR_TYPE_Q4_0 || t == TSR_TYPE_Q5_0) && nb <= IL8_YSUM_MAX;
     for (int64_t b = 0; pre && b < nb; b++) ysum[b] = qsum32(((const tsr_block_q8_0 *)vy)[b].qs);
     for (int64_t g = 0; g < m / 8; g++) {
         const char *w = x + (size_t)g * 8 * xs;
@@ -359,6 +376,10 @@ INLINE void il8_rows(tsr_type t, int64_t k, int64_t m, int64_t ahead, const char
             __m256i is;
             if (t == TSR_TYPE_Q8_0) {
                 is = il8_s8((const int8_t *)blk + 16, y->qs);
+            } else if (t == TSR_TYPE_Q5_0) { /* values q - 16 */
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16));
+                is = il8_q5((const uint8_t *)blk + 48, qh, y->qs);
+                is = _mm256_sub_epi32(is, _mm256_set1_epi32(16 * (pre ? ysum[b] : qsum32(y->qs))));
             } else { /* Q4_0: values q - 8 */
                 is = il8_nib((const uint8_t *)blk + 16, y->qs);
                 is = _mm256_sub_epi32(is, _mm256_set1_epi32(8 * (pre ? ysum[b] : qsum32(y->qs))));
@@ -376,6 +397,7 @@ INLINE void il8_rows(tsr_type t, int64_t k, int64_t m, int64_t ahead, const char
 GEMV_IL8(gemv_il8_q4_0, TSR_TYPE_Q4_0)
 GEMV_IL8(gemv_il8_q4_1, TSR_TYPE_Q4_1)
 GEMV_IL8(gemv_il8_q8_0, TSR_TYPE_Q8_0)
+GEMV_IL8(gemv_il8_q5_0, TSR_TYPE_Q5_0)
 
 void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
     /* Q8_0: one row at a time with every block prefetched into L2 reads
@@ -390,4 +412,5 @@ void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
     k->gemv_il8[TSR_TYPE_Q4_0] = gemv_il8_q4_0;
     k->gemv_il8[TSR_TYPE_Q4_1] = gemv_il8_q4_1;
     k->gemv_il8[TSR_TYPE_Q8_0] = gemv_il8_q8_0;
+    k->gemv_il8[TSR_TYPE_Q5_0] = gemv_il8_q5_0;
 }

@@ -90,6 +90,21 @@ static inline void transpose8_epi32(const __m256i r[8], __m256i *out) {
     }
 }
 
+/* Q5_0's fifth bits for vector c of a block in the 8-row interleaved
+ * layout (libtensr/quant/repack.c): from the 8 rows' qh words (a dword
+ * each), bits 4c..4c+3 (hi: 16+4c..) as 0x10 in bytes 0..3 of each row's
+ * dword: the byte that holds them copied to all four, then one bit tested
+ * per byte. */
+static inline __m256i il8_q5_bits(__m256i qh, int c, bool hi) {
+    const int byte = (hi ? 2 : 0) + c / 2;
+    const __m256i shuf = _mm256_add_epi8(
+        _mm256_set1_epi32(byte * 0x01010101),
+        _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404, 0x08080808, 0x0C0C0C0C));
+    const __m256i sel = _mm256_set1_epi32(c % 2 ? (int)0x80402010 : 0x08040201);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(qh, shuf), sel);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
+}
+
 /* The matrix-vector products (gemv-avx2.c, gemv-avx512.c) read several
  * rows side by side, which the hardware prefetchers do not follow: software
  * prefetch GEMV_PF rows ahead. */

@@ -14,7 +14,8 @@
  *         qs[4c .. 4c+3] of rows 0..7 (4 bytes each), i.e. values 4c..4c+3
  *         in the low nibbles and 16+4c.. in the high ones;
  *   Q4_1: d[8], m[8], then the 4 vectors as Q4_0;
- *   Q8_0: d[8], then 8 vectors: vector c holds qs[4c .. 4c+3] of rows 0..7.
+ *   Q8_0: d[8], then 8 vectors: vector c holds qs[4c .. 4c+3] of rows 0..7;
+ *   Q5_0: d[8], the 8 rows' 32-bit qh words, then the 4 vectors as Q4_0.
  * The layout is invisible from outside: the core turns a tensor back
  * (tsr__il8_canonical) before it reads or writes its bytes or copies them
  * to another device, and the CPU backend before any other op reads it;
@@ -33,6 +34,7 @@ static bool il8_shape_of(tsr_type t, il8_shape *s) {
     case TSR_TYPE_Q4_0: *s = (il8_shape){1, 4, sizeof(tsr_block_q4_0)}; return true;
     case TSR_TYPE_Q4_1: *s = (il8_shape){2, 4, sizeof(tsr_block_q4_1)}; return true;
     case TSR_TYPE_Q8_0: *s = (il8_shape){1, 8, sizeof(tsr_block_q8_0)}; return true;
+    case TSR_TYPE_Q5_0: *s = (il8_shape){1, 5, sizeof(tsr_block_q5_0)}; return true; /* qh, then qs */
     default: return false;
     }
 }
