@@ -390,6 +390,76 @@ INLINE void il8_rows(tsr_type t, int64_t k, int64_t m, int64_t ahead, const char
     }
 }
 
+/* Q4_K (x Q8_K) interleaved, a super-block of 256 per step: per pair of
+ * sub-blocks, 8 vectors of nibbles summed in 16 bits (below 8 * 2 * 15 *
+ * 127) and multiplied by each row's 6-bit scale (an in-lane shuffle puts
+ * it in both halves of the row's dword); the minimums against the
+ * activations' sums of 32 (two 16-bit products per dword). */
+/* The pshufb mask taking byte b of each dword into both of its 16-bit halves (zero-extended). */
+INLINE __m256i il8_byte16(int b) {
+    const __m256i base = _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000C000C, 0, 0x00040004, 0x00080008,
+                                           0x000C000C);
+    return _mm256_add_epi32(base, _mm256_set1_epi32((int)(0x80008000u | (uint32_t)b << 16 | (uint32_t)b)));
+}
+
+INLINE void il8_q4k_rows(int64_t k, int64_t m, int64_t ahead, const char *x, size_t xs, const void *vy, float *s) {
+    const int64_t nsb = k / 256;
+    const size_t bs8 = 8 * sizeof(tsr_block_q4_K), pfd = (size_t)GEMV_PF * xs;
+    const char *end = x + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), lo16 = _mm256_set1_epi32(0x00FF00FF);
+    for (int64_t g = 0; g < m / 8; g++) {
+        const char *w = x + (size_t)g * 8 * xs;
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            const char *blk = w + (size_t)sb * bs8, *pf = blk + pfd;
+            for (size_t o = 0; o < bs8 && pf + o < end; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+            const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
+            __m256i sc[2], mn[2];
+            il8_q4k_scales(blk + 32, sc, mn);
+            /* the minimums: sum over sub-blocks j of mn[j] * (bsums[2j] + bsums[2j+1]) */
+            int16_t ys[8];
+            for (int j = 0; j < 8; j++) ys[j] = (int16_t)(y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            __m256i ms = _mm256_setzero_si256();
+            UNROLL for (int h = 0; h < 2; h++) {
+                const __m256i ye = _mm256_set1_epi32(
+                                  (int)(((uint32_t)(uint16_t)ys[4 * h + 2] << 16) | (uint16_t)ys[4 * h])),
+                              yo = _mm256_set1_epi32(
+                                  (int)(((uint32_t)(uint16_t)ys[4 * h + 3] << 16) | (uint16_t)ys[4 * h + 1]));
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_and_si256(mn[h], lo16), ye));
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(_mm256_srli_epi16(mn[h], 8), yo));
+            }
+            __m256i isum = _mm256_setzero_si256();
+            UNROLL for (int j = 0; j < 4; j++) {
+                __m256i hl = _mm256_setzero_si256(), hh = hl;
+                const int8_t *a = y->qs + 64 * j;
+                UNROLL for (int c = 0; c < 8; c++) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * (8 * j + c)));
+                    const __m256i pl = _mm256_maddubs_epi16(_mm256_and_si256(raw, m4), bcast32(a + 4 * c));
+                    const __m256i ph = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                                            bcast32(a + 32 + 4 * c));
+                    hl = c ? _mm256_add_epi16(hl, pl) : pl;
+                    hh = c ? _mm256_add_epi16(hh, ph) : ph;
+                }
+                /* sub-blocks 2j and 2j+1: bytes (2j) % 4 and (2j+1) % 4 of sc[j / 2], as 16 bits twice */
+                const __m256i s0 = _mm256_shuffle_epi8(sc[j / 2], il8_byte16(2 * j % 4)),
+                              s1 = _mm256_shuffle_epi8(sc[j / 2], il8_byte16(2 * j % 4 + 1));
+                isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(hl, s0), _mm256_madd_epi16(hh, s1)));
+            }
+            const __m256 yd = _mm256_set1_ps(y->d);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+                                  _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk)), yd), acc);
+            accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms),
+                                   _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16))), yd),
+                                   accm);
+        }
+        _mm256_storeu_ps(s + 8 * g, _mm256_sub_ps(acc, accm));
+    }
+}
+
+static void gemv_il8_q4_k(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
+    il8_q4k_rows(k, m, ahead, vx, xs, vy, s);
+}
+
 #define GEMV_IL8(name, T)                                                                                        \
     static void name(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) { \
         il8_rows(T, k, m, ahead, vx, xs, vy, s);                                                                 \
@@ -413,4 +483,5 @@ void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
     k->gemv_il8[TSR_TYPE_Q4_1] = gemv_il8_q4_1;
     k->gemv_il8[TSR_TYPE_Q8_0] = gemv_il8_q8_0;
     k->gemv_il8[TSR_TYPE_Q5_0] = gemv_il8_q5_0;
+    k->gemv_il8[TSR_TYPE_Q4_K] = gemv_il8_q4_k;
 }

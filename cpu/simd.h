@@ -105,6 +105,23 @@ static inline __m256i il8_q5_bits(__m256i qh, int c, bool hi) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
 }
 
+/* Q4_K's packed 6-bit scales and minimums of 8 rows in the interleaved
+ * layout (the 3 vectors of their 12 bytes, a row per dword) -> bytes 0..3
+ * of each row's dword: sc[0] scales 0..3, sc[1] scales 4..7, mn[0] minimums
+ * 0..3, mn[1] minimums 4..7 (gemv-avx2.c's q4k_scales, 8 rows at once). */
+static inline void il8_q4k_scales(const char *p, __m256i sc[2], __m256i mn[2]) {
+    const __m256i u0 = _mm256_loadu_si256((const __m256i *)p), u1 = _mm256_loadu_si256((const __m256i *)(p + 32)),
+                  u2 = _mm256_loadu_si256((const __m256i *)(p + 64));
+    const __m256i m6 = _mm256_set1_epi32(0x3f3f3f3f), m4 = _mm256_set1_epi32(0x0f0f0f0f),
+                  m2 = _mm256_set1_epi32(0x03030303);
+    sc[0] = _mm256_and_si256(u0, m6);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(u2, m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u0, 6), m2), 4));
+    mn[0] = _mm256_and_si256(u1, m6);
+    mn[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m2), 4));
+}
+
 /* The matrix-vector products (gemv-avx2.c, gemv-avx512.c) read several
  * rows side by side, which the hardware prefetchers do not follow: software
  * prefetch GEMV_PF rows ahead. */

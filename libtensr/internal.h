@@ -237,7 +237,7 @@ static inline float tsr__get_f32_param(const tsr_tensor *t, int i) {
 static inline void tsr__set_f32_param(tsr_tensor *t, int i, float f) { memcpy(&t->op_params[i], &f, sizeof f); }
 
 /* ---- the 8-row interleaved layout of CPU matmul weights (repack.c) ---- */
-/* Q4_0, Q4_1, Q5_0 and Q8_0 have one. */
+/* Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K have one. */
 bool tsr__il8_type(tsr_type t);
 /* t (a weight in host memory) can take it: a 2-D matrix of such a type,
  * rows stored one after another, a multiple of 8 of them. */

@@ -352,6 +352,8 @@ static void check_il8(const tsr_cpu_kernels *k) {
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
             for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
                 const int64_t kk = ks[ki], m = ms[mi], n = 7;
+                if (kk % tsr_type_block_size((tsr_type)wt) || kk % tsr_type_block_size(dt))
+                    continue;
                 const size_t xs = tsr_row_size((tsr_type)wt, kk);
                 char *qx = malloc((size_t)m * xs), *keep = malloc((size_t)m * xs), *qy = malloc(tsr_row_size(dt, kk));
                 const size_t ys = TSR_CPU_Q8S_ROW(kk);

@@ -1,7 +1,7 @@
 /*
  * test-repack.c - CPU matmul weights in the 8-row interleaved layout
  * (libtensr/quant/repack.c, cpu/cpu.c il8_prepare). Weights loaded from a
- * GGUF (Q4_0, Q4_1, Q5_0, Q8_0) are multiplied (one column: the
+ * GGUF (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K) are multiplied (one column: the
  * matrix-vector kernels; several: the gemm) beside the same bytes held in a
  * context's input, which keeps the stored layout: one column within 1e-5
  * of the products' magnitude, several (2 and more) the same bits. Then:
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#define N_W 6
+#define N_W 7
 static const struct {
     const char *name;
     tsr_type type;
@@ -29,7 +29,8 @@ static const struct {
 } W[N_W] = {
     {"blk.0.attn_q.weight", TSR_TYPE_Q4_0, 96, 24, true},    {"blk.0.ffn_up.weight", TSR_TYPE_Q4_1, 256, 16, true},
     {"blk.0.ffn_down.weight", TSR_TYPE_Q8_0, 64, 40, true},  {"blk.0.attn_k.weight", TSR_TYPE_Q4_0, 64, 12, false},
-    {"blk.0.ffn_gate.weight", TSR_TYPE_Q5_0, 160, 32, true}, {"token_embd.weight", TSR_TYPE_Q8_0, 64, 16, true},
+    {"blk.0.ffn_gate.weight", TSR_TYPE_Q5_0, 160, 32, true}, {"blk.1.ffn_down.weight", TSR_TYPE_Q4_K, 512, 16, true},
+    {"token_embd.weight", TSR_TYPE_Q8_0, 64, 16, true},
 };
 
 static uint64_t rng = 0x243F6A8885A308D3ull;

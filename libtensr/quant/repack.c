@@ -15,7 +15,11 @@
  *         in the low nibbles and 16+4c.. in the high ones;
  *   Q4_1: d[8], m[8], then the 4 vectors as Q4_0;
  *   Q8_0: d[8], then 8 vectors: vector c holds qs[4c .. 4c+3] of rows 0..7;
- *   Q5_0: d[8], the 8 rows' 32-bit qh words, then the 4 vectors as Q4_0.
+ *   Q5_0: d[8], the 8 rows' 32-bit qh words, then the 4 vectors as Q4_0;
+ *   Q4_K (per super-block of 256): d[8], dmin[8], 3 vectors of the rows'
+ *         packed scales (bytes 4c..4c+3 each), then 32 vectors: vector
+ *         8j + c holds qs[32j + 4c .. +3], values 4c.. of sub-block 2j in
+ *         the low nibbles and of sub-block 2j+1 in the high ones.
  * The layout is invisible from outside: the core turns a tensor back
  * (tsr__il8_canonical) before it reads or writes its bytes or copies them
  * to another device, and the CPU backend before any other op reads it;
@@ -34,7 +38,8 @@ static bool il8_shape_of(tsr_type t, il8_shape *s) {
     case TSR_TYPE_Q4_0: *s = (il8_shape){1, 4, sizeof(tsr_block_q4_0)}; return true;
     case TSR_TYPE_Q4_1: *s = (il8_shape){2, 4, sizeof(tsr_block_q4_1)}; return true;
     case TSR_TYPE_Q8_0: *s = (il8_shape){1, 8, sizeof(tsr_block_q8_0)}; return true;
-    case TSR_TYPE_Q5_0: *s = (il8_shape){1, 5, sizeof(tsr_block_q5_0)}; return true; /* qh, then qs */
+    case TSR_TYPE_Q5_0: *s = (il8_shape){1, 5, sizeof(tsr_block_q5_0)}; return true;  /* qh, then qs */
+    case TSR_TYPE_Q4_K: *s = (il8_shape){2, 35, sizeof(tsr_block_q4_K)}; return true; /* scales, then qs */
     default: return false;
     }
 }
@@ -49,7 +54,8 @@ bool tsr__il8_type(tsr_type t) {
 bool tsr__il8_fits(const tsr_tensor *t) {
     il8_shape s;
     return il8_shape_of(t->type, &s) && t->data && !t->view_src && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] > 0 &&
-           t->ne[1] % 8 == 0 && t->ne[0] > 0 && t->nb[1] == tsr_row_size(t->type, t->ne[0]) && t->nb[0] == s.bs;
+           t->ne[1] % 8 == 0 && t->ne[0] > 0 && t->ne[0] % tsr_type_block_size(t->type) == 0 &&
+           t->nb[1] == tsr_row_size(t->type, t->ne[0]) && t->nb[0] == s.bs;
 }
 
 /* One group of 8 rows (nb blocks each): from the stored layout in src
