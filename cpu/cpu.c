@@ -434,6 +434,24 @@ static bool il8_direct_use(const tsr_tensor *node, int j, const tsr_tensor *src)
     return node->op == TSR_OP_MUL_MAT && node->nb[0] == sizeof(float);
 }
 
+/* The weights to rearrange, on all the stream's threads: each thread its
+ * share of every weight's 8-row groups, through its own copy of a group. */
+typedef struct il8_job {
+    tsr_tensor **ts;
+    size_t n;
+    char *tmp;    /* n_threads copies of the largest group */
+    size_t group; /* bytes of the largest group */
+} il8_job;
+
+static void il8_run(void *arg, int ith, int nth) {
+    const il8_job *j = arg;
+    for (size_t i = 0; i < j->n; i++) {
+        int64_t g0, g1;
+        tsr__cpu_split(j->ts[i]->ne[1] / 8, ith, nth, &g0, &g1);
+        tsr__il8_groups(j->ts[i], g0, g1, true, j->tmp + (size_t)ith * j->group);
+    }
+}
+
 static tsr_status il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
     if (!s->repack)
         return TSR_OK;
@@ -450,14 +468,26 @@ static tsr_status il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
             if (st != TSR_OK)
                 return st;
         }
+    il8_job job = {NULL, 0, NULL, 0};
     for (size_t i = 0; i < n; i++) {
         tsr_tensor *w = nodes[i]->src[0];
         if (nodes[i]->op != TSR_OP_MUL_MAT || !w || !il8_direct_use(nodes[i], 0, w) ||
             (w->flags & (TSR_FLAG_IL8 | TSR_FLAG_NOREPACK)) != 0 || !(w->flags & TSR_FLAG_WEIGHT) || !w->buffer ||
-            w->buffer->buft->iface != &tsr__cpu_buft_iface || !s->k->gemv_il8[w->type] || !s->k->gemm_il8[w->type])
+            w->buffer->buft->iface != &tsr__cpu_buft_iface || !s->k->gemv_il8[w->type] || !s->k->gemm_il8[w->type] ||
+            !tsr__il8_fits(w))
             continue;
-        tsr__il8_repack(w); /* (out of memory: it stays as it is) */
+        if (!job.ts && !(job.ts = tsr__malloc(n * sizeof *job.ts)))
+            return TSR_OK;        /* (out of memory: the weights stay as they are) */
+        w->flags |= TSR_FLAG_IL8; /* (marks it taken; the job rearranges it) */
+        job.ts[job.n++] = w;
+        if (8 * w->nb[1] > job.group)
+            job.group = 8 * w->nb[1];
     }
+    if (job.n && (job.tmp = tsr__malloc((size_t)s->n_threads * job.group)) != NULL)
+        tsr__tp_run(s->tp, il8_run, &job);
+    for (size_t i = 0; !job.tmp && i < job.n; i++) job.ts[i]->flags &= ~(uint32_t)TSR_FLAG_IL8; /* not done */
+    tsr__free(job.tmp);
+    tsr__free(job.ts);
     return TSR_OK;
 }
 

@@ -245,6 +245,10 @@ bool tsr__il8_fits(const tsr_tensor *t);
 /* Rearranges t in place into the layout (TSR_FLAG_IL8; true when it is
  * now); false, with t unchanged and no error set, when it cannot. */
 bool tsr__il8_repack(tsr_tensor *t);
+/* Groups [g0, g1) of t's 8-row groups (t fits) into the layout or back,
+ * through tmp (8 rows' bytes); leaves the flags to the caller, which does
+ * every group (several threads may do parts). */
+void tsr__il8_groups(tsr_tensor *t, int64_t g0, int64_t g1, bool to_il8, void *tmp);
 /* Block b of row r of an interleaved t, as stored (tsr_type_block_bytes). */
 void tsr__il8_block(const tsr_tensor *t, int64_t r, int64_t b, void *blk);
 /* t's memory (its view root's) back in the stored layout, to stay so

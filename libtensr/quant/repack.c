@@ -78,22 +78,26 @@ static void il8_group(const il8_shape *s, int64_t nb, size_t xs, const char *src
     }
 }
 
-/* Rearranges t's rows in place, group by group, through a copy of one
- * group; false when that copy cannot be allocated (nothing changed). */
-static bool il8_convert(tsr_tensor *t, bool to_il8) {
+void tsr__il8_groups(tsr_tensor *t, int64_t g0, int64_t g1, bool to_il8, void *tmp) {
     il8_shape s;
     if (!il8_shape_of(t->type, &s))
-        return false;
+        return;
     const size_t xs = t->nb[1], group = 8 * xs;
     const int64_t nb = t->ne[0] / tsr_type_block_size(t->type);
-    char *tmp = tsr__malloc(group);
-    if (!tmp)
-        return false;
-    for (int64_t g = 0; g < t->ne[1] / 8; g++) {
+    for (int64_t g = g0; g < g1; g++) {
         char *base = (char *)t->data + (size_t)g * group;
         memcpy(tmp, base, group);
         il8_group(&s, nb, xs, tmp, base, to_il8);
     }
+}
+
+/* Rearranges all of t in place through a copy of one group; false when
+ * that copy cannot be allocated (nothing changed). */
+static bool il8_convert(tsr_tensor *t, bool to_il8) {
+    char *tmp = tsr__malloc(8 * t->nb[1]);
+    if (!tmp)
+        return false;
+    tsr__il8_groups(t, 0, t->ne[1] / 8, to_il8, tmp);
     tsr__free(tmp);
     if (to_il8)
         t->flags |= TSR_FLAG_IL8;
