@@ -452,29 +452,39 @@ static void il8_run(void *arg, int ith, int nth) {
     }
 }
 
+/* Whether this stream's matmuls read weights of type t interleaved. */
+static bool il8_reads(const tsr_stream *s, tsr_type t) { return s->repack && s->k->gemv_il8[t] && s->k->gemm_il8[t]; }
+
 static tsr_status il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
-    if (!s->repack)
-        return TSR_OK;
+    /* Always: another stream (or an earlier setting) may have interleaved
+     * a weight this job reads otherwise. */
     for (size_t i = 0; i < n; i++)
         for (int j = 0; j < TSR_MAX_SRC; j++) {
             tsr_tensor *src = nodes[i]->src[j], *root = src;
-            if (!src || il8_direct_use(nodes[i], j, src))
+            if (!src)
                 continue;
             while (root->view_src) root = root->view_src;
             if (!(root->flags & TSR_FLAG_WEIGHT) || !tsr__il8_type(root->type))
                 continue;
-            root->flags |= TSR_FLAG_NOREPACK;
-            tsr_status st = tsr__il8_canonical(root);
-            if (st != TSR_OK)
-                return st;
+            if (il8_direct_use(nodes[i], j, src) &&
+                (nodes[i]->op != TSR_OP_MUL_MAT || !(root->flags & TSR_FLAG_IL8) || il8_reads(s, root->type)))
+                continue;
+            if (root->flags & TSR_FLAG_IL8) {
+                tsr_status st = tsr__il8_canonical(root); /* (sets TSR_FLAG_NOREPACK) */
+                if (st != TSR_OK)
+                    return st;
+            } else if (!il8_direct_use(nodes[i], j, src)) {
+                root->flags |= TSR_FLAG_NOREPACK;
+            }
         }
+    if (!s->repack)
+        return TSR_OK;
     il8_job job = {NULL, 0, NULL, 0};
     for (size_t i = 0; i < n; i++) {
         tsr_tensor *w = nodes[i]->src[0];
         if (nodes[i]->op != TSR_OP_MUL_MAT || !w || !il8_direct_use(nodes[i], 0, w) ||
             (w->flags & (TSR_FLAG_IL8 | TSR_FLAG_NOREPACK)) != 0 || !(w->flags & TSR_FLAG_WEIGHT) || !w->buffer ||
-            w->buffer->buft->iface != &tsr__cpu_buft_iface || !s->k->gemv_il8[w->type] || !s->k->gemm_il8[w->type] ||
-            !tsr__il8_fits(w))
+            w->buffer->buft->iface != &tsr__cpu_buft_iface || !il8_reads(s, w->type) || !tsr__il8_fits(w))
             continue;
         if (!job.ts && !(job.ts = tsr__malloc(n * sizeof *job.ts)))
             return TSR_OK;        /* (out of memory: the weights stay as they are) */

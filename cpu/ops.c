@@ -424,8 +424,8 @@ void tsr__cpu_op_get_rows(const tsr_compute_params *p, tsr_tensor *dst) {
             memset(d, 0, (size_t)dst->ne[0] * sizeof *d);
             continue;
         }
-        if (a->flags & TSR_FLAG_IL8) { /* an interleaved weight (1-D indices: cpu.c): block by block */
-            char blk[256];             /* (one block: Q4_K 144 bytes) */
+        if (a->flags & TSR_FLAG_IL8) {  /* an interleaved weight (1-D indices: cpu.c): block by block */
+            _Alignas(32) char blk[256]; /* (one block: Q4_K 144 bytes) */
             const int64_t bs = tsr_type_block_size(a->type);
             for (int64_t b = 0; b < a->ne[0] / bs; b++) {
                 tsr__il8_block(a, row, b, blk);

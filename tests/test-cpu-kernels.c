@@ -337,99 +337,115 @@ static void check_gemv(const tsr_cpu_kernels *k) {
  * in the order of the float sums only), the same whatever the rows of the
  * call, and gemm_il8 exactly
  * the stored layout's gemm; tsr__il8_canonical gives the stored bytes back.
- * Matrices that cannot take the layout (rows not a multiple of 8, padded
- * rows) are refused and left as they are. */
+ * Random values, then every value at its largest magnitude; rows longer
+ * than the kernels' table of activation sums. Matrices that cannot take
+ * the layout (rows not a multiple of 8, padded rows, outside host memory)
+ * are refused and left as they are. */
 static void check_il8(const tsr_cpu_kernels *k) {
-    static const int64_t ks[] = {32, 64, 96, 256, 576, 1536};
+    /* 16640: more blocks of 32 than the kernels' table of activation sums
+     * (gemv-avx2.c IL8_YSUM_MAX) */
+    static const int64_t ks[] = {32, 64, 96, 256, 576, 1536, 16640};
     static const int64_t ms[] = {8, 16, 24, 48};
     const uint64_t saved = rng;
+    tsr_buffer_type host_buft = {.is_host = true}, dev_buft = {.is_host = false};
+    tsr_buffer host = {.buft = &host_buft}, dev = {.buft = &dev_buft};
     for (int wt = 0; wt < TSR_TYPE_COUNT; wt++) {
         if (!k->gemv_il8[wt] && !k->gemm_il8[wt])
             continue;
         CHECK(k->gemv_il8[wt] && k->gemm_il8[wt] && tsr__il8_type((tsr_type)wt), "%s: il8 kernels of %s come in pairs",
               k->name, tsr_type_name((tsr_type)wt));
         const tsr_type dt = k->dot_type[wt];
-        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
-            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                const int64_t kk = ks[ki], m = ms[mi], n = 7;
-                if (kk % tsr_type_block_size((tsr_type)wt) || kk % tsr_type_block_size(dt))
-                    continue;
-                const size_t xs = tsr_row_size((tsr_type)wt, kk);
-                char *qx = malloc((size_t)m * xs), *keep = malloc((size_t)m * xs), *qy = malloc(tsr_row_size(dt, kk));
-                const size_t ys = TSR_CPU_Q8S_ROW(kk);
-                char *qys = malloc(ys * (size_t)n);
-                float *f = malloc((size_t)kk * 4), *scratch = malloc(TSR_CPU_GEMM_SCRATCH(kk) + (size_t)kk * 8);
-                float *plain = malloc((size_t)m * 4), *out = malloc((size_t)(m + 1) * 4),
-                      *g0 = malloc((size_t)(m * n) * 4), *g1 = malloc((size_t)(m * n) * 4);
-                double *mag = calloc((size_t)m, sizeof *mag);
-                for (int64_t i = 0; i < m; i++) {
-                    for (int64_t l = 0; l < kk; l++) f[l] = frand() * (1.0f + (float)(i % 5));
-                    tsr__type_traits((tsr_type)wt)->from_float(f, qx + (size_t)i * xs, kk);
-                }
-                for (int64_t l = 0; l < kk; l++) f[l] = frand() * 2.0f;
-                k->from_float[dt](f, qy, kk);
-                for (int64_t j = 0; j < n; j++) {
-                    for (int64_t l = 0; l < kk; l++) f[l] = frand() * 3.0f;
-                    k->q8s_from_float(f, qys + (size_t)j * ys, kk);
-                }
-                for (int64_t i = 0; i < m; i++) {
-                    float *xd = scratch, *yd = scratch + kk;
-                    tsr__type_traits((tsr_type)wt)->to_float(qx + (size_t)i * xs, xd, kk);
-                    tsr__type_traits(dt)->to_float(qy, yd, kk);
-                    for (int64_t l = 0; l < kk; l++) mag[i] += fabs((double)xd[l] * yd[l]);
-                }
-                k->gemm[wt](kk, m, n, qx, xs, qys, ys, g0, (size_t)m, scratch);
-                k->gemv[wt](kk, m, 0, qx, xs, qy, plain);
-                memcpy(keep, qx, (size_t)m * xs);
-                tsr_tensor t;
-                memset(&t, 0, sizeof t);
-                t.type = (tsr_type)wt, t.n_dims = 2, t.ne[0] = kk, t.ne[1] = m, t.ne[2] = t.ne[3] = 1;
-                t.nb[0] = tsr__type_traits((tsr_type)wt)->block_bytes, t.nb[1] = xs, t.nb[2] = t.nb[3] = xs * (size_t)m;
-                t.data = qx;
-                snprintf(t.name, sizeof t.name, "w");
-                CHECK(tsr__il8_repack(&t) && (t.flags & TSR_FLAG_IL8), "%s il8 %s k=%lld m=%lld: repack refused",
-                      k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)m);
-                for (int64_t rows = 8; rows <= m; rows += 8) { /* calls of whole groups from the start */
-                    for (int64_t q = 0; q <= m; q++) out[q] = NAN;
-                    k->gemv_il8[wt](kk, rows, m - rows, qx, xs, qy, out);
-                    int bad = 0;
-                    for (int64_t i = 0; i < rows && !bad; i++) {
-                        bad = !(fabs(out[i] - plain[i]) <= 1e-5 * mag[i] + 1e-6);
-                        CHECK(!bad, "%s gemv_il8 %s k=%lld rows %lld of %lld, row %lld: %.7g, stored layout %.7g",
-                              k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)rows, (long long)m,
-                              (long long)i, out[i], plain[i]);
+        /* ext: every value at the largest magnitude, weights and activations
+         * of the same signs (the kernels' 16-bit partial sums at their most) */
+        for (int ext = 0; ext < 2; ext++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                    const int64_t kk = ks[ki], m = ms[mi], n = 7;
+                    if (kk % tsr_type_block_size((tsr_type)wt) || kk % tsr_type_block_size(dt) || (kk > 1536 && m > 16))
+                        continue;
+                    const size_t xs = tsr_row_size((tsr_type)wt, kk);
+                    char *qx = malloc((size_t)m * xs), *keep = malloc((size_t)m * xs),
+                         *qy = malloc(tsr_row_size(dt, kk));
+                    const size_t ys = TSR_CPU_Q8S_ROW(kk);
+                    char *qys = malloc(ys * (size_t)n);
+                    float *f = malloc((size_t)kk * 4), *scratch = malloc(TSR_CPU_GEMM_SCRATCH(kk) + (size_t)kk * 8);
+                    float *plain = malloc((size_t)m * 4), *out = malloc((size_t)(m + 1) * 4),
+                          *g0 = malloc((size_t)(m * n) * 4), *g1 = malloc((size_t)(m * n) * 4);
+                    double *mag = calloc((size_t)m, sizeof *mag);
+#define IL8_SIGN(l) ((l) % 3 ? -1.0f : 1.0f)
+                    for (int64_t i = 0; i < m; i++) {
+                        for (int64_t l = 0; l < kk; l++) f[l] = (ext ? IL8_SIGN(l) : frand()) * (1.0f + (float)(i % 5));
+                        tsr__type_traits((tsr_type)wt)->from_float(f, qx + (size_t)i * xs, kk);
                     }
-                    CHECK(isnan(out[rows]), "%s gemv_il8 %s wrote past its results", k->name,
-                          tsr_type_name((tsr_type)wt));
+                    for (int64_t l = 0; l < kk; l++) f[l] = (ext ? IL8_SIGN(l) : frand()) * 2.0f;
+                    k->from_float[dt](f, qy, kk);
+                    for (int64_t j = 0; j < n; j++) {
+                        for (int64_t l = 0; l < kk; l++) f[l] = frand() * 3.0f;
+                        k->q8s_from_float(f, qys + (size_t)j * ys, kk);
+                    }
+                    for (int64_t i = 0; i < m; i++) {
+                        float *xd = scratch, *yd = scratch + kk;
+                        tsr__type_traits((tsr_type)wt)->to_float(qx + (size_t)i * xs, xd, kk);
+                        tsr__type_traits(dt)->to_float(qy, yd, kk);
+                        for (int64_t l = 0; l < kk; l++) mag[i] += fabs((double)xd[l] * yd[l]);
+                    }
+                    k->gemm[wt](kk, m, n, qx, xs, qys, ys, g0, (size_t)m, scratch);
+                    k->gemv[wt](kk, m, 0, qx, xs, qy, plain);
+                    memcpy(keep, qx, (size_t)m * xs);
+                    tsr_tensor t;
+                    memset(&t, 0, sizeof t);
+                    t.type = (tsr_type)wt, t.n_dims = 2, t.ne[0] = kk, t.ne[1] = m, t.ne[2] = t.ne[3] = 1;
+                    t.nb[0] = tsr__type_traits((tsr_type)wt)->block_bytes, t.nb[1] = xs,
+                    t.nb[2] = t.nb[3] = xs * (size_t)m;
+                    t.data = qx;
+                    snprintf(t.name, sizeof t.name, "w");
+                    t.buffer = &dev; /* memory the CPU cannot rearrange */
+                    CHECK(!tsr__il8_repack(&t) && !t.flags && memcmp(qx, keep, (size_t)m * xs) == 0,
+                          "%s il8 %s: a weight outside host memory taken", k->name, tsr_type_name((tsr_type)wt));
+                    t.buffer = &host;
+                    CHECK(tsr__il8_repack(&t) && (t.flags & TSR_FLAG_IL8), "%s il8 %s k=%lld m=%lld: repack refused",
+                          k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)m);
+                    for (int64_t rows = 8; rows <= m; rows += 8) { /* calls of whole groups from the start */
+                        for (int64_t q = 0; q <= m; q++) out[q] = NAN;
+                        k->gemv_il8[wt](kk, rows, m - rows, qx, xs, qy, out);
+                        int bad = 0;
+                        for (int64_t i = 0; i < rows && !bad; i++) {
+                            bad = !(fabs(out[i] - plain[i]) <= 1e-5 * mag[i] + 1e-6);
+                            CHECK(!bad, "%s gemv_il8 %s k=%lld rows %lld of %lld, row %lld: %.7g, stored layout %.7g",
+                                  k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)rows, (long long)m,
+                                  (long long)i, out[i], plain[i]);
+                        }
+                        CHECK(isnan(out[rows]), "%s gemv_il8 %s wrote past its results", k->name,
+                              tsr_type_name((tsr_type)wt));
+                    }
+                    if (m >= 16) { /* the second group alone: the same bits as in the whole call */
+                        float whole[48], part[8];
+                        k->gemv_il8[wt](kk, m, 0, qx, xs, qy, whole);
+                        k->gemv_il8[wt](kk, 8, 0, qx + 8 * xs, xs, qy, part);
+                        CHECK(memcmp(whole + 8, part, sizeof part) == 0,
+                              "%s gemv_il8 %s k=%lld: a group's rows depend "
+                              "on the call",
+                              k->name, tsr_type_name((tsr_type)wt), (long long)kk);
+                    }
+                    k->gemm_il8[wt](kk, m, n, qx, xs, qys, ys, g1, (size_t)m, scratch);
+                    CHECK(memcmp(g0, g1, (size_t)(m * n) * 4) == 0,
+                          "%s gemm_il8 %s k=%lld m=%lld: not the stored "
+                          "layout's bits",
+                          k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)m);
+                    CHECK(tsr__il8_canonical(&t) == TSR_OK && !(t.flags & TSR_FLAG_IL8) &&
+                              (t.flags & TSR_FLAG_NOREPACK) && memcmp(qx, keep, (size_t)m * xs) == 0,
+                          "%s il8 %s k=%lld m=%lld: the stored bytes did not come back", k->name,
+                          tsr_type_name((tsr_type)wt), (long long)kk, (long long)m);
+                    t.flags = 0, t.ne[1] = m - 1, t.nb[2] = t.nb[3] = xs * (size_t)(m - 1);
+                    CHECK(!tsr__il8_repack(&t) && !t.flags, "%s il8 %s: %lld rows taken", k->name,
+                          tsr_type_name((tsr_type)wt), (long long)(m - 1));
+                    t.ne[1] = m / 2, t.nb[1] = 2 * xs, t.nb[2] = t.nb[3] = 2 * xs * (size_t)(m / 2);
+                    CHECK(!tsr__il8_repack(&t) && !t.flags && memcmp(qx, keep, (size_t)m * xs) == 0,
+                          "%s il8 %s: padded rows taken", k->name, tsr_type_name((tsr_type)wt));
+                    free(qx);
+                    free(keep), free(qy), free(qys), free(f), free(scratch), free(plain), free(out), free(g0), free(g1);
+                    free(mag);
                 }
-                if (m >= 16) { /* the second group alone: the same bits as in the whole call */
-                    float whole[48], part[8];
-                    k->gemv_il8[wt](kk, m, 0, qx, xs, qy, whole);
-                    k->gemv_il8[wt](kk, 8, 0, qx + 8 * xs, xs, qy, part);
-                    CHECK(memcmp(whole + 8, part, sizeof part) == 0,
-                          "%s gemv_il8 %s k=%lld: a group's rows depend "
-                          "on the call",
-                          k->name, tsr_type_name((tsr_type)wt), (long long)kk);
-                }
-                k->gemm_il8[wt](kk, m, n, qx, xs, qys, ys, g1, (size_t)m, scratch);
-                CHECK(memcmp(g0, g1, (size_t)(m * n) * 4) == 0,
-                      "%s gemm_il8 %s k=%lld m=%lld: not the stored "
-                      "layout's bits",
-                      k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)m);
-                CHECK(tsr__il8_canonical(&t) == TSR_OK && !(t.flags & TSR_FLAG_IL8) && (t.flags & TSR_FLAG_NOREPACK) &&
-                          memcmp(qx, keep, (size_t)m * xs) == 0,
-                      "%s il8 %s k=%lld m=%lld: the stored bytes did not come back", k->name,
-                      tsr_type_name((tsr_type)wt), (long long)kk, (long long)m);
-                t.flags = 0, t.ne[1] = m - 1, t.nb[2] = t.nb[3] = xs * (size_t)(m - 1);
-                CHECK(!tsr__il8_repack(&t) && !t.flags, "%s il8 %s: %lld rows taken", k->name,
-                      tsr_type_name((tsr_type)wt), (long long)(m - 1));
-                t.ne[1] = m / 2, t.nb[1] = 2 * xs, t.nb[2] = t.nb[3] = 2 * xs * (size_t)(m / 2);
-                CHECK(!tsr__il8_repack(&t) && !t.flags && memcmp(qx, keep, (size_t)m * xs) == 0,
-                      "%s il8 %s: padded rows taken", k->name, tsr_type_name((tsr_type)wt));
-                free(qx);
-                free(keep), free(qy), free(qys), free(f), free(scratch), free(plain), free(out), free(g0), free(g1);
-                free(mag);
-            }
     }
     rng = saved;
 }

@@ -25,6 +25,7 @@
  * to another device, and the CPU backend before any other op reads it;
  * once turned back, a weight stays in the stored layout (TSR_FLAG_NOREPACK).
  */
+#include "core.h"
 #include "quant/quants.h"
 
 typedef struct il8_shape {
@@ -49,12 +50,18 @@ bool tsr__il8_type(tsr_type t) {
     return il8_shape_of(t, &s);
 }
 
-/* Whether t can take the layout: a 2-D matrix of a layout type whose rows
- * are stored one after another, in whole groups of 8. */
+/* Memory the CPU can rearrange in place. */
+static bool il8_host(const tsr_tensor *t) {
+    const tsr_buffer *buf = tsr__tensor_buffer(t);
+    return buf && buf->buft && buf->buft->is_host;
+}
+
+/* Whether t can take the layout: a 2-D matrix of a layout type in host
+ * memory whose rows are stored one after another, in whole groups of 8. */
 bool tsr__il8_fits(const tsr_tensor *t) {
     il8_shape s;
-    return il8_shape_of(t->type, &s) && t->data && !t->view_src && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] > 0 &&
-           t->ne[1] % 8 == 0 && t->ne[0] > 0 && t->ne[0] % tsr_type_block_size(t->type) == 0 &&
+    return il8_shape_of(t->type, &s) && t->data && il8_host(t) && !t->view_src && t->ne[2] == 1 && t->ne[3] == 1 &&
+           t->ne[1] > 0 && t->ne[1] % 8 == 0 && t->ne[0] > 0 && t->ne[0] % tsr_type_block_size(t->type) == 0 &&
            t->nb[1] == tsr_row_size(t->type, t->ne[0]) && t->nb[0] == s.bs;
 }
 
@@ -128,6 +135,8 @@ tsr_status tsr__il8_canonical(tsr_tensor *t) {
     while (t->view_src) t = t->view_src;
     if (!(t->flags & TSR_FLAG_IL8))
         return TSR_OK;
+    if (!il8_host(t)) /* (only host weights are ever interleaved: a copy's flags are its own) */
+        return tsr__error(TSR_E_STATE, "weight '%s': marked interleaved outside host memory", t->name);
     if (!il8_convert(t, false))
         return tsr__error(TSR_E_NOMEM, "weight '%s': out of host memory restoring its stored layout (%zu bytes)",
                           t->name, 8 * t->nb[1]);

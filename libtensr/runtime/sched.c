@@ -590,6 +590,7 @@ static tsr_status tsr_sync_weight_copies(tsr_sched *s) {
                                          tsr_tensor_nbytes(wc->primary), s->staging, s->staging_size);
         if (st != TSR_OK)
             return st;
+        wc->copy->flags &= ~(uint32_t)TSR_FLAG_IL8; /* the stored layout's bytes, whatever the copy had */
     }
     b->weights.synced_epoch = epoch;
     return TSR_OK;
