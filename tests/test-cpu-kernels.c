@@ -273,7 +273,8 @@ static void check_gemm_extremes(const tsr_cpu_kernels *k) {
  * the same row (vec_dot), so that decode's results are the dots' and do not
  * depend on the tiling or threads. */
 static void check_gemv(const tsr_cpu_kernels *k) {
-    static const int64_t ks[] = {32, 64, 96, 256, 320, 512, 576, 768, 1536};
+    /* 33, 100: F16 with a tail; 4160: more than a chunk of gemv_f16 (vec-avx2.c) */
+    static const int64_t ks[] = {32, 33, 64, 96, 100, 256, 320, 512, 576, 768, 1536, 4160};
     enum { MMAX = 17 };
     const uint64_t saved = rng; /* its own random data: the other checks see the same as without it */
     for (int wt = 0; wt < TSR_TYPE_COUNT; wt++) {
