@@ -42,6 +42,8 @@ void tsr__tp_barrier_pf(tsr_threadpool *tp, tsr_prefetch *pf);
  * matmuls of the same activations; once per thread for one column). */
 typedef void (*tsr_vec_dot_fn)(int64_t n, float *s, const void *x, const void *y);
 
+#define TSR_GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+
 typedef struct tsr_cpu_kernels {
     const char *name;                             /* "scalar", "avx2", "avx512", "avx512_vnni" */
     tsr_type dot_type[TSR_TYPE_COUNT];            /* activation type of a weight type's dot product */
@@ -55,6 +57,10 @@ typedef struct tsr_cpu_kernels {
     double (*exp_sum)(int64_t n, float *y, float max);
     /* y = silu(x) * g (g may be NULL: plain silu). */
     void (*silu_mul)(int64_t n, float *y, const float *x, const float *g);
+    /* y = gelu(x) * g (g may be NULL: plain gelu), GELU's tanh form
+     * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as
+     * x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))). */
+    void (*gelu_mul)(int64_t n, float *y, const float *x, const float *g);
     /* Rows of the element-wise ops, F32 and contiguous: y = x + g, y = x * g
      * (y may be x or g itself, not a partial overlap). */
     void (*add)(int64_t n, float *y, const float *x, const float *g);

@@ -124,25 +124,42 @@ void tsr__cpu_op_scale(const tsr_compute_params *p, tsr_tensor *dst) {
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 static inline float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float gelu(float x) {
-    const float c = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+static inline float gelu(float x) { /* 0.5 x (1 + tanh u), as the kernel table's gelu_mul */
+    return x / (1.0f + expf(-2.0f * TSR_GELU_C * (x + 0.044715f * x * x * x)));
+}
+
+/* This thread's part of an element-wise op: rows [r0, r1), and of each
+ * row the values [c0, c1): whole rows, or, with fewer rows than threads
+ * (decode), a share of every row's values in whole vectors. Each value is
+ * computed alone: the same bits whatever the split. */
+static void eltwise_split(const tsr_compute_params *p, const tsr_tensor *dst, int64_t *r0, int64_t *r1, int64_t *c0,
+                          int64_t *c1) {
+    const int64_t nr = tsr__nrows(dst), ne0 = dst->ne[0];
+    if (nr >= p->nth || ne0 < 64 * p->nth) {
+        tsr__cpu_split(nr, p->ith, p->nth, r0, r1);
+        *c0 = 0, *c1 = ne0;
+        return;
+    }
+    int64_t v0, v1;
+    tsr__cpu_split((ne0 + 15) / 16, p->ith, p->nth, &v0, &v1);
+    *r0 = 0, *r1 = nr;
+    *c0 = 16 * v0, *c1 = 16 * v1 < ne0 ? 16 * v1 : ne0;
 }
 
 void tsr__cpu_op_unary(const tsr_compute_params *p, tsr_tensor *dst) {
     const tsr_tensor *a = dst->src[0];
-    int64_t r0, r1;
-    tsr__cpu_split(tsr__nrows(dst), p->ith, p->nth, &r0, &r1);
+    int64_t r0, r1, c0, c1;
+    eltwise_split(p, dst, &r0, &r1, &c0, &c1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         row_coords(dst, r, &i1, &i2, &i3);
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const char *pa = at(a, 0, i1, i2, i3);
-        if (dst->op == TSR_OP_SILU && a->type == TSR_TYPE_F32 && a->nb[0] == 4) {
-            p->k->silu_mul(dst->ne[0], d, (const float *)pa, NULL);
+        if ((dst->op == TSR_OP_SILU || dst->op == TSR_OP_GELU) && a->type == TSR_TYPE_F32 && a->nb[0] == 4) {
+            (dst->op == TSR_OP_SILU ? p->k->silu_mul : p->k->gelu_mul)(c1 - c0, d + c0, (const float *)pa + c0, NULL);
             continue;
         }
-        for (int64_t i = 0; i < dst->ne[0]; i++) {
+        for (int64_t i = c0; i < c1; i++) {
             const float x = tsr__cpu_load_f(a->type, pa + i * (int64_t)a->nb[0]);
             d[i] = dst->op == TSR_OP_SILU ? silu(x) : dst->op == TSR_OP_SIGMOID ? sigmoid(x) : gelu(x);
         }
@@ -151,19 +168,19 @@ void tsr__cpu_op_unary(const tsr_compute_params *p, tsr_tensor *dst) {
 
 void tsr__cpu_op_glu(const tsr_compute_params *p, tsr_tensor *dst) {
     const tsr_tensor *a = dst->src[0], *b = dst->src[1];
-    int64_t r0, r1;
-    tsr__cpu_split(tsr__nrows(dst), p->ith, p->nth, &r0, &r1);
+    int64_t r0, r1, c0, c1;
+    eltwise_split(p, dst, &r0, &r1, &c0, &c1);
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         row_coords(dst, r, &i1, &i2, &i3);
         float *d = (float *)at(dst, 0, i1, i2, i3);
         const char *pa = at(a, 0, i1, i2, i3), *pb = at(b, 0, i1, i2, i3);
-        if (dst->op == TSR_OP_SWIGLU && a->type == TSR_TYPE_F32 && b->type == TSR_TYPE_F32 && a->nb[0] == 4 &&
-            b->nb[0] == 4) {
-            p->k->silu_mul(dst->ne[0], d, (const float *)pa, (const float *)pb);
+        if (a->type == TSR_TYPE_F32 && b->type == TSR_TYPE_F32 && a->nb[0] == 4 && b->nb[0] == 4) {
+            (dst->op == TSR_OP_SWIGLU ? p->k->silu_mul : p->k->gelu_mul)(c1 - c0, d + c0, (const float *)pa + c0,
+                                                                         (const float *)pb + c0);
             continue;
         }
-        for (int64_t i = 0; i < dst->ne[0]; i++) {
+        for (int64_t i = c0; i < c1; i++) {
             const float x = tsr__cpu_load_f(a->type, pa + i * (int64_t)a->nb[0]);
             const float y = tsr__cpu_load_f(b->type, pb + i * (int64_t)b->nb[0]);
             d[i] = (dst->op == TSR_OP_SWIGLU ? silu(x) : gelu(x)) * y;

@@ -761,6 +761,27 @@ static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
     }
 }
 
+/* y = gelu(x) * g as x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3)
+ * (0.5 x (1 + tanh u) without its cancellation for x < 0). */
+static void gelu_mul(int64_t n, float *y, const float *x, const float *g) {
+    const __m256 one = _mm256_set1_ps(1.0f), c2 = _mm256_set1_ps(-2.0f * TSR_GELU_C), a = _mm256_set1_ps(0.044715f);
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t left = n - i < 8 ? n - i : 8;
+        const __m256 v = left == 8 ? _mm256_loadu_ps(x + i) : load_part(x + i, left, 0.0f);
+        const __m256 t = _mm256_mul_ps(c2, _mm256_fmadd_ps(_mm256_mul_ps(a, v), _mm256_mul_ps(v, v), v));
+        __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(t)));
+        if (g)
+            r = _mm256_mul_ps(r, left == 8 ? _mm256_loadu_ps(g + i) : load_part(g + i, left, 0.0f));
+        if (left == 8) {
+            _mm256_storeu_ps(y + i, r);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, r);
+            memcpy(y + i, tmp, (size_t)left * sizeof(float));
+        }
+    }
+}
+
 /* ---- fused attention blocks ------------------------------------------------- */
 
 /* Lane mask for the first n (0..8) of 8 floats. */
@@ -1134,6 +1155,7 @@ static void rope(int64_t n_dims, bool neox, float *y, const float *x, const floa
 void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
+    k->gelu_mul = gelu_mul;
     k->add = add;
     k->mul = mul;
     k->rms_norm = rms_norm;

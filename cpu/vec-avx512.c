@@ -567,6 +567,20 @@ static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
     }
 }
 
+/* y = gelu(x) * g as the AVX2 variant's: x / (1 + exp(-2u)). */
+static void gelu_mul(int64_t n, float *y, const float *x, const float *g) {
+    const __m512 c2 = _mm512_set1_ps(-2.0f * TSR_GELU_C), a = _mm512_set1_ps(0.044715f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = lanes16(n - i);
+        const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        const __m512 t = _mm512_mul_ps(c2, _mm512_fmadd_ps(_mm512_mul_ps(a, v), _mm512_mul_ps(v, v), v));
+        __m512 r = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(t)));
+        if (g)
+            r = _mm512_mul_ps(r, _mm512_maskz_loadu_ps(m, g + i));
+        _mm512_mask_storeu_ps(y + i, m, r);
+    }
+}
+
 /* Softmax exps as ggml_vec_soft_max_f32 on AVX-512: each 16 summed by
  * _mm512_reduce_add_ps in float, the group sums in double; a tail is padded
  * with -inf (llama.cpp's KV rows have none). */
@@ -657,6 +671,7 @@ void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni) {
     k->gemv[TSR_TYPE_F16] = gemv_f16;
     k->exp_sum = exp_sum;
     k->silu_mul = silu_mul;
+    k->gelu_mul = gelu_mul;
     k->add = add;
     k->mul = mul;
     k->rms_norm = rms_norm;

@@ -231,6 +231,13 @@ static void silu_mul_ref(int64_t n, float *y, const float *x, const float *g) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * (g ? g[i] : 1.0f);
 }
 
+static void gelu_mul_ref(int64_t n, float *y, const float *x, const float *g) {
+    for (int64_t i = 0; i < n; i++) {
+        const float u = TSR_GELU_C * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+        y[i] = x[i] / (1.0f + expf(-2.0f * u)) * (g ? g[i] : 1.0f);
+    }
+}
+
 static void add_ref(int64_t n, float *y, const float *x, const float *g) {
     for (int64_t i = 0; i < n; i++) y[i] = x[i] + g[i];
 }
@@ -324,6 +331,7 @@ void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k) {
     }
     k->exp_sum = exp_sum_ref;
     k->silu_mul = silu_mul_ref;
+    k->gelu_mul = gelu_mul_ref;
     k->add = add_ref;
     k->mul = mul_ref;
     k->rms_norm = rms_norm_ref;

@@ -601,6 +601,27 @@ static void check_math(const tsr_cpu_kernels *k) {
         if (fabs(z[i] - want) > 1e-6 * fabs(want) + 1e-30)
             break;
     }
+    /* GELU (tanh form) against double, times g, at lengths with tails: the
+     * float argument u carries a relative error of a few ulps, which exp
+     * turns into about |2u| ulps of the result for x < 0 */
+    for (int i = 0; i < N; i++) y[i] = 1.0f + (float)(i % 13) / 4.0f;
+    for (int pass = 0; pass < 2; pass++) {
+        const int n = pass ? N - 1 : N - 4;
+        k->gelu_mul(n, z, x + 1, pass ? y : NULL);
+        for (int i = 0; i < n; i++) {
+            const double v = x[i + 1], u = 0.7978845608028654 * (v + 0.044715 * v * v * v);
+            const double want = v / (1 + exp(-2 * u)) * (pass ? y[i] : 1.0); /* 0.5 v (1 + tanh u) */
+            const double tol = 2e-7 * (4 + fabs(2 * u)) * fabs(want) + 1e-30;
+            CHECK(fabs(z[i] - want) <= tol, "%s gelu(%g)%s = %.9g, want %.9g", k->name, v, pass ? " * g" : "", z[i],
+                  want);
+            if (fabs(z[i] - want) > tol)
+                break;
+        }
+    }
+    float big[3] = {INFINITY, -1e30f, 1e30f}, out[3];
+    k->gelu_mul(3, out, big, NULL);
+    CHECK(out[0] == INFINITY && out[1] == 0.0f && out[2] == 1e30f, "%s gelu(inf, -1e30, 1e30) = %g, %g, %g", k->name,
+          out[0], out[1], out[2]);
 }
 
 /* The element-wise rows against the scalar table at awkward lengths, in
