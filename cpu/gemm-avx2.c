@@ -184,17 +184,6 @@ static inline __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* Stores the first m (<= 8) lanes of v at s. */
-static inline void store_rows(float *s, __m256 v, int m) {
-    if (m == 8) {
-        _mm256_storeu_ps(s, v);
-        return;
-    }
-    float t[8];
-    _mm256_storeu_ps(t, v);
-    memcpy(s, t, (size_t)m * sizeof(float));
-}
-
 /* 8 interleaved rows x nc columns over nb blocks; the first m (<= 8) rows of
  * each column stored at s + c * ss. zp: the values have a zero point (the
  * column's c corrects), else a float minimum (mode IL_U4, IL_U5). */
@@ -304,7 +293,7 @@ static inline __attribute__((always_inline)) void il8_cols(il_mode mode, bool zp
         }
     }
     UNROLL
-    for (int c = 0; c < nc; c++) store_rows(s + (size_t)c * ss, acc[c], m);
+    for (int c = 0; c < nc; c++) store_part(s + (size_t)c * ss, acc[c], m);
 }
 
 /* Columns per pass (registers: 16 ymm). */

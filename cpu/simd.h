@@ -6,6 +6,7 @@
 #define TSR_CPU_SIMD_H
 
 #include <immintrin.h>
+#include <string.h>
 
 /* tsr__cpu_q8s_finish (cpu.h) with F16C's conversions (round to nearest
  * even: the same bits). */
@@ -65,6 +66,18 @@ static inline __m256i dot_s8s8(__m256i x, __m256i y) {
 }
 
 static inline __m256 load_fp16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* Stores the first m (<= 8) lanes of v at y (plain stores: VMASKMOVPS
+ * stores are microcoded on AMD cores). */
+static inline void store_part(float *y, __m256 v, int64_t m) {
+    if (m == 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    memcpy(y, t, (size_t)m * sizeof(float));
+}
 
 /* GCC -O2 keeps a short loop over an array of vectors as a loop, the array
  * on the stack (a store and a load per element); unrolled, it stays in

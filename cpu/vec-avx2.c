@@ -751,13 +751,7 @@ static void silu_mul(int64_t n, float *y, const float *x, const float *g) {
         __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, v))));
         if (g)
             r = _mm256_mul_ps(r, left == 8 ? _mm256_loadu_ps(g + i) : load_part(g + i, left, 0.0f));
-        if (left == 8) {
-            _mm256_storeu_ps(y + i, r);
-        } else {
-            float t[8];
-            _mm256_storeu_ps(t, r);
-            memcpy(y + i, t, (size_t)left * sizeof(float));
-        }
+        store_part(y + i, r, left);
     }
 }
 
@@ -772,13 +766,7 @@ static void gelu_mul(int64_t n, float *y, const float *x, const float *g) {
         __m256 r = _mm256_div_ps(v, _mm256_add_ps(one, exp8(t)));
         if (g)
             r = _mm256_mul_ps(r, left == 8 ? _mm256_loadu_ps(g + i) : load_part(g + i, left, 0.0f));
-        if (left == 8) {
-            _mm256_storeu_ps(y + i, r);
-        } else {
-            float tmp[8];
-            _mm256_storeu_ps(tmp, r);
-            memcpy(y + i, tmp, (size_t)left * sizeof(float));
-        }
+        store_part(y + i, r, left);
     }
 }
 
