@@ -43,24 +43,24 @@ typedef struct src_spec {
     tsr_type type;
     int64_t ne[4];
     enum layout layout;
-    int perm[4]; /* L_PERM: tsr_permute axes (dim i of the base becomes dim perm[i]) */
+    int perm[4];     /* L_PERM: tsr_permute axes (dim i of the base becomes dim perm[i]) */
     enum kind kind;
-    int64_t range; /* K_INDEX: indices in [0, range); K_CONST: the value; K_TIES: distinct values */
+    int64_t range;   /* K_INDEX: indices in [0, range); K_CONST: the value; K_TIES: distinct values */
 } src_spec;
 
 typedef struct test_case {
     op_t op;
-    tsr_type type; /* the type the case is about (for the table) */
+    tsr_type type;   /* the type the case is about (for the table) */
     int n_src;
     src_spec src[4];
-    float f[9]; /* op parameters */
+    float f[9];      /* op parameters */
     int i[4];
     double max_nmse;
 } test_case;
 
 typedef struct source {
     tsr_tensor *t;
-    double *v; /* logical values, row-major over ne (the values the library sees) */
+    double *v;       /* logical values, row-major over ne (the values the library sees) */
     int64_t ne[4];
 } source;
 
@@ -86,8 +86,7 @@ static int64_t idx4(const int64_t ne[4], int64_t i0, int64_t i1, int64_t i2, int
 
 /* Round-trips floats through a type, as the library would store them. */
 static void through_type(tsr_type t, float *x, int64_t n) {
-    if (t == TSR_TYPE_F32 || n == 0)
-        return;
+    if (t == TSR_TYPE_F32 || n == 0) return;
     if (t == TSR_TYPE_I32) {
         for (int64_t i = 0; i < n; i++) x[i] = (float)(int32_t)lrintf(x[i]);
         return;
@@ -170,17 +169,14 @@ static int make_source(tsr_context *ctx, const src_spec *s, source *out) {
         for (int64_t r = 0; r < n / (s->ne[0] ? s->ne[0] : 1) && s->ne[0]; r++)
             memcpy(base + r * bne[0], x + r * s->ne[0], (size_t)s->ne[0] * sizeof *x);
         for (int64_t r = 0; r < pn; r++)
-            if (r % bne[0] >= s->ne[0])
-                base[r] = 1e30f; /* never read */
+            if (r % bne[0] >= s->ne[0]) base[r] = 1e30f; /* never read */
     }
     void *bytes = to_bytes(s->type, base, nel(bne));
     tsr_tensor *t = tsr_input(ctx, s->type, 4, bne, bytes);
     free(bytes);
-    if (base != x)
-        free(base);
+    if (base != x) free(base);
     free(x);
-    if (t && s->layout == L_PERM)
-        t = tsr_permute(ctx, t, s->perm[0], s->perm[1], s->perm[2], s->perm[3]);
+    if (t && s->layout == L_PERM) t = tsr_permute(ctx, t, s->perm[0], s->perm[1], s->perm[2], s->perm[3]);
     if (t && s->layout == L_PAD)
         t = tsr_view_4d(ctx, t, s->ne[0], s->ne[1], s->ne[2], s->ne[3], tsr_tensor_nb(t, 1), tsr_tensor_nb(t, 2),
                         tsr_tensor_nb(t, 3), 0);
@@ -213,10 +209,8 @@ static void ref_binary(const test_case *c, const source *s, ref_out *r) {
                 for (int64_t i0 = 0; i0 < a->ne[0]; i0++) {
                     const double x = a->v[idx4(a->ne, i0, i1, i2, i3)];
                     const double y = b->v[idx4(b->ne, i0 % b->ne[0], i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3])];
-                    r->v[idx4(r->ne, i0, i1, i2, i3)] = c->op == TSR_OP_ADD   ? x + y
-                                                        : c->op == TSR_OP_SUB ? x - y
-                                                        : c->op == TSR_OP_MUL ? x * y
-                                                                              : x / y;
+                    r->v[idx4(r->ne, i0, i1, i2, i3)] = c->op == TSR_OP_ADD ? x + y : c->op == TSR_OP_SUB ? x - y
+                                                      : c->op == TSR_OP_MUL ? x * y : x / y;
                 }
 }
 
@@ -275,8 +269,7 @@ static int sort_desc;
 static int cmp_idx(const void *pa, const void *pb) {
     const int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
     const double x = sort_keys[a], y = sort_keys[b];
-    if (x != y)
-        return (x < y) == !sort_desc ? -1 : 1;
+    if (x != y) return (x < y) == !sort_desc ? -1 : 1;
     return a < b ? -1 : 1;
 }
 
@@ -313,9 +306,8 @@ static void ref_get_rows(const source *s, ref_out *r) {
             for (int64_t j = 0; j < ix->ne[0]; j++) {
                 const int64_t row = (int64_t)ix->v[idx4(ix->ne, j, i11, i12, 0)];
                 for (int64_t i0 = 0; i0 < a->ne[0]; i0++)
-                    r->v[idx4(r->ne, i0, j, i11, i12)] = row < 0 || row >= a->ne[1]
-                                                             ? 0
-                                                             : a->v[idx4(a->ne, i0, row, i11, i12)];
+                    r->v[idx4(r->ne, i0, j, i11, i12)] =
+                        row < 0 || row >= a->ne[1] ? 0 : a->v[idx4(a->ne, i0, row, i11, i12)];
             }
 }
 
@@ -327,8 +319,7 @@ static void ref_set_rows(const source *s, ref_out *r) {
         for (int64_t i12 = 0; i12 < src->ne[2]; i12++)
             for (int64_t j = 0; j < src->ne[1]; j++) {
                 const int64_t row = (int64_t)ix->v[idx4(ix->ne, j, i12 % ix->ne[1], i13 % ix->ne[2], 0)];
-                if (row < 0 || row >= t->ne[1])
-                    continue;
+                if (row < 0 || row >= t->ne[1]) continue;
                 for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
                     r->v[idx4(r->ne, i0, row, i12, i13)] = src->v[idx4(src->ne, i0, j, i12, i13)];
             }
@@ -431,8 +422,7 @@ static void ref_argmax(const source *s, ref_out *r) {
     for (int64_t row = 0; row < nel(r->ne); row++) {
         int64_t best = 0;
         for (int64_t i = 1; i < a->ne[0]; i++)
-            if (a->v[row * a->ne[0] + i] > a->v[row * a->ne[0] + best])
-                best = i;
+            if (a->v[row * a->ne[0] + i] > a->v[row * a->ne[0] + best]) best = i;
         r->v[row] = (double)best;
     }
 }
@@ -467,34 +457,20 @@ static void ref_flash_attn(const test_case *c, const source *s, ref_out *r) {
 static void reference(const test_case *c, const source *s, ref_out *r) {
     r->type = TSR_TYPE_F32;
     switch (c->op) {
-    case TSR_OP_ADD:
-    case TSR_OP_SUB:
-    case TSR_OP_MUL:
-    case TSR_OP_DIV: ref_binary(c, s, r); break;
-    case TSR_OP_SCALE:
-    case TSR_OP_SILU:
-    case TSR_OP_GELU:
-    case TSR_OP_SWIGLU:
-    case TSR_OP_GEGLU:
-    case TSR_OP_SIGMOID: ref_unary(c, s, r); break;
+    case TSR_OP_ADD: case TSR_OP_SUB: case TSR_OP_MUL: case TSR_OP_DIV: ref_binary(c, s, r); break;
+    case TSR_OP_SCALE: case TSR_OP_SILU: case TSR_OP_GELU: case TSR_OP_SWIGLU: case TSR_OP_GEGLU: case TSR_OP_SIGMOID:
+        ref_unary(c, s, r);
+        break;
     case TSR_OP_MUL_MAT_ID: ref_mul_mat_id(s, r); break;
-    case TSR_OP_ARGSORT:
-    case TSR_OP_TOP_K: ref_argsort(c, s, r); break;
+    case TSR_OP_ARGSORT: case TSR_OP_TOP_K: ref_argsort(c, s, r); break;
     case TSR_OP_SUM_ROWS: ref_sum_rows(s, r); break;
     case TSR_OP_MUL_MAT: ref_mul_mat(s, r); break;
     case TSR_OP_GET_ROWS: ref_get_rows(s, r); break;
-    case TSR_OP_SET_ROWS:
-        ref_set_rows(s, r);
-        r->type = c->src[0].type;
-        break;
-    case TSR_OP_RMS_NORM:
-    case TSR_OP_NORM: ref_norm(c, s, r); break;
+    case TSR_OP_SET_ROWS: ref_set_rows(s, r); r->type = c->src[0].type; break;
+    case TSR_OP_RMS_NORM: case TSR_OP_NORM: ref_norm(c, s, r); break;
     case TSR_OP_ROPE: ref_rope(c, s, r); break;
     case TSR_OP_SOFTMAX: ref_softmax(c, s, r); break;
-    case TSR_OP_CONCAT:
-        ref_concat(c, s, r);
-        r->type = c->src[0].type;
-        break;
+    case TSR_OP_CONCAT: ref_concat(c, s, r); r->type = c->src[0].type; break;
     case TSR_OP_ARGMAX: ref_argmax(s, r); break;
     case TSR_OP_CPY: /* logical row-major order of both: the values, in b's shape and type */
         ref_alloc(r, s[1].ne[0], s[1].ne[1], s[1].ne[2], s[1].ne[3]);
@@ -546,8 +522,7 @@ static tsr_tensor *build(tsr_context *ctx, const test_case *c, source *s) {
     case TSR_OP_CONCAT: return tsr_concat(ctx, a, b, c->i[0]);
     case TSR_OP_ARGMAX: return tsr_argmax(ctx, a);
     case TSR_OP_CPY: return tsr_cpy(ctx, a, b);
-    case TSR_OP_CONT:
-        return (tsr_type)c->i[0] == c->src[0].type ? tsr_cont(ctx, a) : tsr_cast(ctx, a, (tsr_type)c->i[0]);
+    case TSR_OP_CONT: return (tsr_type)c->i[0] == c->src[0].type ? tsr_cont(ctx, a) : tsr_cast(ctx, a, (tsr_type)c->i[0]);
     case TSR_OP_FLASH_ATTN: return tsr_flash_attn(ctx, a, b, s[2].t, c->n_src > 3 ? s[3].t : NULL, c->f[0]);
     case TSR_OP_MUL_MAT_ID: return tsr_mul_mat_id(ctx, a, b, s[2].t);
     case TSR_OP_ARGSORT: return tsr_argsort(ctx, a, (tsr_sort_order)c->i[0]);
@@ -561,11 +536,9 @@ static tsr_tensor *build(tsr_context *ctx, const test_case *c, source *s) {
 /* In-place targets (set_rows, cpy destinations) must be memory the graph
  * writes into: tsr_new_tensor, filled with the source's values. */
 static int make_target(tsr_context *ctx, const src_spec *sp, source *s) {
-    if (!make_source(ctx, sp, s))
-        return 0;
+    if (!make_source(ctx, sp, s)) return 0;
     tsr_tensor *t = tsr_new_tensor(ctx, NULL, sp->type, 4, sp->ne);
-    if (!t)
-        return 0;
+    if (!t) return 0;
     const int64_t n = nel(sp->ne);
     float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
     for (int64_t i = 0; i < n; i++) f[i] = (float)s->v[i];
@@ -586,8 +559,7 @@ static tsr_backend *make_backend(const char *device, int n_threads) {
     tsr_device *devs[2] = {NULL, NULL};
     if (device) {
         devs[0] = tsr_device_by_name(device);
-        if (!devs[0])
-            return NULL;
+        if (!devs[0]) return NULL;
         p.devices = devs;
     }
     tsr_backend *b = NULL;
@@ -602,15 +574,13 @@ static tsr_backend *make_backend(const char *device, int n_threads) {
  * fails to write then reads as NaN, not as an old correct value. */
 static void poison(tsr_backend *b, int64_t n) {
     tsr_context *ctx = tsr_context_new(b);
-    if (!ctx)
-        return;
+    if (!ctx) return;
     const int64_t ne = n > 0 ? n : 1;
     float *nan_data = malloc((size_t)ne * sizeof *nan_data);
     for (int64_t i = 0; i < ne; i++) nan_data[i] = NAN;
     tsr_tensor *x = tsr_input(ctx, TSR_TYPE_F32, 1, &ne, nan_data);
     tsr_tensor *y = tsr_scale(ctx, x, 1.0f);
-    if (y)
-        tsr_compute(ctx, &y, 1);
+    if (y) tsr_compute(ctx, &y, 1);
     tsr_context_close(ctx);
     free(nan_data);
 }
@@ -620,12 +590,8 @@ static void case_label(const test_case *c, char *buf, size_t size) {
     for (int i = 0; i < c->n_src && n < (int)size; i++)
         n += snprintf(buf + n, size - (size_t)n, " %s[%lld,%lld,%lld,%lld]%s", tsr_type_name(c->src[i].type),
                       (long long)c->src[i].ne[0], (long long)c->src[i].ne[1], (long long)c->src[i].ne[2],
-                      (long long)c->src[i].ne[3],
-                      c->src[i].layout == L_PAD    ? "pad"
-                      : c->src[i].layout == L_PERM ? "perm"
-                                                   : "");
-    if (n < (int)size)
-        snprintf(buf + n, size - (size_t)n, ")");
+                      (long long)c->src[i].ne[3], c->src[i].layout == L_PAD ? "pad" : c->src[i].layout == L_PERM ? "perm" : "");
+    if (n < (int)size) snprintf(buf + n, size - (size_t)n, ")");
 }
 
 /* Output values (as doubles) of out, read through the public API. */
@@ -659,8 +625,7 @@ static int compare(const test_case *c, const double *got, const ref_out *r, doub
     for (int64_t i = 0; i < n; i++) {
         const double x = got[i], y = r->v[i];
         if (!isfinite(y) || !isfinite(x)) {
-            if ((isnan(x) && isnan(y)) || x == y)
-                continue;
+            if ((isnan(x) && isnan(y)) || x == y) continue;
             fprintf(stderr, "  element %lld: got %g, reference %g\n", (long long)i, x, y);
             return 1;
         }
@@ -728,15 +693,13 @@ static int run_case(tsr_backend *b, const test_case *c, uint64_t seed, int verbo
     double *got = shape_ok ? read_output(out, nel(r.ne)) : NULL;
     double nmse = 0;
     result = !got || compare(c, got, &r, &nmse);
-    if (nmse > worst_nmse[c->op])
-        worst_nmse[c->op] = nmse;
+    if (nmse > worst_nmse[c->op]) worst_nmse[c->op] = nmse;
     if (got && cpu_backend && !result) { /* the device against the CPU */
         ref_out cr = r;
         cr.v = output_on(cpu_backend, c, seed, nel(r.ne));
         double nmse_cpu = 0;
         result = !cr.v || compare(c, got, &cr, &nmse_cpu);
-        if (result)
-            fprintf(stderr, "  differs from the CPU: NMSE %.3g\n", nmse_cpu);
+        if (result) fprintf(stderr, "  differs from the CPU: NMSE %.3g\n", nmse_cpu);
         free(cr.v);
     }
     if (result || verbose)
@@ -789,17 +752,15 @@ static test_case *add_case(op_t op, tsr_type type, double nmse, int n_src, ...) 
 }
 
 static const tsr_type float_types[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16};
-static const tsr_type mm_types[] = {TSR_TYPE_F32,  TSR_TYPE_F16,  TSR_TYPE_BF16, TSR_TYPE_Q8_0,
-                                    TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1,
-                                    TSR_TYPE_Q4_K, TSR_TYPE_Q5_K, TSR_TYPE_Q6_K};
-static const tsr_type setrows_types[] = {TSR_TYPE_F32,  TSR_TYPE_F16,  TSR_TYPE_BF16, TSR_TYPE_Q8_0,
+static const tsr_type mm_types[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0,
+                                    TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K,
+                                    TSR_TYPE_Q6_K};
+static const tsr_type setrows_types[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q8_0,
                                          TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1};
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Precision of a float type's inputs sets how exact the output can be. */
-static double tol_for(tsr_type t, double base) {
-    return t == TSR_TYPE_BF16 || t == TSR_TYPE_F16 ? fmax(base, 1e-6) : base;
-}
+static double tol_for(tsr_type t, double base) { return t == TSR_TYPE_BF16 || t == TSR_TYPE_F16 ? fmax(base, 1e-6) : base; }
 
 static void cases_elementwise(void) {
     const op_t bin[] = {TSR_OP_ADD, TSR_OP_SUB, TSR_OP_MUL, TSR_OP_DIV};
@@ -872,7 +833,7 @@ static void cases_mul_mat(void) {
 }
 
 static void cases_rows(void) {
-    const tsr_type gr[] = {TSR_TYPE_F32,  TSR_TYPE_F16,  TSR_TYPE_BF16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1,
+    const tsr_type gr[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1,
                            TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K, TSR_TYPE_Q6_K, TSR_TYPE_I32};
     for (size_t t = 0; t < N_OF(gr); t++) {
         const tsr_type w = gr[t];
@@ -908,12 +869,10 @@ static void cases_norm_rope_softmax(void) {
             const int64_t hd = v == 3 ? 96 : 64, nh = 3, nt = 5;
             const int n_dims = v == 1 ? 32 : (int)hd;
             src_spec a = S(TSR_TYPE_F32, hd, nh, nt, 1);
-            if (v == 2)
-                a = P(S(TSR_TYPE_F32, hd, nh, nt, 1), 0, 2, 1, 3);
-            test_case *c =
-                v == 3 ? add_case(TSR_OP_ROPE, TSR_TYPE_F32, 1e-7, 3, a, KIND(S(TSR_TYPE_I32, nt, 1, 1, 1), K_POS, 0),
-                                  KIND(S(TSR_TYPE_F32, n_dims / 2, 1, 1, 1), K_POSITIVE, 0))
-                       : add_case(TSR_OP_ROPE, TSR_TYPE_F32, 1e-7, 2, a, KIND(S(TSR_TYPE_I32, nt, 1, 1, 1), K_POS, 0));
+            if (v == 2) a = P(S(TSR_TYPE_F32, hd, nh, nt, 1), 0, 2, 1, 3);
+            test_case *c = v == 3 ? add_case(TSR_OP_ROPE, TSR_TYPE_F32, 1e-7, 3, a, KIND(S(TSR_TYPE_I32, nt, 1, 1, 1), K_POS, 0),
+                                             KIND(S(TSR_TYPE_F32, n_dims / 2, 1, 1, 1), K_POSITIVE, 0))
+                                  : add_case(TSR_OP_ROPE, TSR_TYPE_F32, 1e-7, 2, a, KIND(S(TSR_TYPE_I32, nt, 1, 1, 1), K_POS, 0));
             c->i[0] = n_dims, c->i[1] = mode, c->i[2] = 4096;
             c->f[0] = 10000.0f, c->f[1] = v == 3 ? 0.25f : 1.0f, c->f[2] = v == 3 ? 1.0f : 0.0f;
             c->f[3] = 1.0f, c->f[4] = 32.0f, c->f[5] = 1.0f;
@@ -942,22 +901,19 @@ static void cases_copy(void) {
     add_case(TSR_OP_ARGMAX, TSR_TYPE_F32, 0, 1, S(TSR_TYPE_F32, 100, 7, 1, 1));
     add_case(TSR_OP_ARGMAX, TSR_TYPE_F32, 0, 1, S(TSR_TYPE_F32, 1, 3, 2, 1));
     const tsr_type from[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q8_0};
-    const tsr_type to[] = {TSR_TYPE_F32,  TSR_TYPE_F16,  TSR_TYPE_BF16, TSR_TYPE_Q8_0,
-                           TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1};
+    const tsr_type to[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0,
+                           TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1};
     for (size_t i = 0; i < N_OF(from); i++)
         for (size_t j = 0; j < N_OF(to); j++) {
             const tsr_type a = from[i], b = to[j];
-            if (tsr_type_is_quantized(a) && tsr_type_is_quantized(b) && a != b)
-                continue;
+            if (tsr_type_is_quantized(a) && tsr_type_is_quantized(b) && a != b) continue;
             add_case(TSR_OP_CPY, b, 1e-6, 2, S(a, 64, 3, 2, 1), S(b, 64, 3, 2, 1));
             if (!tsr_type_is_quantized(a)) {
                 add_case(TSR_OP_CPY, b, 1e-6, 2, P(S(a, 3, 64, 2, 1), 1, 0, 2, 3), S(b, 64, 3, 2, 1));
                 add_case(TSR_OP_CPY, b, 1e-6, 2, PAD(S(a, 64, 3, 1, 1)), S(b, 64, 3, 1, 1));
             }
-            if (!tsr_type_is_quantized(b))
-                add_case(TSR_OP_CPY, b, 1e-6, 2, S(a, 32, 6, 1, 1), S(b, 16, 4, 3, 1));
-            if (!tsr_type_is_quantized(a))
-                add_case(TSR_OP_CONT, b, 1e-6, 1, P(S(a, 64, 4, 3, 1), 1, 0, 2, 3))->i[0] = b;
+            if (!tsr_type_is_quantized(b)) add_case(TSR_OP_CPY, b, 1e-6, 2, S(a, 32, 6, 1, 1), S(b, 16, 4, 3, 1));
+            if (!tsr_type_is_quantized(a)) add_case(TSR_OP_CONT, b, 1e-6, 1, P(S(a, 64, 4, 3, 1), 1, 0, 2, 3))->i[0] = b;
         }
     add_case(TSR_OP_CONT, TSR_TYPE_I32, 0, 1, P(S(TSR_TYPE_I32, 5, 7, 2, 1), 2, 0, 1, 3))->i[0] = TSR_TYPE_I32;
     add_case(TSR_OP_CPY, TSR_TYPE_F32, 0, 2, S(TSR_TYPE_F32, 0, 3, 1, 1), S(TSR_TYPE_F32, 0, 3, 1, 1));
@@ -970,10 +926,9 @@ static void cases_flash_attn(void) {
         for (int v = 0; v < 4; v++) {
             const int64_t dk = 64, nq = v == 1 ? 1 : 7, nh = 4, nhk = v == 2 ? 4 : 2, nkv = v == 3 ? 1 : 33;
             src_spec q = v == 2 ? P(S(TSR_TYPE_F32, dk, nq, nh, 1), 0, 2, 1, 3) : S(TSR_TYPE_F32, dk, nq, nh, 1);
-            test_case *c = v == 0 ? add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 3, q, S(w, dk, nkv, nhk, 1),
-                                             S(w, dk, nkv, nhk, 1))
-                                  : add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 4, q, S(w, dk, nkv, nhk, 1),
-                                             S(w, dk, nkv, nhk, 1), KIND(S(TSR_TYPE_F16, nkv, nq, 1, 1), K_MASK, 0));
+            test_case *c = v == 0 ? add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 3, q, S(w, dk, nkv, nhk, 1), S(w, dk, nkv, nhk, 1))
+                                  : add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 4, q, S(w, dk, nkv, nhk, 1), S(w, dk, nkv, nhk, 1),
+                                             KIND(S(TSR_TYPE_F16, nkv, nq, 1, 1), K_MASK, 0));
             c->f[0] = 0.125f;
         }
     }
@@ -985,11 +940,11 @@ static void cases_flash_attn(void) {
             const tsr_type w = kv[t];
             const int64_t dk = zero[z][0], nq = zero[z][1], nkv = zero[z][2], dv = zero[z][3];
             for (int masked = 0; masked < 2; masked++) {
-                test_case *c = masked ? add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 4, S(TSR_TYPE_F32, dk, nq, 4, 1),
-                                                 S(w, dk, nkv, 2, 1), S(w, dv, nkv, 2, 1),
-                                                 KIND(S(TSR_TYPE_F16, nkv, nq, 1, 1), K_MASK, 0))
-                                      : add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 3, S(TSR_TYPE_F32, dk, nq, 4, 1),
-                                                 S(w, dk, nkv, 2, 1), S(w, dv, nkv, 2, 1));
+                test_case *c =
+                    masked ? add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 4, S(TSR_TYPE_F32, dk, nq, 4, 1), S(w, dk, nkv, 2, 1),
+                                      S(w, dv, nkv, 2, 1), KIND(S(TSR_TYPE_F16, nkv, nq, 1, 1), K_MASK, 0))
+                           : add_case(TSR_OP_FLASH_ATTN, w, 5e-4, 3, S(TSR_TYPE_F32, dk, nq, 4, 1), S(w, dk, nkv, 2, 1),
+                                      S(w, dv, nkv, 2, 1));
                 c->f[0] = 0.125f;
             }
         }
@@ -1007,8 +962,9 @@ static void cases_flash_attn_plans(void) {
                  S(TSR_TYPE_F16, 64, 768, 8, 1), S(TSR_TYPE_F16, 64, 768, 8, 1),
                  KIND(S(TSR_TYPE_F16, 768, 1, 1, 1), K_MASK_LIVE, live[i]))
             ->f[0] = 0.125f;
-    add_case(TSR_OP_FLASH_ATTN, TSR_TYPE_F16, 5e-4, 4, S(TSR_TYPE_F32, 16, 1024, 9, 1), S(TSR_TYPE_F16, 16, 1024, 3, 1),
-             S(TSR_TYPE_F16, 16, 1024, 3, 1), KIND(S(TSR_TYPE_F16, 1024, 1024, 1, 1), K_MASK, 0))
+    add_case(TSR_OP_FLASH_ATTN, TSR_TYPE_F16, 5e-4, 4, S(TSR_TYPE_F32, 16, 1024, 9, 1),
+             S(TSR_TYPE_F16, 16, 1024, 3, 1), S(TSR_TYPE_F16, 16, 1024, 3, 1),
+             KIND(S(TSR_TYPE_F16, 1024, 1024, 1, 1), K_MASK, 0))
         ->f[0] = 0.25f;
     /* decode over K/V laid out as the cache lays them out (the KV heads of
      * a cell side by side in its row): the tasks of a key range go to one
@@ -1085,17 +1041,17 @@ static void cases_moe(void) {
             add_mmid(w, ks[i], 33, 8, 4, 1, 33, K_INDEX, 8);
         }
         const int64_t k = ks[nk - 1];
-        add_mmid(w, k, 16, 1, 1, 1, 1, K_INDEX, 1);    /* one expert, one token */
-        add_mmid(w, k, 5, 60, 4, 4, 130, K_INDEX, 60); /* many experts, many tokens */
-        add_mmid(w, k, 70, 8, 2, 1, 130, K_CONST, 5);  /* every token on expert 5: 260 columns */
-        add_mmid(w, k, 9, 60, 1, 1, 7, K_INDEX, 3);    /* experts 3..59 unused */
-        add_mmid(w, k, 40, 3, 4, 4, 1, K_INDEX, 3);    /* decode, repeated experts in a row */
+        add_mmid(w, k, 16, 1, 1, 1, 1, K_INDEX, 1);         /* one expert, one token */
+        add_mmid(w, k, 5, 60, 4, 4, 130, K_INDEX, 60);    /* many experts, many tokens */
+        add_mmid(w, k, 70, 8, 2, 1, 130, K_CONST, 5);     /* every token on expert 5: 260 columns */
+        add_mmid(w, k, 9, 60, 1, 1, 7, K_INDEX, 3);         /* experts 3..59 unused */
+        add_mmid(w, k, 40, 3, 4, 4, 1, K_INDEX, 3);         /* decode, repeated experts in a row */
     }
     const tsr_type f = TSR_TYPE_F32;
     add_mmid(f, 32, 17, 3, 2, 2, 0, K_INDEX, 3); /* no tokens */
     add_mmid(f, 0, 17, 3, 2, 2, 5, K_INDEX, 3);  /* k = 0: empty sums */
     add_case(TSR_OP_MUL_MAT_ID, f, 5e-4, 3, S(f, 33, 12, 4, 1), P(S(f, 33, 2, 7, 1), 1, 0, 2, 3), /* strided b */
-             P(IDS(2, 7, K_INDEX, 4), 1, 0, 2, 3));                                               /* strided ids */
+             P(IDS(2, 7, K_INDEX, 4), 1, 0, 2, 3));                                                 /* strided ids */
     add_case(TSR_OP_MUL_MAT_ID, TSR_TYPE_Q8_0, 5e-4, 3, S(TSR_TYPE_Q8_0, 64, 12, 4, 1), PAD(S(f, 64, 1, 9, 1)),
              IDS(3, 9, K_INDEX, 4));
 
@@ -1115,13 +1071,10 @@ static void cases_moe(void) {
         add_case(TSR_OP_ARGSORT, f, 0, 1, P(S(f, 6, 60, 1, 1), 1, 0, 2, 3))->i[0] = o;
         add_case(TSR_OP_ARGSORT, f, 0, 1, PAD(S(f, 33, 3, 2, 1)))->i[0] = o;
     }
-    const struct {
-        int64_t n, rows;
-        int k;
-        enum kind kind;
-    } tk[] = {{60, 7, 1, K_NORMAL}, {60, 7, 4, K_NORMAL},   {8, 33, 2, K_NORMAL},   {8, 5, 8, K_NORMAL},
-              {1, 3, 1, K_NORMAL},  {100, 3, 32, K_NORMAL}, {100, 3, 33, K_NORMAL}, {300, 2, 300, K_NORMAL},
-              {64, 9, 6, K_TIES},   {128, 3, 64, K_TIES}};
+    const struct { int64_t n, rows; int k; enum kind kind; } tk[] = {
+        {60, 7, 1, K_NORMAL},  {60, 7, 4, K_NORMAL}, {8, 33, 2, K_NORMAL}, {8, 5, 8, K_NORMAL}, {1, 3, 1, K_NORMAL},
+        {100, 3, 32, K_NORMAL}, {100, 3, 33, K_NORMAL}, {300, 2, 300, K_NORMAL}, {64, 9, 6, K_TIES},
+        {128, 3, 64, K_TIES}};
     for (size_t i = 0; i < N_OF(tk); i++)
         add_case(TSR_OP_TOP_K, f, 0, 1, KIND(S(f, tk[i].n, tk[i].rows, 1, 1), tk[i].kind, 5))->i[0] = tk[i].k;
     add_case(TSR_OP_TOP_K, f, 0, 1, P(S(f, 3, 40, 2, 1), 1, 0, 2, 3))->i[0] = 2;
@@ -1344,8 +1297,7 @@ static void check_shared_activations(tsr_backend *b) {
 }
 
 static int mode_test(tsr_backend *b, int verbose) {
-    if (!large)
-        check_coverage();
+    if (!large) check_coverage();
     if (!large && (!only_op || !strcmp(only_op, "mul_mat_id"))) {
         rs = 77;
         check_moe_range(b);
@@ -1356,14 +1308,11 @@ static int mode_test(tsr_backend *b, int verbose) {
     if (!device_name)
         check_threads_identical();
     for (int i = 0; i < n_cases; i++) {
-        if (only_op && strcmp(only_op, tsr__op_name(cases[i].op)) != 0)
-            continue;
+        if (only_op && strcmp(only_op, tsr__op_name(cases[i].op)) != 0) continue;
         int supported;
         const int r = run_case(b, &cases[i], (uint64_t)i + 1, verbose, &supported);
-        if (!supported)
-            n_skip++;
-        else
-            CHECK(!r, "case %d (%s), see above", i, tsr__op_name(cases[i].op));
+        if (!supported) n_skip++;
+        else CHECK(!r, "case %d (%s), see above", i, tsr__op_name(cases[i].op));
     }
     printf("\nworst NMSE per op:\n");
     for (int o = 0; o < TSR_OP_COUNT; o++) printf("  %-10s %.3g\n", tsr__op_name(o), worst_nmse[o]);
@@ -1372,22 +1321,20 @@ static int mode_test(tsr_backend *b, int verbose) {
 }
 
 static int mode_list(tsr_backend *b) {
-    static const tsr_type cols[] = {TSR_TYPE_F32,  TSR_TYPE_F16,  TSR_TYPE_BF16, TSR_TYPE_Q8_0,
-                                    TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1,
-                                    TSR_TYPE_Q4_K, TSR_TYPE_Q5_K, TSR_TYPE_Q6_K, TSR_TYPE_I32};
+    static const tsr_type cols[] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_BF16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0,
+                                    TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q5_1, TSR_TYPE_Q4_K, TSR_TYPE_Q5_K,
+                                    TSR_TYPE_Q6_K, TSR_TYPE_I32};
     int status[TSR_OP_COUNT][N_OF(cols)]; /* 0 untested, 1 ok, 2 fail, 3 unsupported */
     memset(status, 0, sizeof status);
     for (int i = 0; i < n_cases; i++) {
         size_t col = 0;
         while (col < N_OF(cols) && cols[col] != cases[i].type) col++;
-        if (col == N_OF(cols))
-            continue;
+        if (col == N_OF(cols)) continue;
         int supported;
         const int r = run_case(b, &cases[i], (uint64_t)i + 1, 0, &supported);
         int *st = &status[cases[i].op][col];
         const int v = !supported ? 3 : r ? 2 : 1;
-        if (*st == 0 || v == 2)
-            *st = v;
+        if (*st == 0 || v == 2) *st = v;
     }
     printf("| op |");
     for (size_t c = 0; c < N_OF(cols); c++) printf(" %s |", tsr_type_name(cols[c]));
@@ -1430,10 +1377,8 @@ static double time_compute(tsr_context *ctx, tsr_tensor *out, int n_threads, dou
         }
         const double dt = now_s() - t0, dc = (cpu_s() - c0) / n_threads;
         total += dt;
-        if (dt < best)
-            best = dt;
-        if (dc < *cpu_best)
-            *cpu_best = dc;
+        if (dt < best) best = dt;
+        if (dc < *cpu_best) *cpu_best = dc;
     }
     return best;
 }
@@ -1472,8 +1417,8 @@ static void perf_op(tsr_backend *b, const test_case *c, int n_threads) {
     for (int i = 0; i < c->n_src; i++) bytes += s[i].t ? tsr_tensor_nbytes(s[i].t) : 0;
     if (t > 0)
         printf("| %-8s | %-5s | %d | %lld elements | %7.2f GB/s | %7.2f GB/s | | %.3f ms |\n", tsr__op_name(c->op),
-               tsr_type_name(c->type), n_threads, (long long)nel(c->src[0].ne), bytes / t * 1e-9, bytes / tc * 1e-9,
-               t * 1e3);
+               tsr_type_name(c->type), n_threads, (long long)nel(c->src[0].ne), bytes / t * 1e-9,
+               bytes / tc * 1e-9, t * 1e3);
     for (int i = 0; i < 4; i++) free(s[i].v);
     tsr_context_close(ctx);
 }
@@ -1483,49 +1428,28 @@ static int mode_perf(const char *device, int max_threads) {
     const tsr_type types[] = {TSR_TYPE_F16, TSR_TYPE_Q8_0, TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q4_K};
     for (int nt = 1; nt <= max_threads; nt++) {
         tsr_backend *b = make_backend(device, nt);
-        if (!b)
-            return 1;
-        printf(
-            "\n| op | type | threads | shape | GFLOP/s (wall) | GFLOP/s (CPU time / threads) | weights GB/s | best wall time |\n"
-            "|---|---|---|---|---|---|---|---|\n");
+        if (!b) return 1;
+        printf("\n| op | type | threads | shape | GFLOP/s (wall) | GFLOP/s (CPU time / threads) | weights GB/s | best wall time |\n"
+               "|---|---|---|---|---|---|---|---|\n");
         for (size_t t = 0; t < N_OF(types) && (!only_op || !strcmp(only_op, "mul_mat")); t++) {
             perf_mul_mat(b, types[t], 4096, 4096, 1, nt);
             perf_mul_mat(b, types[t], 2048, 2048, 512, nt);
         }
         test_case pc[6];
         memset(pc, 0, sizeof pc);
-        pc[0] = (test_case){.op = TSR_OP_ADD,
-                            .type = TSR_TYPE_F32,
-                            .n_src = 2,
+        pc[0] = (test_case){.op = TSR_OP_ADD, .type = TSR_TYPE_F32, .n_src = 2,
                             .src = {S(TSR_TYPE_F32, 4096, 512, 1, 1), S(TSR_TYPE_F32, 4096, 512, 1, 1)}};
-        pc[1] = (test_case){.op = TSR_OP_RMS_NORM,
-                            .type = TSR_TYPE_F32,
-                            .n_src = 1,
-                            .src = {S(TSR_TYPE_F32, 4096, 512, 1, 1)},
-                            .f = {1e-5f}};
-        pc[2] = (test_case){.op = TSR_OP_SOFTMAX,
-                            .type = TSR_TYPE_F32,
-                            .n_src = 1,
-                            .src = {S(TSR_TYPE_F32, 4096, 512, 1, 1)},
-                            .f = {1.0f}};
-        pc[3] = (test_case){.op = TSR_OP_SWIGLU,
-                            .type = TSR_TYPE_F32,
-                            .n_src = 2,
+        pc[1] = (test_case){.op = TSR_OP_RMS_NORM, .type = TSR_TYPE_F32, .n_src = 1, .src = {S(TSR_TYPE_F32, 4096, 512, 1, 1)}, .f = {1e-5f}};
+        pc[2] = (test_case){.op = TSR_OP_SOFTMAX, .type = TSR_TYPE_F32, .n_src = 1, .src = {S(TSR_TYPE_F32, 4096, 512, 1, 1)}, .f = {1.0f}};
+        pc[3] = (test_case){.op = TSR_OP_SWIGLU, .type = TSR_TYPE_F32, .n_src = 2,
                             .src = {S(TSR_TYPE_F32, 4096, 512, 1, 1), S(TSR_TYPE_F32, 4096, 512, 1, 1)}};
-        pc[4] = (test_case){.op = TSR_OP_CONT,
-                            .type = TSR_TYPE_F16,
-                            .n_src = 1,
-                            .src = {P(S(TSR_TYPE_F32, 512, 4096, 1, 1), 1, 0, 2, 3)},
-                            .i = {TSR_TYPE_F16}};
-        pc[5] = (test_case){.op = TSR_OP_ROPE,
-                            .type = TSR_TYPE_F32,
-                            .n_src = 2,
+        pc[4] = (test_case){.op = TSR_OP_CONT, .type = TSR_TYPE_F16, .n_src = 1,
+                            .src = {P(S(TSR_TYPE_F32, 512, 4096, 1, 1), 1, 0, 2, 3)}, .i = {TSR_TYPE_F16}};
+        pc[5] = (test_case){.op = TSR_OP_ROPE, .type = TSR_TYPE_F32, .n_src = 2,
                             .src = {S(TSR_TYPE_F32, 64, 32, 512, 1), KIND(S(TSR_TYPE_I32, 512, 1, 1, 1), K_POS, 0)},
-                            .i = {64, 0, 4096},
-                            .f = {10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f}};
+                            .i = {64, 0, 4096}, .f = {10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f}};
         for (int i = 0; i < 6; i++)
-            if (!only_op || !strcmp(only_op, tsr__op_name(pc[i].op)))
-                perf_op(b, &pc[i], nt);
+            if (!only_op || !strcmp(only_op, tsr__op_name(pc[i].op))) perf_op(b, &pc[i], nt);
         tsr_backend_free(b);
     }
     return 0;
@@ -1539,18 +1463,12 @@ int main(int argc, char **argv) {
     const char *large_env = getenv("TSR_TEST_LARGE");
     large = large_env && strcmp(large_env, "1") == 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-d") == 0 && i + 1 < argc)
-            device = argv[++i];
-        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc)
-            only_op = argv[++i];
-        else if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
-            threads = atoi(argv[++i]);
-        else if (strcmp(argv[i], "-v") == 0)
-            verbose = 1;
-        else if (strcmp(argv[i], "-L") == 0)
-            large = 1;
-        else if (!strcmp(argv[i], "test") || !strcmp(argv[i], "perf") || !strcmp(argv[i], "list"))
-            mode = argv[i];
+        if (strcmp(argv[i], "-d") == 0 && i + 1 < argc) device = argv[++i];
+        else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) only_op = argv[++i];
+        else if (strcmp(argv[i], "-t") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-v") == 0) verbose = 1;
+        else if (strcmp(argv[i], "-L") == 0) large = 1;
+        else if (!strcmp(argv[i], "test") || !strcmp(argv[i], "perf") || !strcmp(argv[i], "list")) mode = argv[i];
         else {
             fprintf(stderr, "usage: %s [test|perf|list] [-d DEVICE] [-o OP] [-t THREADS] [-L] [-v]\n", argv[0]);
             return 2;
@@ -1560,13 +1478,10 @@ int main(int argc, char **argv) {
         SKIP("device %s not present", device);
     make_cases();
     device_name = device;
-    if (strcmp(mode, "perf") == 0)
-        return mode_perf(device, threads);
+    if (strcmp(mode, "perf") == 0) return mode_perf(device, threads);
     tsr_backend *b = make_backend(device, threads);
-    if (!b)
-        return 1;
-    if (device && strcasecmp(device, "CPU") != 0 && !(cpu_backend = make_backend("CPU", threads)))
-        return 1;
+    if (!b) return 1;
+    if (device && strcasecmp(device, "CPU") != 0 && !(cpu_backend = make_backend("CPU", threads))) return 1;
     printf("device %s, %d cases\n", device ? device : "CPU", n_cases);
     const int r = strcmp(mode, "list") == 0 ? mode_list(b) : mode_test(b, verbose);
     tsr_backend_free(b);
