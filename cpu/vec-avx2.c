@@ -661,6 +661,63 @@ static void quantize_q8_1(const float *x, void *vy, int64_t n) {
     }
 }
 
+/* Q8_K (the activations of the K-quant dots) bit for bit as the reference
+ * tsr__quantize_q8_K: the value of largest magnitude (the first of equal
+ * ones; NaNs ignored) maps to -127, the products rounded half to even (the
+ * default MXCSR rounding of VCVTPS2DQ, as the reference's magic number),
+ * products that are not finite or past 2^22 (an infinite multiplier: the
+ * block's largest magnitude infinite, or below 127 / FLT_MAX) 0 as there;
+ * 16-value sums. The reference's scalar loops cost 7-8 cycles a value and
+ * every thread converts the whole row of a decode matmul. */
+static void quantize_q8_K(const float *x, void *vy, int64_t n) {
+    tsr_block_q8_K *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(0x1p22f);
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    for (int64_t i = 0; i < n / TSR_QK_K; i++, x += TSR_QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < TSR_QK_K; j += 8) /* (a NaN operand first: the other is kept) */
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+        __m128 r = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        r = _mm_max_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_max_ss(r, _mm_movehdup_ps(r));
+        const float amax = _mm_cvtss_f32(r);
+        if (amax == 0.0f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float max = 0.0f;
+        const __m256 av = _mm256_set1_ps(amax);
+        for (int j = 0; j < TSR_QK_K; j += 8) {
+            const int hit = _mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), av, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[j + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m256 mul = _mm256_set1_ps(iscale);
+        for (int j = 0; j < TSR_QK_K; j += 32) {
+            __m256i q32[4];
+            UNROLL4 for (int k = 0; k < 4; k++) {
+                const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), mul);
+                const __m256 ok = _mm256_cmp_ps(_mm256_andnot_ps(sign, p), big, _CMP_LT_OQ);
+                q32[k] = _mm256_cvtps_epi32(_mm256_and_ps(p, ok));
+            }
+            const __m256i q = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(q32[0], q32[1]), _mm256_packs_epi32(q32[2], q32[3])),
+                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + j), q);
+            __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16); /* sums of 4, 16 values a half */
+            t = _mm256_hadd_epi32(t, t);
+            t = _mm256_hadd_epi32(t, t);
+            y[i].bsums[j / 16] = (int16_t)_mm256_extract_epi32(t, 0);
+            y[i].bsums[j / 16 + 1] = (int16_t)_mm256_extract_epi32(t, 4);
+        }
+        y[i].d = 1 / iscale;
+    }
+}
+
 static void f16_from_float(const float *x, void *vy, int64_t n) {
     uint16_t *y = vy;
     int64_t i = 0;
@@ -1176,6 +1233,7 @@ void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k) {
     k->vec_dot4[TSR_TYPE_Q6_K] = dot4_q6_K;
     k->from_float[TSR_TYPE_Q8_0] = quantize_q8_0;
     k->from_float[TSR_TYPE_Q8_1] = quantize_q8_1;
+    k->from_float[TSR_TYPE_Q8_K] = quantize_q8_K;
     k->from_float[TSR_TYPE_F16] = f16_from_float;
     k->to_float[TSR_TYPE_F16] = f16_to_float;
     tsr__cpu_gemm_avx2(k); /* the quantized gemms (gemm-avx2.c) */

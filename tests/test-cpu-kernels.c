@@ -580,6 +580,41 @@ static void check_softmax_step(const tsr_cpu_kernels *k) {
 }
 
 /* exp/silu helpers over their whole range, -inf and overflow included. */
+/* Q8_K activations (the K-quant dots') bit for bit as the reference: random
+ * rows, ties of the largest magnitude in both signs (the first wins), zero
+ * blocks, values too small for a finite multiplier, infinities and NaNs. */
+static void check_q8_K(const tsr_cpu_kernels *k) {
+    enum { NB = 12, N = NB * 256 };
+    static float x[N];
+    static tsr_block_q8_K a[NB], r[NB];
+    uint32_t s = 12345;
+    for (int i = 0; i < N; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (float)(1 + i / 256);
+    }
+    for (int i = 0; i < 256; i++) x[256 + i] = (float)((i * 37) % 9) - 4.0f; /* 4: -4 at i = 0 first, +4 later */
+    x[512 + 200] = 3.0f, x[512 + 100] = -3.0f;                                /* block 2 (<= 0.5 else): -3 first */
+    for (int i = 0; i < 256; i++) x[768 + i] = 0.0f;                          /* block 3: zeros */
+    for (int i = 0; i < 256; i++) x[1024 + i] = (i % 3 - 1) * 1e-38f;         /* block 4: multiplier infinite */
+    x[1280 + 17] = INFINITY;                                                  /* block 5 */
+    x[1536 + 40] = NAN, x[1536 + 41] = -NAN;                                  /* block 6: NaNs ignored by the max */
+    for (int i = 0; i < 256; i++) x[1792 + i] = NAN;                          /* block 7: all NaN */
+    x[2048 + 255] = -1e30f;                                                   /* block 8: the last value largest */
+    for (int i = 0; i < 256; i++) x[2304 + i] = (i & 1) ? 2.5f : -2.5f;      /* block 9: all equal magnitudes */
+    tsr__type_traits(TSR_TYPE_Q8_K)->from_float(x, r, N);
+    memset(a, 0x5A, sizeof a);
+    k->from_float[TSR_TYPE_Q8_K](x, a, N);
+    for (int b = 0; b < NB; b++) {
+        if (b == 5 || b == 6 || b == 7) { /* non-finite inputs: the values compared, the scale's bits may differ (NaN) */
+            CHECK(!memcmp(a[b].qs, r[b].qs, sizeof a[b].qs) && !memcmp(a[b].bsums, r[b].bsums, sizeof a[b].bsums),
+                  "%s q8_K block %d (non-finite input) differs from the reference", k->name, b);
+            continue;
+        }
+        CHECK(!memcmp(&a[b], &r[b], sizeof a[b]), "%s q8_K block %d differs from the reference (d %g vs %g)", k->name,
+              b, a[b].d, r[b].d);
+    }
+}
+
 static void check_math(const tsr_cpu_kernels *k) {
     enum { N = 2003 };
     float y[N], x[N], z[N];
@@ -772,6 +807,7 @@ int main(void) {
         printf("variant %s\n", k.name);
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
         check_math(&k);
+        check_q8_K(&k);
         check_rows(&k);
         check_gemm(&k);
         check_gemm_extremes(&k);
