@@ -579,7 +579,6 @@ static void check_softmax_step(const tsr_cpu_kernels *k) {
     rng = rng0;
 }
 
-/* exp/silu helpers over their whole range, -inf and overflow included. */
 /* Q8_K activations (the K-quant dots') bit for bit as the reference: random
  * rows, ties of the largest magnitude in both signs (the first wins), zero
  * blocks, values too small for a finite multiplier, infinities and NaNs. */
@@ -592,8 +591,8 @@ static void check_q8_K(const tsr_cpu_kernels *k) {
         s = s * 1664525u + 1013904223u;
         x[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (float)(1 + i / 256);
     }
-    for (int i = 0; i < 256; i++) x[256 + i] = (float)((i * 37) % 9) - 4.0f; /* 4: -4 at i = 0 first, +4 later */
-    x[512 + 200] = 3.0f, x[512 + 100] = -3.0f;                                /* block 2 (<= 0.5 else): -3 first */
+    for (int i = 0; i < 256; i++) x[256 + i] = (float)((i * 37) % 9) - 4.0f; /* block 1: -4 first, +4 at i = 8 */
+    x[512 + 200] = 3.0f, x[512 + 100] = -3.0f;                                /* block 2 (rest below 1.5): -3 first */
     for (int i = 0; i < 256; i++) x[768 + i] = 0.0f;                          /* block 3: zeros */
     for (int i = 0; i < 256; i++) x[1024 + i] = (i % 3 - 1) * 1e-38f;         /* block 4: multiplier infinite */
     x[1280 + 17] = INFINITY;                                                  /* block 5 */
@@ -615,6 +614,7 @@ static void check_q8_K(const tsr_cpu_kernels *k) {
     }
 }
 
+/* exp/silu helpers over their whole range, -inf and overflow included. */
 static void check_math(const tsr_cpu_kernels *k) {
     enum { N = 2003 };
     float y[N], x[N], z[N];
