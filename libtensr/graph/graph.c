@@ -3,7 +3,9 @@
  * through sources and view sources, each once, in an order where a tensor
  * comes after everything it reads. Iterative (no recursion depth limit);
  * arrays are kept between computes so a graph no larger than an earlier one
- * allocates nothing.
+ * allocates nothing. Matmuls of one activation tensor (Q, K and V of a
+ * layer; gate and up) are then made neighbours where the order allows it
+ * (tsr_cluster), so that a device can run them together.
  */
 #include "core.h"
 
@@ -72,6 +74,59 @@ static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
     return TSR_OK;
 }
 
+/* ---- matmuls of one activation made neighbours ------------------------------ */
+
+#define CLUSTER_AHEAD 16 /* nodes looked past for a matmul of the same activations */
+
+static const tsr_tensor *tsr_root(const tsr_tensor *t) {
+    while (t->view_src) t = t->view_src;
+    return t;
+}
+
+/* Whether node b may run before nodes[from, to) (b = nodes[to]): none of
+ * them is b's source or a view source on the way to one, and none writes in
+ * place into storage b reads (b itself writes only its own). */
+static bool tsr_may_hoist(tsr_tensor *const *nodes, size_t from, size_t to) {
+    const tsr_tensor *b = nodes[to];
+    if (b->view_src)
+        return false;
+    for (size_t m = from; m < to; m++) {
+        const tsr_tensor *n = nodes[m];
+        const tsr_tensor *nroot = n->view_src ? tsr_root(n) : NULL;
+        for (int j = 0; j < TSR_MAX_SRC; j++)
+            for (const tsr_tensor *t = b->src[j]; t; t = t->view_src)
+                if (t == n || (nroot && t == nroot))
+                    return false;
+    }
+    return true;
+}
+
+/* After each matmul, the matmuls of the same activation tensor found within
+ * CLUSTER_AHEAD nodes move up to follow it, when nothing they skip is theirs
+ * to wait for (tsr_may_hoist); the order stays topological. */
+static void tsr_cluster(tsr_graph *g) {
+    tsr_tensor **nodes = g->nodes;
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        const tsr_tensor *a = nodes[i];
+        if (a->op != TSR_OP_MUL_MAT || !a->src[1])
+            continue;
+        size_t end = i + 1; /* the group is nodes[i, end) */
+        for (size_t j = end; j < g->n_nodes && j <= end + CLUSTER_AHEAD; j++) {
+            tsr_tensor *b = nodes[j];
+            if (b->op != TSR_OP_MUL_MAT || b->src[1] != a->src[1])
+                continue;
+            if (j > end) {
+                if (!tsr_may_hoist(nodes, end, j))
+                    continue;
+                memmove(nodes + end + 1, nodes + end, (j - end) * sizeof *nodes);
+                nodes[end] = b;
+            }
+            end++;
+        }
+        i = end - 1;
+    }
+}
+
 tsr_status tsr__graph_build(tsr_graph *g, tsr_tensor *const *outs, size_t n_outs, uint32_t mark) {
     g->n_nodes = g->n_leafs = g->n_views = 0;
     for (size_t i = 0; i < n_outs; i++) {
@@ -79,6 +134,7 @@ tsr_status tsr__graph_build(tsr_graph *g, tsr_tensor *const *outs, size_t n_outs
         if (s != TSR_OK)
             return s;
     }
+    tsr_cluster(g);
     return TSR_OK;
 }
 
