@@ -2,8 +2,9 @@
  * cpu.c - the CPU backend: one device "CPU" (description = CPU model), its
  * host buffer type "CPU", streams (a persistent threadpool plus a work
  * buffer sized by reserve), op support, and the graph runner that executes
- * nodes in order, every node split over all threads, with a barrier
- * between nodes.
+ * nodes in order, every node split over all threads, with a barrier after
+ * each phase: neighbouring nodes independent of each other share one
+ * (plan_phases).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -74,6 +75,11 @@ typedef struct cpu_op {
     bool (*supports)(const tsr_tensor *op);
     kernel_fn kernel;
     size_t (*work)(const tsr_tensor *node, int nth);
+    /* The kernel has no barrier, shares no stream state (the dynamic
+     * counter, the batched matmuls' conversion) and partitions only its own
+     * scratch, so the node may run in a phase with others (plan_phases);
+     * MUL_MAT only on the one-column path. */
+    bool shares;
 } cpu_op;
 
 static bool is_float_type(tsr_type t) { return t == TSR_TYPE_F32 || t == TSR_TYPE_F16 || t == TSR_TYPE_BF16; }
@@ -188,32 +194,32 @@ static size_t work_sort(const tsr_tensor *node, int nth) { return tsr__cpu_argso
 static const cpu_op cpu_ops[] = {
     [TSR_OP_NONE] = {sup_leaf, NULL, NULL},
     [TSR_OP_VIEW] = {sup_leaf, NULL, NULL},
-    [TSR_OP_ADD] = {sup_binary, tsr__cpu_op_binary, NULL},
-    [TSR_OP_SUB] = {sup_binary, tsr__cpu_op_binary, NULL},
-    [TSR_OP_MUL] = {sup_binary, tsr__cpu_op_binary, NULL},
-    [TSR_OP_DIV] = {sup_binary, tsr__cpu_op_binary, NULL},
-    [TSR_OP_SCALE] = {sup_unary, tsr__cpu_op_scale, NULL},
-    [TSR_OP_MUL_MAT] = {sup_mul_mat, tsr__cpu_op_mul_mat, tsr__cpu_mul_mat_work},
-    [TSR_OP_GET_ROWS] = {sup_get_rows, tsr__cpu_op_get_rows, NULL},
-    [TSR_OP_SET_ROWS] = {sup_set_rows, tsr__cpu_op_set_rows, work_set_rows},
-    [TSR_OP_RMS_NORM] = {sup_unary, tsr__cpu_op_norm, NULL},
-    [TSR_OP_NORM] = {sup_unary, tsr__cpu_op_norm, NULL},
-    [TSR_OP_ROPE] = {sup_rope, tsr__cpu_op_rope, work_rope},
-    [TSR_OP_SOFTMAX] = {sup_softmax, tsr__cpu_op_softmax, NULL},
-    [TSR_OP_SILU] = {sup_unary, tsr__cpu_op_unary, NULL},
-    [TSR_OP_GELU] = {sup_unary, tsr__cpu_op_unary, NULL},
-    [TSR_OP_SWIGLU] = {sup_glu, tsr__cpu_op_glu, NULL},
-    [TSR_OP_GEGLU] = {sup_glu, tsr__cpu_op_glu, NULL},
-    [TSR_OP_CONCAT] = {sup_concat, tsr__cpu_op_concat, NULL},
-    [TSR_OP_ARGMAX] = {sup_unary, tsr__cpu_op_argmax, NULL},
-    [TSR_OP_CPY] = {sup_cpy, tsr__cpu_op_cpy, work_cpy},
-    [TSR_OP_CONT] = {sup_cpy, tsr__cpu_op_cpy, work_cpy},
-    [TSR_OP_FLASH_ATTN] = {sup_flash_attn, tsr__cpu_op_flash_attn, tsr__cpu_flash_attn_work},
-    [TSR_OP_MUL_MAT_ID] = {sup_mul_mat_id, tsr__cpu_op_mul_mat_id, tsr__cpu_mul_mat_id_work},
-    [TSR_OP_ARGSORT] = {sup_unary, tsr__cpu_op_argsort, work_sort},
-    [TSR_OP_TOP_K] = {sup_unary, tsr__cpu_op_argsort, work_sort},
-    [TSR_OP_SIGMOID] = {sup_unary, tsr__cpu_op_unary, NULL},
-    [TSR_OP_SUM_ROWS] = {sup_unary, tsr__cpu_op_sum_rows, NULL},
+    [TSR_OP_ADD] = {sup_binary, tsr__cpu_op_binary, NULL, true},
+    [TSR_OP_SUB] = {sup_binary, tsr__cpu_op_binary, NULL, true},
+    [TSR_OP_MUL] = {sup_binary, tsr__cpu_op_binary, NULL, true},
+    [TSR_OP_DIV] = {sup_binary, tsr__cpu_op_binary, NULL, true},
+    [TSR_OP_SCALE] = {sup_unary, tsr__cpu_op_scale, NULL, true},
+    [TSR_OP_MUL_MAT] = {sup_mul_mat, tsr__cpu_op_mul_mat, tsr__cpu_mul_mat_work, true},
+    [TSR_OP_GET_ROWS] = {sup_get_rows, tsr__cpu_op_get_rows, NULL, true},
+    [TSR_OP_SET_ROWS] = {sup_set_rows, tsr__cpu_op_set_rows, work_set_rows, true},
+    [TSR_OP_RMS_NORM] = {sup_unary, tsr__cpu_op_norm, NULL, true},
+    [TSR_OP_NORM] = {sup_unary, tsr__cpu_op_norm, NULL, true},
+    [TSR_OP_ROPE] = {sup_rope, tsr__cpu_op_rope, work_rope, true},
+    [TSR_OP_SOFTMAX] = {sup_softmax, tsr__cpu_op_softmax, NULL, true},
+    [TSR_OP_SILU] = {sup_unary, tsr__cpu_op_unary, NULL, true},
+    [TSR_OP_GELU] = {sup_unary, tsr__cpu_op_unary, NULL, true},
+    [TSR_OP_SWIGLU] = {sup_glu, tsr__cpu_op_glu, NULL, true},
+    [TSR_OP_GEGLU] = {sup_glu, tsr__cpu_op_glu, NULL, true},
+    [TSR_OP_CONCAT] = {sup_concat, tsr__cpu_op_concat, NULL, true},
+    [TSR_OP_ARGMAX] = {sup_unary, tsr__cpu_op_argmax, NULL, true},
+    [TSR_OP_CPY] = {sup_cpy, tsr__cpu_op_cpy, work_cpy, true},
+    [TSR_OP_CONT] = {sup_cpy, tsr__cpu_op_cpy, work_cpy, true},
+    [TSR_OP_FLASH_ATTN] = {sup_flash_attn, tsr__cpu_op_flash_attn, tsr__cpu_flash_attn_work, false},
+    [TSR_OP_MUL_MAT_ID] = {sup_mul_mat_id, tsr__cpu_op_mul_mat_id, tsr__cpu_mul_mat_id_work, false},
+    [TSR_OP_ARGSORT] = {sup_unary, tsr__cpu_op_argsort, work_sort, true},
+    [TSR_OP_TOP_K] = {sup_unary, tsr__cpu_op_argsort, work_sort, true},
+    [TSR_OP_SIGMOID] = {sup_unary, tsr__cpu_op_unary, NULL, true},
+    [TSR_OP_SUM_ROWS] = {sup_unary, tsr__cpu_op_sum_rows, NULL, true},
 };
 /* A new op in TSR_OPS stops the build here until it has an entry above. */
 _Static_assert(TSR_OP_COUNT == 28, "cpu/cpu.c: give the new op an entry in cpu_ops");
@@ -290,19 +296,22 @@ tsr_status tsr__cpu_stream_new(tsr_device *d, int n_threads, tsr_stream **out) {
         tsr__free(s);
         return st;
     }
-    s->claims = tsr__aligned_alloc(TSR_ALIGN, (size_t)n_threads * sizeof *s->claims);
+    const size_t n_claims = (size_t)n_threads * TSR_CPU_PHASE_MAX;
+    s->claims = tsr__aligned_alloc(TSR_ALIGN, n_claims * sizeof *s->claims);
     if (!s->claims) {
         tsr__tp_free(s->tp);
         tsr__free(s);
         return tsr__error(TSR_E_NOMEM, "cpu: out of memory creating a stream");
     }
-    for (int t = 0; t < n_threads; t++) atomic_init(&s->claims[t].w, 0);
+    for (size_t t = 0; t < n_claims; t++) atomic_init(&s->claims[t].w, 0);
     s->seq = 1; /* claims start at sequence 0: stale */
     s->device = d;
     s->n_threads = n_threads;
     s->k = tsr__cpu_kernels();
     const char *rp = getenv("TSR_CPU_REPACK");
     s->repack = !(rp && strcmp(rp, "0") == 0);
+    const char *ph = getenv("TSR_CPU_PHASES");
+    s->phases = !(ph && strcmp(ph, "0") == 0);
     *out = s;
     return TSR_OK;
 }
@@ -313,6 +322,7 @@ void tsr__cpu_stream_free(tsr_stream *s) {
     tsr__tp_free(s->tp);
     tsr__aligned_free(s->claims);
     tsr__aligned_free(s->work);
+    tsr__free(s->plan);
     tsr__free(s);
 }
 
@@ -328,24 +338,104 @@ static tsr_status ensure_work(tsr_stream *s, size_t need) {
     return TSR_OK;
 }
 
-/* The work buffer of a job: every node's scratch from offset 0, then
- * (*conv_off on) the batched matmuls' converted activations. */
-static size_t nodes_work(const tsr_stream *s, tsr_tensor *const *nodes, size_t n, size_t *conv_off) {
-    size_t need = 0, conv = 0;
+static kernel_fn kernel_of(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? cpu_ops[op].kernel : NULL; }
+
+/* Whether the job runs node (leafs, views and empty results do not). */
+static bool node_runs(const tsr_tensor *node) { return kernel_of(node->op) && tsr__nelements(node) != 0; }
+
+static bool node_shares(const tsr_stream *s, const tsr_tensor *node) {
+    if (!s->phases || !cpu_ops[node->op].shares)
+        return false;
+    if (node->op == TSR_OP_MUL_MAT) /* (an empty sum is a memset by thread 0) */
+        return node->src[0]->ne[0] != 0 && tsr__cpu_mul_mat_gemv(s->k, node, NULL);
+    return true;
+}
+
+static bool overlap(const tsr_tensor *a, const tsr_tensor *b) {
+    if (!a || !b || !a->data || !b->data)
+        return false;
+    const char *alo = a->data, *blo = b->data;
+    return alo < blo + tsr__nbytes(b) && blo < alo + tsr__nbytes(a);
+}
+
+/* Whether x and y may not run at once: one writes bytes the other reads or
+ * writes (a node writes only its own bytes; views and sources are spans). */
+static bool conflict(const tsr_tensor *x, const tsr_tensor *y) {
+    if (overlap(x, y))
+        return true;
+    for (int j = 0; j < TSR_MAX_SRC; j++)
+        if (overlap(x, y->src[j]) || overlap(y, x->src[j]))
+            return true;
+    return false;
+}
+
+/* The job's phases (s->plan) and its work buffer: each phase's nodes'
+ * scratch one after the other from offset 0 (a one-column matmul of the
+ * activations an earlier one of the phase converted the same way shares
+ * that one's: each thread converted the row there already), then, at
+ * *conv_off, the batched matmuls' converted activations. Greedy: a node
+ * joins the phase before it when it and every node there share
+ * (node_shares), it conflicts with none of them and the phase has room;
+ * nodes the job skips change nothing. Returns the bytes, or 0 with
+ * *conv_off = SIZE_MAX when the plan could not be allocated. */
+static size_t plan_phases(tsr_stream *s, tsr_tensor *const *nodes, size_t n, size_t *conv_off) {
+    if (!TSR_GROW(s->plan, s->cap_plan, n ? n : 1)) {
+        *conv_off = SIZE_MAX;
+        return 0;
+    }
+    size_t need = 0, conv = 0, work = 0, member[TSR_CPU_PHASE_MAX];
+    int nm = 0;
+    bool sharing = false;
     for (size_t i = 0; i < n; i++) {
-        size_t w = tsr__cpu_work_size(nodes[i], s->n_threads);
-        if (w > need)
-            need = w;
-        if (nodes[i]->op == TSR_OP_MUL_MAT && (w = tsr__cpu_mul_mat_conv(nodes[i])) > conv)
-            conv = w;
+        tsr_tensor *node = nodes[i];
+        s->plan[i] = (tsr_cpu_node_plan){0, 0, false, false};
+        if (!node_runs(node))
+            continue;
+        size_t w = tsr__pad(tsr__cpu_work_size(node, s->n_threads), TSR_ALIGN), c;
+        if (node->op == TSR_OP_MUL_MAT && (c = tsr__cpu_mul_mat_conv(node)) > conv)
+            conv = c;
+        const bool sh = node_shares(s, node);
+        bool join = nm > 0 && nm < TSR_CPU_PHASE_MAX && sh && sharing;
+        for (int m = 0; join && m < nm; m++) join = !conflict(node, nodes[member[m]]);
+        if (!join && nm > 0) { /* the phase before ends */
+            s->plan[member[nm - 1]].barrier = true;
+            need = work > need ? work : need;
+            nm = 0;
+            work = 0;
+        }
+        if (nm == 0)
+            sharing = sh;
+        tsr_cpu_node_plan *pl = &s->plan[i];
+        pl->slot = (uint8_t)nm;
+        pl->woff = work;
+        tsr_type dt, dm;
+        if (sh && node->op == TSR_OP_MUL_MAT && tsr__cpu_mul_mat_gemv(s->k, node, &dt))
+            for (int m = nm - 1; m >= 0; m--) {
+                const tsr_tensor *o = nodes[member[m]];
+                if (o->op == TSR_OP_MUL_MAT && o->src[1] == node->src[1] && tsr__cpu_mul_mat_gemv(s->k, o, &dm) &&
+                    dm == dt && !s->plan[member[m]].conv_ready) {
+                    pl->woff = s->plan[member[m]].woff;
+                    pl->conv_ready = true;
+                    break;
+                }
+            }
+        if (!pl->conv_ready)
+            work += w;
+        member[nm++] = i;
+    }
+    if (nm > 0) {
+        s->plan[member[nm - 1]].barrier = true;
+        need = work > need ? work : need;
     }
     *conv_off = tsr__pad(need, TSR_ALIGN);
     return *conv_off + conv;
 }
 
 tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
-    size_t conv_off;
-    return ensure_work(s, nodes_work(s, nodes, n, &conv_off));
+    size_t conv_off, need = plan_phases(s, nodes, n, &conv_off);
+    if (conv_off == SIZE_MAX)
+        return tsr__error(TSR_E_NOMEM, "cpu: out of host memory planning %zu nodes", n);
+    return ensure_work(s, need);
 }
 
 void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) {
@@ -358,8 +448,6 @@ void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) {
     va_end(ap);
     atomic_store(&s->error, (int)st);
 }
-
-static kernel_fn kernel_of(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? cpu_ops[op].kernel : NULL; }
 
 /* Prefetch at the barriers: a thread that waits requests the rows it will
  * read first in the next one-column matmul (within PF_NODES nodes), at most
@@ -385,24 +473,33 @@ static void next_prefetch(const tsr_stream *s, size_t i, int ith, int nth, size_
     }
 }
 
-/* The job every thread runs: all nodes, a barrier after each. */
+/* The job every thread runs: all nodes, a barrier after each phase. */
 static void run_job(void *arg, int ith, int nth) {
     tsr_stream *s = arg;
-    tsr_compute_params p = {ith, nth, 0, s->work, s->work_size, s, s->k};
+    tsr_compute_params p = {ith, nth, 0, 0, false, s->work, s->work_size, s, s->k};
     tsr_prefetch pf = {NULL, NULL};
     size_t target = 0;
     for (size_t i = 0; i < s->n_nodes; i++) {
         tsr_tensor *node = s->nodes[i];
-        kernel_fn fn = kernel_of(node->op);
-        if (!fn || tsr__nelements(node) == 0)
+        if (!node_runs(node))
             continue;
+        const tsr_cpu_node_plan *pl = &s->plan[i];
         const int64_t t0 = s->prof ? tsr__prof_now() : 0;
         p.seq = s->seq + i;
+        p.slot = pl->slot;
+        p.conv_ready = pl->conv_ready;
+        p.work = (char *)s->work + pl->woff;
+        p.work_size = s->work_size - pl->woff;
         if (node->op == TSR_OP_MUL_MAT && node->src[0]->ne[0] == 0) {
             if (ith == 0)
                 memset(node->data, 0, tsr__nbytes(node)); /* empty sums */
         } else {
-            fn(&p, node);
+            kernel_of(node->op)(&p, node);
+        }
+        if (!pl->barrier) { /* the phase goes on */
+            if (s->prof)
+                tsr__prof_add(TSR_PROF_OP0 + (int)node->op, tsr__prof_now() - t0);
+            continue;
         }
         if (nth > 1)
             next_prefetch(s, i, ith, nth, &target, &pf);
@@ -507,8 +604,10 @@ tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
             return tsr__error(TSR_E_UNSUPPORTED, "cpu: node '%s': op %s has no CPU kernel", nodes[i]->name,
                               tsr__op_name(nodes[i]->op));
     }
-    size_t conv_off;
-    tsr_status st = ensure_work(s, nodes_work(s, nodes, n, &conv_off));
+    size_t conv_off, need = plan_phases(s, nodes, n, &conv_off);
+    if (conv_off == SIZE_MAX)
+        return tsr__error(TSR_E_NOMEM, "cpu: out of host memory planning %zu nodes", n);
+    tsr_status st = ensure_work(s, need);
     if (st == TSR_OK)
         st = il8_prepare(s, nodes, n);
     if (st != TSR_OK)

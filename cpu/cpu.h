@@ -218,6 +218,20 @@ typedef struct tsr_claim {
     _Alignas(64) _Atomic uint64_t w;
 } tsr_claim;
 
+/* Nodes of a job run in phases (cpu.c: plan_phases): neighbours that read
+ * and write no memory of each other's, whose kernels have no barrier of
+ * their own (element-wise and row ops, one-column matmuls), run between the
+ * same two barriers, at most TSR_CPU_PHASE_MAX of them, each in its own part
+ * of the work buffer and with its own claim words (slot). */
+#define TSR_CPU_PHASE_MAX 8
+typedef struct tsr_cpu_node_plan {
+    size_t woff;     /* the node's scratch: work + woff */
+    uint8_t slot;    /* its place in the phase: claim words slot * n_threads + t */
+    bool barrier;    /* the last node of its phase: a barrier follows */
+    bool conv_ready; /* a one-column matmul whose converted activation row an
+                        earlier matmul of the phase left in the same scratch */
+} tsr_cpu_node_plan;
+
 struct tsr_stream {
     tsr_device *device;
     tsr_threadpool *tp;
@@ -227,8 +241,10 @@ struct tsr_stream {
     const tsr_cpu_kernels *k;
     atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
     /* One-column matmuls: thread t's claims of weight rows (matmul.c), one
-     * cache line each; the sequence number of the job's first node (node i
-     * is seq + i), advanced by tsr__cpu_run_nodes past the job's nodes. */
+     * cache line each, TSR_CPU_PHASE_MAX sets of n_threads (a phase's
+     * matmuls use one set each); the sequence number of the job's first node
+     * (node i is seq + i), advanced by tsr__cpu_run_nodes past the job's
+     * nodes. */
     tsr_claim *claims;
     uint64_t seq;
     tsr_tensor *const *nodes; /* the job being run */
@@ -238,6 +254,9 @@ struct tsr_stream {
      * after the job, on the calling thread. TSR_OK while none. */
     atomic_int error;
     char error_msg[256];
+    tsr_cpu_node_plan *plan; /* the job's phases, a plan per node (grown only) */
+    size_t cap_plan;
+    bool phases; /* TSR_CPU_PHASES is not "0" (else a barrier after every node) */
     bool prof;   /* TSR_PROFILE: time kernels and barriers */
     bool repack; /* matmul weights take the interleaved layout (cpu.c: il8_prepare) */
     /* Batched matmuls convert their activations into the work buffer at
@@ -274,8 +293,10 @@ extern const tsr_buft_iface tsr__cpu_buft_iface;
 /* ---- op kernels (ops.c, matmul.c, attn.c) ---------------------------------- */
 typedef struct tsr_compute_params {
     int ith, nth;
-    uint64_t seq; /* the node's sequence number in the stream (tsr_claim) */
-    void *work;   /* shared work buffer (kernels partition it by ith) */
+    uint64_t seq;    /* the node's sequence number in the stream (tsr_claim) */
+    int slot;        /* its claim words: stream->claims + slot * nth */
+    bool conv_ready; /* one column: the converted activations are in this thread's scratch */
+    void *work;      /* the node's part of the work buffer (kernels partition it by ith) */
     size_t work_size;
     tsr_stream *stream;
     const tsr_cpu_kernels *k;
@@ -304,6 +325,9 @@ size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth);
 /* The bytes of a batched matmul's converted activations (at the stream's
  * conv_off; 0: none, the one-column matmuls convert in their scratch). */
 size_t tsr__cpu_mul_mat_conv(const tsr_tensor *dst);
+/* Whether dst is a one-column matmul (no barrier inside, claims of rows;
+ * *dt: the type its activation row is converted to). */
+bool tsr__cpu_mul_mat_gemv(const tsr_cpu_kernels *k, const tsr_tensor *dst, tsr_type *dt);
 /* The weight bytes thread ith of nth reads first in the matmul dst when
  * that is known before it runs (one activation column); false otherwise. */
 bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int ith, int nth, tsr_prefetch *pf);

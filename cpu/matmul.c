@@ -167,6 +167,14 @@ static bool take_claim(tsr_claim *cl, uint64_t seq, int64_t n, bool back, int64_
     }
 }
 
+bool tsr__cpu_mul_mat_gemv(const tsr_cpu_kernels *k, const tsr_tensor *dst, tsr_type *dt) {
+    mm_path path;
+    const tsr_type t = mm_plan(k, dst, &path);
+    if (dt)
+        *dt = t;
+    return path == MM_GEMV;
+}
+
 bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int ith, int nth, tsr_prefetch *pf) {
     mm_path path;
     mm_plan(k, dst, &path);
@@ -195,7 +203,7 @@ static void gemv_rows(const tsr_compute_params *p, tsr_tensor *dst, const void *
         const int t = (p->ith + o) % p->nth;
         int64_t g0, g1, c;
         const int64_t n = gemv_range(&g, t, p->nth, &g0, &g1);
-        while (take_claim(&p->stream->claims[t], p->seq, n, o > 0, &c)) {
+        while (take_claim(&p->stream->claims[p->slot * p->nth + t], p->seq, n, o > 0, &c)) {
             const int64_t i0s = 8 * (g0 + c * g.per_claim);
             const int64_t cend = 8 * (g0 + (c + 1) * g.per_claim < g1 ? g0 + (c + 1) * g.per_claim : g1);
             const int64_t i0e = cend < nr0 ? cend : nr0, rend = 8 * g1 < nr0 ? 8 * g1 : nr0;
@@ -241,6 +249,10 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     }
     if (path == MM_GEMV) { /* its own converted row, no barrier */
         char *own = (char *)p->work + (size_t)p->ith * (conv + thread_bytes(dst, path));
+        if (p->conv_ready) { /* converted by an earlier matmul of the phase (cpu.c) */
+            gemv_rows(p, dst, own);
+            return;
+        }
         const float *x = b->data;
         if (b->type != TSR_TYPE_F32 || b->nb[0] != sizeof(float)) {
             float *tmp = (float *)(own + conv);
