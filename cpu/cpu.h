@@ -256,6 +256,12 @@ struct tsr_stream {
     char error_msg[256];
     tsr_cpu_node_plan *plan; /* the job's phases, a plan per node (grown only) */
     size_t cap_plan;
+    /* What the plan is of (cpu.c: plan_of): the nodes array and count, the
+     * schedulers' plan count and a hash of the nodes and their data pointers
+     * when it was made; and its results. plan_n 0: none. */
+    tsr_tensor *const *plan_nodes;
+    size_t plan_n, plan_need, plan_conv_off;
+    uint64_t plan_epoch, plan_hash;
     bool phases; /* TSR_CPU_PHASES is not "0" (else a barrier after every node) */
     bool prof;   /* TSR_PROFILE: time kernels and barriers */
     bool repack; /* matmul weights take the interleaved layout (cpu.c: il8_prepare) */
