@@ -369,13 +369,63 @@ static bool conflict(const tsr_tensor *x, const tsr_tensor *y) {
     return false;
 }
 
+/* Ops whose kernel (ops.c) gives thread ith the rows tsr__cpu_split(nrows
+ * of dst) gives it, and computes a row of dst from the same row (i1, i2,
+ * i3) of each source of dst's shape, nothing else. */
+static bool row_op(const tsr_tensor *node) {
+    switch (node->op) {
+    case TSR_OP_ADD:
+    case TSR_OP_SUB:
+    case TSR_OP_MUL:
+    case TSR_OP_DIV:
+    case TSR_OP_SCALE:
+    case TSR_OP_RMS_NORM:
+    case TSR_OP_NORM: return true;
+    default: return false;
+    }
+}
+
+/* a and b overlapping are the same contiguous bytes laid out alike, rows of
+ * the shape `rows` (dims 1-3) of the ops that read or write them. */
+static bool same_rows(const tsr_tensor *a, const tsr_tensor *b, const tsr_tensor *rows) {
+    if (a->data != b->data || a->type != b->type || !tsr__is_contiguous(a))
+        return false;
+    for (int d = 0; d < 4; d++)
+        if (a->ne[d] != b->ne[d] || a->nb[d] != b->nb[d] || (d > 0 && a->ne[d] != rows->ne[d]))
+            return false;
+    return true;
+}
+
+/* Row ops x and y (x after y) of the same rows may share a phase despite
+ * touching each other's bytes when every such touch is of the same rows
+ * (same_rows): each thread then reads and writes only its own rows in
+ * both, in program order (a norm and the multiply by its weights in place,
+ * the residual add before them). */
+static bool rows_aligned(const tsr_tensor *x, const tsr_tensor *y) {
+    if (!row_op(x) || !row_op(y))
+        return false;
+    for (int d = 1; d < 4; d++)
+        if (x->ne[d] != y->ne[d])
+            return false;
+    if (overlap(x, y) && !same_rows(x, y, x))
+        return false;
+    for (int j = 0; j < TSR_MAX_SRC; j++) {
+        if (overlap(x->src[j], y) && !same_rows(x->src[j], y, x))
+            return false;
+        if (overlap(x, y->src[j]) && !same_rows(x, y->src[j], x))
+            return false;
+    }
+    return true;
+}
+
 /* The job's phases (s->plan) and its work buffer: each phase's nodes'
  * scratch one after the other from offset 0 (a one-column matmul of the
  * activations an earlier one of the phase converted the same way shares
  * that one's: each thread converted the row there already), then, at
  * *conv_off, the batched matmuls' converted activations. Greedy: a node
  * joins the phase before it when it and every node there share
- * (node_shares), it conflicts with none of them and the phase has room;
+ * (node_shares), it conflicts with none of them (or only row by row:
+ * rows_aligned) and the phase has room;
  * nodes the job skips change nothing. Returns the bytes, or 0 with
  * *conv_off = SIZE_MAX when the plan could not be allocated. */
 static size_t plan_phases(tsr_stream *s, tsr_tensor *const *nodes, size_t n, size_t *conv_off) {
@@ -396,7 +446,8 @@ static size_t plan_phases(tsr_stream *s, tsr_tensor *const *nodes, size_t n, siz
             conv = c;
         const bool sh = node_shares(s, node);
         bool join = nm > 0 && nm < TSR_CPU_PHASE_MAX && sh && sharing;
-        for (int m = 0; join && m < nm; m++) join = !conflict(node, nodes[member[m]]);
+        for (int m = 0; join && m < nm; m++)
+            join = !conflict(node, nodes[member[m]]) || rows_aligned(node, nodes[member[m]]);
         if (!join && nm > 0) { /* the phase before ends */
             s->plan[member[nm - 1]].barrier = true;
             need = work > need ? work : need;

@@ -11,8 +11,14 @@
  * after an in-place write into its activation must see the write (not be
  * moved before it); and random graphs of matmuls, element-wise ops and
  * in-place writes, whose intermediates the graph allocator packs into
- * reused memory, must agree bit for bit.
+ * reused memory, must agree bit for bit. Then the plan itself: a residual
+ * add, the norm of it and the multiply by its weights share a phase (the
+ * same rows on the same threads); a row op reading another row, one row
+ * for all, or the transpose of the op before it does not; nor does an op reading a
+ * one-column matmul; Q, K and V share one, K sharing Q's conversion. Links
+ * the static library (the CPU stream).
  */
+#include "internal.h"
 #include "tsrtest.h"
 
 #include <stdbool.h>
@@ -260,6 +266,73 @@ static void check_random(void) {
     }
 }
 
+/* ---- the plan itself ---------------------------------------------------------- */
+
+/* Which of nodes[0..n) end a phase, planned on a 2-thread stream (the
+ * tensors bound by a compute of all of them: each its own memory). */
+static void plan_of(tsr_tensor **nodes, int n, bool *barrier, bool *conv_ready) {
+    tsr_stream *s = NULL;
+    CHECK_OK(tsr__cpu_stream_new(NULL, 2, &s));
+    if (!s)
+        return;
+    CHECK_OK(tsr__cpu_reserve(s, nodes, (size_t)n));
+    for (int i = 0; i < n; i++) {
+        barrier[i] = s->plan[i].barrier;
+        conv_ready[i] = s->plan[i].conv_ready;
+    }
+    tsr__cpu_stream_free(s);
+}
+
+static void check_plan(void) {
+    tsr_backend *b = backend(2, true);
+    tsr_context *ctx = tsr_context_new(b);
+    const int T = 3;
+    const int64_t nx[2] = {K, T}, nx1[2] = {K, 1}, nw[2] = {K, M}, ng[1] = {K};
+    float x[K * 3], g[K];
+    tsrtest_fill(x, K * 3, 21), tsrtest_fill(g, K, 22);
+    tsr_tensor *ta = tsr_input(ctx, TSR_TYPE_F32, 2, nx, x), *tg = tsr_input(ctx, TSR_TYPE_F32, 1, ng, g);
+    tsr_tensor *t1 = tsr_input(ctx, TSR_TYPE_F32, 2, nx1, x);
+    tsr_tensor *w0 = tsr_input(ctx, WT[0], 2, nw, wbytes[0]), *w1 = tsr_input(ctx, WT[1], 2, nw, wbytes[1]);
+    tsr_tensor *w2 = tsr_input(ctx, WT[2], 2, nw, wbytes[2]);
+    tsr_tensor *res = tsr_add(ctx, ta, ta);          /* 0 */
+    tsr_tensor *nrm = tsr_rms_norm(ctx, res, 1e-5f); /* 1: its rows of res */
+    tsr_tensor *mul = tsr_mul(ctx, nrm, tg);         /* 2: its rows of nrm */
+    tsr_tensor *shifted = tsr_add(ctx, tsr_view_2d(ctx, nrm, K, T - 1, K * sizeof(float), K * sizeof(float)),
+                                  tsr_view_2d(ctx, ta, K, T - 1, K * sizeof(float), 0)); /* 3: the next row's */
+    tsr_tensor *one = tsr_rms_norm(ctx, t1, 1e-5f);                                      /* 4 */
+    tsr_tensor *bcast = tsr_add(ctx, ta, one);                                           /* 5: one row for all */
+    tsr_tensor *h = tsr_rms_norm(ctx, t1, 1e-6f);                                        /* 6 */
+    tsr_tensor *q = tsr_mul_mat(ctx, w0, h), *k = tsr_mul_mat(ctx, w1, h), *v = tsr_mul_mat(ctx, w2, h); /* 7-9 */
+    tsr_tensor *sq = tsr_scale(ctx, q, 2.0f); /* 10: reads a one-column matmul */
+    const int64_t nsq[2] = {M, M};
+    tsr_tensor *tsq = tsr_input(ctx, TSR_TYPE_F32, 2, nsq, NULL);
+    tsr_tensor *sqn = tsr_rms_norm(ctx, tsq, 1e-5f);             /* 11 */
+    tsr_tensor *tr = tsr_add(ctx, tsr_transpose(ctx, sqn), tsq); /* 12: its rows' columns, the same shape */
+    tsr_tensor *nodes[13] = {res, nrm, mul, shifted, one, bcast, h, q, k, v, sq, sqn, tr};
+    CHECK_OK(tsr_compute(ctx, nodes, 13)); /* binds them all, none over another */
+    bool bar[13], cr[13];
+    plan_of(nodes, 3, bar, cr); /* the residual add, the norm of it, the multiply by weights */
+    CHECK(!bar[0] && !bar[1] && bar[2], "add, norm, mul of the same rows: one phase (%d %d %d)", bar[0], bar[1],
+          bar[2]);
+    tsr_tensor *n2[2] = {nrm, shifted};
+    plan_of(n2, 2, bar, cr);
+    CHECK(bar[0], "a row op reading the next row of the one before shares its phase");
+    tsr_tensor *n3[2] = {one, bcast};
+    plan_of(n3, 2, bar, cr);
+    CHECK(bar[0], "a row op reading one row for all of its rows shares the phase of that row's op");
+    tsr_tensor *n5[2] = {sqn, tr};
+    plan_of(n5, 2, bar, cr);
+    CHECK(bar[0], "a row op reading the transpose of the one before (its shape) shares its phase");
+    tsr_tensor *n4[5] = {h, q, k, v, sq};
+    plan_of(n4, 5, bar, cr);
+    CHECK(bar[0] && !bar[1] && !bar[2] && bar[3] && bar[4], "norm | q k v | scale: %d %d %d %d %d", bar[0], bar[1],
+          bar[2], bar[3], bar[4]);
+    CHECK(!cr[1] && cr[2] && !cr[3], "k shares q's conversion (both Q8_0), v (Q8_K) converts its own: %d %d %d", cr[1],
+          cr[2], cr[3]);
+    tsr_context_close(ctx);
+    tsr_backend_free(b);
+}
+
 int main(void) {
     setenv("TSR_THREADPOOL_ADAPTIVE", "0", 1); /* every job on all threads */
     make_weights();
@@ -267,6 +340,7 @@ int main(void) {
     check_decode(3);
     check_after_write();
     check_random();
+    check_plan();
     for (int i = 0; i < N_W; i++) free(wbytes[i]);
     return tsrtest_done("test-phases");
 }
