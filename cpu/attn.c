@@ -524,9 +524,12 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     per_thread(dst, &pl, &sc, (char *)p->work + pb + (size_t)p->ith * pt);
     float *partials = pl.n_split > 1 ? (float *)p->work : NULL;
     const int64_t n_items = pl.n_tasks * pl.n_split;
-    if (p->ith == 0)
-        atomic_store(&p->stream->chunk, p->nth);
-    tsr__tp_barrier(p->stream->tp);
+    const bool tagged = n_items < TSR_CPU_TAGGED_MAX; /* (else the counter is reset, behind a barrier) */
+    if (!tagged) {
+        if (p->ith == 0)
+            atomic_store(&p->stream->chunk, p->nth);
+        tsr__tp_barrier(p->stream->tp);
+    }
     /* Decode (key splits, one block of few rows per KV head): the tasks of
      * one key range in groups of every KV head, a group at a time to a
      * thread, where that leaves at least 2 groups per thread (the partial of
@@ -537,7 +540,8 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
                          n_items / n_hk >= 2 * (int64_t)p->nth;
     const int64_t gsz = grouped ? n_hk : 1; /* items c of one group: c / n_hk equal (n_tasks = n_seq * n_hk) */
     const bool span = grouped && span_heads(dst, &pl);
-    for (int64_t g = p->ith; g * gsz < n_items; g = atomic_fetch_add(&p->stream->chunk, 1))
+    for (int64_t g = p->ith; g * gsz < n_items;
+         g = tagged ? tsr__cpu_next_task(p->stream, p->seq, p->nth) : atomic_fetch_add(&p->stream->chunk, 1))
         for (int64_t c = g * gsz; c < (g + 1) * gsz; c++) {
             task t;
             task_at(dst, &pl, c, &t);

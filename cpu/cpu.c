@@ -522,6 +522,19 @@ tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
     return ensure_work(s, need);
 }
 
+int64_t tsr__cpu_next_task(tsr_stream *s, uint64_t seq, int nth) {
+    const uint64_t tag = seq & ((UINT64_C(1) << 40) - 1);
+    uint64_t w = atomic_load_explicit(&s->tagged, memory_order_relaxed);
+    for (;;) {
+        const uint64_t c = (w >> 24) == tag ? (w & (uint64_t)TSR_CPU_TAGGED_MAX) : (uint64_t)nth;
+        if (c >= (uint64_t)TSR_CPU_TAGGED_MAX)
+            return TSR_CPU_TAGGED_MAX;
+        if (atomic_compare_exchange_weak_explicit(&s->tagged, &w, tag << 24 | (c + 1), memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int64_t)c;
+    }
+}
+
 void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) {
     int expected = TSR_OK;
     if (!atomic_compare_exchange_strong(&s->error, &expected, (int)TSR_E_DEVICE))

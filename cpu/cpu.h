@@ -240,6 +240,9 @@ struct tsr_stream {
     size_t work_size;
     const tsr_cpu_kernels *k;
     atomic_int_fast64_t chunk; /* next chunk of the current node (dynamic scheduling) */
+    /* The same, needing no reset (no barrier): the node's sequence number
+     * (low 40 bits) over a 24-bit count (tsr__cpu_next_task). */
+    _Atomic uint64_t tagged;
     /* One-column matmuls: thread t's claims of weight rows (matmul.c), one
      * cache line each, TSR_CPU_PHASE_MAX sets of n_threads (a phase's
      * matmuls use one set each); the sequence number of the job's first node
@@ -276,6 +279,14 @@ struct tsr_stream {
     tsr_tensor conv_src; /* a copy of the converted tensor's shape, type and data */
     int conv_kind;       /* the conversion: 1 + dot type, or -1 for q8s */
 };
+
+/* Dynamic scheduling of node seq's items without a reset: the next item
+ * (the first call of the node's first thread gets nth; each thread starts
+ * at its own ith), read from s->tagged whose tag is the node's sequence
+ * number. Items beyond TSR_CPU_TAGGED_MAX are never handed out: a node
+ * with more resets chunk and meets a barrier instead. */
+#define TSR_CPU_TAGGED_MAX ((INT64_C(1) << 24) - 1)
+int64_t tsr__cpu_next_task(tsr_stream *s, uint64_t seq, int nth);
 
 /* Records the job's first failure (thread-safe; later ones are dropped). */
 void tsr__cpu_fail(tsr_stream *s, tsr_status st, const char *fmt, ...) TSR_PRINTF(3, 4);
