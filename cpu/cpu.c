@@ -503,6 +503,7 @@ static size_t plan_of(tsr_stream *s, tsr_tensor *const *nodes, size_t n, size_t 
         return s->plan_need;
     }
     s->plan_n = 0;
+    s->plan_prepared = false;
     const size_t need = plan_phases(s, nodes, n, conv_off);
     if (*conv_off != SIZE_MAX) {
         s->plan_nodes = nodes;
@@ -695,18 +696,37 @@ static tsr_status il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n)
     return TSR_OK;
 }
 
-tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
+/* The job's checks, plan, work buffer and weights, skipped for the nodes
+ * of the job before run again (plan_of; s->plan_prepared): every op has a
+ * kernel, and il8_prepare changes nothing the second time. A weight's
+ * layout only ever goes back to stored for good after a job of these
+ * nodes was prepared (another stream, a read: TSR_FLAG_NOREPACK), and the
+ * matmuls read each weight by its flag, so such a change costs speed,
+ * never a result. */
+static tsr_status prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n, size_t *conv_off) {
+    if (s->plan_prepared && s->plan_n == n && s->plan_nodes == nodes && s->plan_epoch == tsr__plan_count() &&
+        s->plan_hash == nodes_hash(nodes, n)) {
+        *conv_off = s->plan_conv_off;
+        return TSR_OK;
+    }
     for (size_t i = 0; i < n; i++) {
         if (nodes[i]->op != TSR_OP_NONE && nodes[i]->op != TSR_OP_VIEW && !kernel_of(nodes[i]->op))
             return tsr__error(TSR_E_UNSUPPORTED, "cpu: node '%s': op %s has no CPU kernel", nodes[i]->name,
                               tsr__op_name(nodes[i]->op));
     }
-    size_t conv_off, need = plan_of(s, nodes, n, &conv_off);
-    if (conv_off == SIZE_MAX)
+    const size_t need = plan_of(s, nodes, n, conv_off);
+    if (*conv_off == SIZE_MAX)
         return tsr__error(TSR_E_NOMEM, "cpu: out of host memory planning %zu nodes", n);
     tsr_status st = ensure_work(s, need);
     if (st == TSR_OK)
         st = il8_prepare(s, nodes, n);
+    s->plan_prepared = st == TSR_OK && s->plan_n == n;
+    return st;
+}
+
+tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
+    size_t conv_off;
+    tsr_status st = prepare(s, nodes, n, &conv_off);
     if (st != TSR_OK)
         return st;
     s->conv_off = conv_off;

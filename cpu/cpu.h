@@ -265,9 +265,10 @@ struct tsr_stream {
     tsr_tensor *const *plan_nodes;
     size_t plan_n, plan_need, plan_conv_off;
     uint64_t plan_epoch, plan_hash;
-    bool phases; /* TSR_CPU_PHASES is not "0" (else a barrier after every node) */
-    bool prof;   /* TSR_PROFILE: time kernels and barriers */
-    bool repack; /* matmul weights take the interleaved layout (cpu.c: il8_prepare) */
+    bool plan_prepared; /* a job of those nodes ran its checks and il8_prepare */
+    bool phases;        /* TSR_CPU_PHASES is not "0" (else a barrier after every node) */
+    bool prof;          /* TSR_PROFILE: time kernels and barriers */
+    bool repack;        /* matmul weights take the interleaved layout (cpu.c: il8_prepare) */
     /* Batched matmuls convert their activations into the work buffer at
      * conv_off, past every node's own scratch, where they stay until the
      * next conversion: a matmul whose activations are the last ones
