@@ -78,11 +78,6 @@ static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
 
 #define CLUSTER_AHEAD 16 /* nodes looked past for a matmul of the same activations */
 
-static const tsr_tensor *tsr_root(const tsr_tensor *t) {
-    while (t->view_src) t = t->view_src;
-    return t;
-}
-
 /* Whether node b may run before nodes[from, to) (b = nodes[to]): none of
  * them is b's source or a view source on the way to one, and none writes in
  * place into storage b reads (b itself writes only its own). */
@@ -91,8 +86,8 @@ static bool tsr_may_hoist(tsr_tensor *const *nodes, size_t from, size_t to) {
     if (b->view_src)
         return false;
     for (size_t m = from; m < to; m++) {
-        const tsr_tensor *n = nodes[m];
-        const tsr_tensor *nroot = n->view_src ? tsr_root(n) : NULL;
+        tsr_tensor *n = nodes[m];
+        const tsr_tensor *nroot = n->view_src ? tsr__view_root(n) : NULL;
         for (int j = 0; j < TSR_MAX_SRC; j++)
             for (const tsr_tensor *t = b->src[j]; t; t = t->view_src)
                 if (t == n || (nroot && t == nroot))
