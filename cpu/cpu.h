@@ -143,7 +143,13 @@ typedef struct tsr_cpu_kernels {
  * stays the float, not infinity); -128 times the sum of all 32
  * and of the first 16 values, exact, so that a kernel can multiply unsigned
  * bytes (a weight + 128) and take the offset back out in integers; then the
- * values qs = round(x * 127 / max|x|) (values are d * qs). */
+ * values qs = round(x * 127 / max|x|) (values are d * qs).
+ * Non-finite values, the same in every variant: NaNs are left out of the
+ * max and quantize to 0; an infinity makes max|x| (so d) infinite and the
+ * multiplier 0, so every value of its block is 0 (d is infinite: the
+ * block's products are NaN, as inf * 0 would be). So |qs| <= 127 and the sums stay exact in any
+ * case; a variant that meets a NaN product (a NaN or an infinity) hands
+ * the block to the reference, tsr__cpu_q8s_from_float_ref. */
 typedef struct tsr_cpu_q8s {
     float d;
     float ds;

@@ -406,6 +406,13 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
         const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
                                                       _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         _mm256_storeu_si256((__m256i *)y[b].qs, p);
+        /* A NaN product (a NaN or an infinite value) converts to INT_MIN,
+         * packed to -128, which no finite product reaches: the reference's
+         * rule for such a block (cpu.h), and its int32 lanes left unsummed. */
+        if (__builtin_expect(_mm256_movemask_epi8(_mm256_cmpeq_epi8(p, _mm256_set1_epi8(-128))) != 0, 0)) {
+            tsr__cpu_q8s_from_float_ref(x, &y[b], 32);
+            continue;
+        }
         __m128i lo = _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1));
         __m128i hi = _mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1));
         lo = _mm_hadd_epi32(lo, hi); /* lo0 lo1 hi0 hi1 */

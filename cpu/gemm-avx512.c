@@ -318,7 +318,7 @@ GEMM16(gemm_q6_k, TSR_TYPE_Q6_K)
  * the F16 roundings of d and d * sum by F16C (round to nearest even, the
  * reference's tsr__fp32_to_fp16), so the same bits as one block at a time. */
 _Static_assert(offsetof(tsr_cpu_q8s, c_lo) == 12 && offsetof(tsr_cpu_q8s, qs) == 16, "q8s_from_float4's header");
-static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
+static bool q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
     __m512 v[8], a[4];
     UNROLL
     for (int j = 0; j < 8; j++) v[j] = _mm512_loadu_ps(x + 16 * j);
@@ -332,11 +332,13 @@ static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
     id = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(id, _mm512_set1_ps(0x1.fffffep127f), _CMP_LE_OQ),
                              id); /* tsr__cpu_q8s_inv */
     __m512i lo[4], all[4];
+    __mmask16 nan = 0; /* lanes of NaN products (a NaN or an infinite value) */
     UNROLL
     for (int j = 0; j < 4; j++) {
         const __m512 s = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * j), id); /* block j's id in every lane */
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * j], s));
-        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v[2 * j + 1], s));
+        const __m512 p0 = _mm512_mul_ps(v[2 * j], s), p1 = _mm512_mul_ps(v[2 * j + 1], s);
+        nan |= _mm512_cmp_ps_mask(p0, p1, _CMP_UNORD_Q);
+        const __m512i q0 = _mm512_cvtps_epi32(p0), q1 = _mm512_cvtps_epi32(p1);
         _mm_storeu_si128((__m128i *)y[j].qs, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(y[j].qs + 16), _mm512_cvtsepi32_epi8(q1));
         lo[j] = q0;
@@ -363,18 +365,27 @@ static void q8s_from_float4(const float *x, tsr_cpu_q8s *y) {
     _mm_storeu_ps((float *)&y[1], r1);
     _mm_storeu_ps((float *)&y[2], r2);
     _mm_storeu_ps((float *)&y[3], r3);
+    return nan == 0;
 }
 
 static void q8s_from_float(const float *x, void *vy, int64_t k) {
     tsr_cpu_q8s *y = vy;
     int64_t b = 0;
-    for (; b + 4 <= k / 32; b += 4, x += 128) q8s_from_float4(x, y + b);
+    /* A NaN product (a NaN or an infinite value) would convert to INT_MIN
+     * and its sums overflow: such blocks are the reference's (cpu.h). */
+    for (; b + 4 <= k / 32; b += 4, x += 128)
+        if (__builtin_expect(!q8s_from_float4(x, y + b), 0))
+            tsr__cpu_q8s_from_float_ref(x, y + b, 128);
     for (; b < k / 32; b++, x += 32) {
         const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
         const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         const float d = amax / 127.0f, id = tsr__cpu_q8s_inv(d, amax);
-        const __m512 vid = _mm512_set1_ps(id);
-        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        const __m512 vid = _mm512_set1_ps(id), p0 = _mm512_mul_ps(v0, vid), p1 = _mm512_mul_ps(v1, vid);
+        if (__builtin_expect(_mm512_cmp_ps_mask(p0, p1, _CMP_UNORD_Q) != 0, 0)) {
+            tsr__cpu_q8s_from_float_ref(x, &y[b], 32);
+            continue;
+        }
+        const __m512i q0 = _mm512_cvtps_epi32(p0), q1 = _mm512_cvtps_epi32(p1);
         _mm_storeu_si128((__m128i *)y[b].qs, _mm512_cvtsepi32_epi8(q0));
         _mm_storeu_si128((__m128i *)(y[b].qs + 16), _mm512_cvtsepi32_epi8(q1));
         const int32_t lo = _mm512_reduce_add_epi32(q0), sum = lo + _mm512_reduce_add_epi32(q1);

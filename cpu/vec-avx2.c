@@ -612,7 +612,7 @@ static inline float absmax32(const float *x, __m256 v[4]) {
     __m256 m = _mm256_setzero_ps();
     UNROLL4 for (int k = 0; k < 4; k++) {
         v[k] = _mm256_loadu_ps(x + 8 * k);
-        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* (a NaN operand first: the other is kept) */
     }
     __m128 r = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     r = _mm_max_ps(r, _mm_movehl_ps(r, r));
@@ -622,14 +622,19 @@ static inline float absmax32(const float *x, __m256 v[4]) {
 
 /* 32 floats * id rounded to int8, half to even: ggml's x86 activation
  * quantizers (which the references were recorded with) round this way,
- * unlike its reference quantizers (roundf). */
+ * unlike its reference quantizers (roundf). A product that is NaN (a NaN,
+ * or an infinity times the multiplier 0 of its block) or infinite (a
+ * multiplier past FLT_MAX: a block of values below 127 / FLT_MAX) converts
+ * to INT_MIN, packed to -128, which no other product reaches: 0 instead,
+ * as the references (libtensr/quant/quants.c). */
 static inline __m256i quant32(__m256 v[4], float id) {
     const __m256 mul = _mm256_set1_ps(id);
     __m256i i32[4];
     UNROLL4 for (int k = 0; k < 4; k++) i32[k] = _mm256_cvtps_epi32(
         _mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __m256i p01 = _mm256_packs_epi32(i32[0], i32[1]), p23 = _mm256_packs_epi32(i32[2], i32[3]);
-    const __m256i p = _mm256_packs_epi16(p01, p23);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_andnot_si256(_mm256_cmpeq_epi8(p, _mm256_set1_epi8(-128)), p);
     return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 

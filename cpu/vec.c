@@ -281,7 +281,8 @@ void tsr__cpu_q8s_from_float_ref(const float *x, void *vy, int64_t k) {
         const float d = amax / 127.0f, id = tsr__cpu_q8s_inv(d, amax);
         int32_t sum = 0, lo = 0;
         for (int j = 0; j < 32; j++) {
-            const int q = (int)lrintf(x[j] * id);
+            const float p = x[j] * id; /* NaN for a NaN, or an infinity (then id is 0) */
+            const int q = p == p ? (int)lrintf(p) : 0;
             y[b].qs[j] = (int8_t)q;
             sum += q;
             if (j < 16)

@@ -9,9 +9,11 @@
 #include "internal.h"
 #include "tsrtest.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint64_t rng = 88172645463325252ull;
 static float frand(void) {
@@ -579,6 +581,95 @@ static void check_softmax_step(const tsr_cpu_kernels *k) {
     rng = rng0;
 }
 
+/* Non-finite and extreme activations through every activation quantizer of
+ * the variant (tsr_cpu_q8s, Q8_0, Q8_1, F16): NaNs, infinities of both
+ * signs, FLT_MAX, values past F16's range, subnormals, each at several
+ * lanes and, rotated block by block, through the four-block and one-block
+ * paths. The rule (cpu/cpu.h, libtensr/quant/quants.c): NaNs are left out
+ * of the max and quantize to 0, a block with an infinity is all zeros,
+ * |q| <= 127, the sums exact; tsr_cpu_q8s rows the reference's bits. Under
+ * UBSan a sum of INT_MIN lanes (what a NaN converts to) fails here. */
+static void check_q8_extremes(const tsr_cpu_kernels *k) {
+    enum { NB = 14, N = 32 * NB };
+    static float base[N], x[N];
+    for (int i = 0; i < N; i++) base[i] = frand() * 4.0f;
+    base[32 * 1 + 0] = NAN;                                                /* 1: a NaN first */
+    base[32 * 2 + 31] = -NAN;                                              /* 2: a NaN last */
+    base[32 * 3 + 5] = INFINITY;                                           /* 3: +inf */
+    base[32 * 4 + 20] = -INFINITY;                                         /* 4: -inf */
+    for (int j = 0; j < 32; j++) base[32 * 5 + j] = NAN;                   /* 5: all NaN */
+    base[32 * 6 + 3] = FLT_MAX, base[32 * 6 + 30] = -FLT_MAX;              /* 6: FLT_MAX */
+    for (int j = 0; j < 32; j++) base[32 * 7 + j] = (j & 1 ? -3e38f : 3e38f) * ((float)(1 + j) / 32); /* 7: huge */
+    base[32 * 8 + 9] = NAN, base[32 * 8 + 10] = -INFINITY;                 /* 8: both */
+    for (int j = 0; j < 32; j++) base[32 * 10 + j] = (float)(j % 3 - 1) * 1e-40f; /* 10: subnormal */
+    base[32 * 11 + 1] = 5.0f, base[32 * 11 + 9] = NAN, base[32 * 11 + 17] = NAN; /* 11: NaNs in the max's lane */
+    base[32 * 11 + 25] = -6.0f;
+    base[32 * 12 + 7] = INFINITY, base[32 * 12 + 8] = -INFINITY;           /* 12: both infinities */
+    for (int j = 0; j < 32; j++) base[32 * 13 + j] = (j % 2 ? 70000.0f : 65000.0f); /* 13: past F16 */
+    base[32 * 13 + 16] = NAN;
+    static tsr_cpu_q8s a[NB], r[NB];
+    static tsr_block_q8_0 a0[NB], r0[NB];
+    static tsr_block_q8_1 a1[NB], r1[NB];
+    static uint16_t ah[N], rh[N];
+    for (int rot = 0; rot < 4; rot++) { /* block b of base is block (b + rot) % NB */
+        for (int i = 0; i < N; i++) x[(i + 32 * rot) % N] = base[i];
+        memset(a, 0x5A, sizeof a);
+        k->q8s_from_float(x, a, N);
+        tsr__cpu_q8s_from_float_ref(x, r, N);
+        for (int b = 0; b < NB; b++) {
+            const float *xb = x + 32 * b;
+            int bad = memcmp(&a[b], &r[b], sizeof a[b]) != 0, inf = 0;
+            int32_t sum = 0, lo = 0;
+            for (int j = 0; j < 32; j++) {
+                inf |= isinf(xb[j]);
+                sum += r[b].qs[j], lo += j < 16 ? r[b].qs[j] : 0;
+                bad |= r[b].qs[j] == -128 || (isnan(xb[j]) && r[b].qs[j] != 0);
+            }
+            for (int j = 0; j < 32 && inf; j++) bad |= r[b].qs[j] != 0 || !isinf(r[b].d);
+            bad |= r[b].c != -128 * sum || r[b].c_lo != -128 * lo;
+            CHECK(!bad, "%s q8s_from_float, extreme block %d (rotated %d): d %g/%g c %d/%d", k->name,
+                  (b + NB - rot) % NB, rot, a[b].d, r[b].d, a[b].c, r[b].c);
+        }
+        /* Q8_0 and Q8_1 (the dots' activations): the variant's rounding may
+         * differ from the reference's by one step, the rule not */
+        for (int q = 0; q < 2; q++) {
+            const tsr_type t = q ? TSR_TYPE_Q8_1 : TSR_TYPE_Q8_0;
+            void *av = q ? (void *)a1 : (void *)a0, *rv = q ? (void *)r1 : (void *)r0;
+            memset(av, 0x5A, q ? sizeof a1 : sizeof a0);
+            k->from_float[t](x, av, N);
+            tsr__type_traits(t)->from_float(x, rv, N);
+            for (int b = 0; b < NB; b++) {
+                const float *xb = x + 32 * b;
+                const int8_t *qa = q ? a1[b].qs : a0[b].qs, *qr = q ? r1[b].qs : r0[b].qs;
+                const uint16_t da = q ? a1[b].d : a0[b].d, dr = q ? r1[b].d : r0[b].d;
+                int bad = da != dr, inf = 0, sum = 0;
+                for (int j = 0; j < 32; j++) inf |= isinf(xb[j]);
+                for (int j = 0; j < 32; j++) {
+                    sum += qa[j];
+                    bad |= qa[j] == -128 || qr[j] == -128 || abs(qa[j] - qr[j]) > 1;
+                    bad |= (isnan(xb[j]) || inf) && (qa[j] != 0 || qr[j] != 0);
+                }
+                if (q) { /* s = d * sum rounded to F16 (infinite past its range): NaN alike (inf * 0) */
+                    const float sa = tsr__fp16_to_fp32(a1[b].s), sr = tsr__fp16_to_fp32(r1[b].s),
+                                d = tsr__fp16_to_fp32(a1[b].d);
+                    bad |= isnan(sa) != isnan(sr) ||
+                           (!isnan(sa) && sa != sr && fabsf(sa - d * sum) > 1e-3f * fabsf(d * sum) + 1e-6f);
+                }
+                CHECK(!bad, "%s from_float %s, extreme block %d (rotated %d)", k->name, tsr_type_name(t),
+                      (b + NB - rot) % NB, rot);
+            }
+        }
+        k->from_float[TSR_TYPE_F16](x, ah, N);
+        tsr__type_traits(TSR_TYPE_F16)->from_float(x, rh, N);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            const float fa = tsr__fp16_to_fp32(ah[i]), fr = tsr__fp16_to_fp32(rh[i]);
+            bad |= isnan(fa) != isnan(fr) || (!isnan(fa) && ah[i] != rh[i]);
+        }
+        CHECK(!bad, "%s from_float f16 of extreme values (rotated %d)", k->name, rot);
+    }
+}
+
 /* Q8_K activations (the K-quant dots') bit for bit as the reference: random
  * rows, ties of the largest magnitude in both signs (the first wins), zero
  * blocks, values too small for a finite multiplier, infinities and NaNs. */
@@ -802,6 +893,7 @@ int main(void) {
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) check_variant(&k, sizes[s]);
         check_math(&k);
         check_q8_K(&k);
+        check_q8_extremes(&k);
         check_rows(&k);
         check_gemm(&k);
         check_gemm_extremes(&k);

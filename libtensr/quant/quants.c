@@ -23,6 +23,14 @@ static float signed_absmax(const float *x, int n, float *amax_out) {
     return max;
 }
 
+/* Q8_0's and Q8_1's value from x * (1 / d): |x| <= max|x| = 127 d makes it
+ * at most 127 (and a few ulps); NaN (a NaN value, or an infinity times the
+ * multiplier 0 of a block whose max is infinite) and an infinity (a
+ * multiplier past FLT_MAX: values below 127 / FLT_MAX) give 0, as the
+ * x86 activation quantizers (cpu/vec-avx2.c) do, where C's conversion
+ * would be undefined. */
+static inline int8_t q8_round(float p) { return fabsf(p) < 127.5f ? (int8_t)roundf(p) : 0; }
+
 static void min_max(const float *x, int n, float *mn, float *mx) {
     float lo = INFINITY, hi = -INFINITY;
     for (int j = 0; j < n; j++) {
@@ -118,7 +126,7 @@ void tsr__quantize_q8_0(const float *x, void *vy, int64_t n) {
         const float d = amax / ((1 << 7) - 1);
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d = tsr__fp32_to_fp16(d);
-        for (int j = 0; j < TSR_QK8_0; j++) y[i].qs[j] = (int8_t)roundf(x[j] * id);
+        for (int j = 0; j < TSR_QK8_0; j++) y[i].qs[j] = q8_round(x[j] * id);
     }
 }
 
@@ -132,7 +140,7 @@ void tsr__quantize_q8_1(const float *x, void *vy, int64_t n) {
         int sum = 0;
         y[i].d = tsr__fp32_to_fp16(d);
         for (int j = 0; j < TSR_QK8_1; j++) {
-            y[i].qs[j] = (int8_t)roundf(x[j] * id);
+            y[i].qs[j] = q8_round(x[j] * id);
             sum += y[i].qs[j];
         }
         y[i].s = tsr__fp32_to_fp16((float)sum * d);
