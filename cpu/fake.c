@@ -15,7 +15,12 @@
  *    its own memory: a scheduler bug that lets a device read another
  *    device's memory is an error here instead of a silent success;
  *  - runs every op the CPU runs except ARGMAX, so that the CPU fallback of an
- *    unsupported op is exercised too.
+ *    unsupported op is exercised too;
+ *  - with TSR_FAKE_FAULT=op[,op...] (op names as tsr__op_name gives them,
+ *    read at each compute), computes those ops wrongly by a little: the
+ *    element of largest magnitude of each such node's output moved by a
+ *    relative 1e-2 (F32, F16, BF16; an I32 output's first element plus 1),
+ *    so that a harness can show it would catch a wrong kernel.
  * It sees the CPU only as the host device, through its function tables, as
  * any backend could. The same file also builds as a run-time module
  * (TSR_FAKE_MODULE, tests/libtensr-fake.so): it then reaches the core only
@@ -36,6 +41,7 @@
 #define FAKE_REG_NAME "fake"
 #endif
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +192,76 @@ static tsr_status fake_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n
     return tsr__host_device_early()->iface->reserve(((fake_stream *)s)->host, nodes, n);
 }
 
+/* op's name is in TSR_FAKE_FAULT's comma-separated list. */
+static bool fake_faulty(tsr_op op) {
+    const char *list = getenv("TSR_FAKE_FAULT"), *name = tsr__op_name(op);
+    const size_t len = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        const size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncasecmp(p, name, n) == 0)
+            return true;
+        p = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+/* TSR_FAKE_FAULT: node's output, computed, made slightly wrong: its finite
+ * element of largest magnitude times about 1.01 (F16: 10 units of the last
+ * place, BF16: 1; a zero output gets 0.01), an I32 output's first element
+ * plus 1. Magnitudes of F16 and BF16 compare as their bits without the sign. */
+static void fake_fault(const tsr_tensor *node) {
+    const tsr_type t = node->type;
+    if (tsr__nbytes(node) == 0 || !node->data ||
+        (t != TSR_TYPE_F32 && t != TSR_TYPE_F16 && t != TSR_TYPE_BF16 && t != TSR_TYPE_I32))
+        return;
+    char *base = node->data, *at = NULL;
+    if (t == TSR_TYPE_I32) {
+        int32_t v;
+        memcpy(&v, base, sizeof v);
+        v = v == INT32_MAX ? v - 1 : v + 1;
+        memcpy(base, &v, sizeof v);
+        return;
+    }
+    float best = -1.0f;
+    for (int64_t i3 = 0; i3 < node->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < node->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < node->ne[1]; i1++)
+                for (int64_t i0 = 0; i0 < node->ne[0]; i0++) {
+                    char *p = base + i0 * node->nb[0] + i1 * node->nb[1] + i2 * node->nb[2] + i3 * node->nb[3];
+                    float a;
+                    uint16_t h;
+                    if (t == TSR_TYPE_F32) {
+                        memcpy(&a, p, sizeof a);
+                        a = fabsf(a);
+                    } else {
+                        memcpy(&h, p, sizeof h);
+                        h &= 0x7FFF;
+                        a = h >= (t == TSR_TYPE_F16 ? 0x7C00 : 0x7F80) ? NAN : (float)h;
+                    }
+                    if (a > best) /* (NaN never) */
+                        best = a, at = p;
+                }
+    if (!at)
+        return;
+    if (t == TSR_TYPE_F32) {
+        float v;
+        memcpy(&v, at, sizeof v);
+        v = v != 0.0f ? v * 1.01f : 0.01f;
+        memcpy(at, &v, sizeof v);
+        return;
+    }
+    uint16_t h;
+    memcpy(&h, at, sizeof h);
+    if ((h & 0x7FFF) == 0)
+        h = t == TSR_TYPE_F16 ? 0x211F : 0x3C24; /* 0.01 */
+    else if ((h & 0x7FFF) < (t == TSR_TYPE_F16 ? 0x7BF0 : 0x7F70))
+        h = (uint16_t)(h + (t == TSR_TYPE_F16 ? 10 : 1));
+    else
+        h = (uint16_t)(h - (t == TSR_TYPE_F16 ? 10 : 1));
+    memcpy(at, &h, sizeof h);
+}
+
 static tsr_status fake_compute(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
     const tsr_device *d = ((fake_stream *)s)->dev;
     for (size_t i = 0; i < n; i++) {
@@ -200,7 +276,16 @@ static tsr_status fake_compute(tsr_stream *s, tsr_tensor *const *nodes, size_t n
                                   tsr__op_name(node->op), node->src[j]->name, b ? b->buft->name : "system");
             }
     }
-    return tsr__host_device_early()->iface->compute(((fake_stream *)s)->host, nodes, n);
+    tsr_device *host = tsr__host_device_early();
+    tsr_status st = host->iface->compute(((fake_stream *)s)->host, nodes, n);
+    if (st != TSR_OK || !getenv("TSR_FAKE_FAULT"))
+        return st;
+    if ((st = host->iface->synchronize(((fake_stream *)s)->host)) != TSR_OK)
+        return st;
+    for (size_t i = 0; i < n; i++)
+        if (fake_faulty(nodes[i]->op))
+            fake_fault(nodes[i]);
+    return TSR_OK;
 }
 
 static tsr_status fake_sync(tsr_stream *s) {

@@ -68,6 +68,21 @@ static int n_skip;
 static double worst_nmse[TSR_OP_COUNT];
 static const char *only_op;
 static const char *device_name; /* -d */
+/* With -d: the device's buffer type, where run_case puts every source and
+ * target (src_buft is NULL while output_on makes the CPU's), so that the
+ * scheduler runs each op the device claims on the device. */
+static tsr_device *test_device;
+static tsr_buffer_type *src_buft;
+static int n_on_device, n_on_host; /* op nodes run there (-d) */
+
+/* A tensor of bytes: an input in system memory, or (src_buft) one allocated
+ * on the device and written there. */
+static tsr_tensor *new_source(tsr_context *ctx, tsr_type type, const int64_t ne[4], const void *bytes) {
+    if (!src_buft) return tsr_input(ctx, type, 4, ne, bytes);
+    tsr_tensor *t = tsr_new_tensor(ctx, src_buft, type, 4, ne);
+    if (t && tsr_tensor_nbytes(t) && tsr_tensor_write(t, bytes, 0, tsr_tensor_nbytes(t)) != TSR_OK) return NULL;
+    return t;
+}
 
 /* ---- random numbers (deterministic per case) ------------------------------ */
 static uint64_t rs;
@@ -172,7 +187,7 @@ static int make_source(tsr_context *ctx, const src_spec *s, source *out) {
             if (r % bne[0] >= s->ne[0]) base[r] = 1e30f; /* never read */
     }
     void *bytes = to_bytes(s->type, base, nel(bne));
-    tsr_tensor *t = tsr_input(ctx, s->type, 4, bne, bytes);
+    tsr_tensor *t = new_source(ctx, s->type, bne, bytes);
     free(bytes);
     if (base != x) free(base);
     free(x);
@@ -537,7 +552,7 @@ static tsr_tensor *build(tsr_context *ctx, const test_case *c, source *s) {
  * writes into: tsr_new_tensor, filled with the source's values. */
 static int make_target(tsr_context *ctx, const src_spec *sp, source *s) {
     if (!make_source(ctx, sp, s)) return 0;
-    tsr_tensor *t = tsr_new_tensor(ctx, NULL, sp->type, 4, sp->ne);
+    tsr_tensor *t = tsr_new_tensor(ctx, src_buft, sp->type, 4, sp->ne);
     if (!t) return 0;
     const int64_t n = nel(sp->ne);
     float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
@@ -657,6 +672,61 @@ static double *output_on(tsr_backend *be, const test_case *c, uint64_t seed, int
     return v;
 }
 
+/* With -d, after a compute: every op node of out's graph that the device
+ * claims (supports_op) ran on the device, not on the CPU; 0 = so. The
+ * nodes are counted (n_on_device, n_on_host) for the summary. */
+static int check_placement(tsr_tensor *out, const char *label) {
+    enum { MAXN = 64 };
+    tsr_tensor *stack[MAXN], *seen[MAXN];
+    int n_stack = 0, n_seen = 0, bad = 0;
+    stack[n_stack++] = out;
+    while (n_stack > 0) {
+        tsr_tensor *t = stack[--n_stack];
+        int dup = 0;
+        for (int i = 0; i < n_seen; i++) dup |= seen[i] == t;
+        if (dup || n_seen == MAXN) continue;
+        seen[n_seen++] = t;
+        for (int j = 0; j < TSR_MAX_SRC; j++)
+            if (t->src[j] && n_stack < MAXN) stack[n_stack++] = t->src[j];
+        if (t->op == TSR_OP_NONE || t->op == TSR_OP_VIEW || tsr_tensor_nbytes(t) == 0) continue; /* (empty: never run) */
+        const tsr_device *ran = tsr_tensor_device(t);
+        if (ran == test_device) {
+            n_on_device++;
+        } else {
+            n_on_host++;
+            int has_data = 0; /* (sources all empty: no device holds them, any may run it) */
+            for (int j = 0; j < TSR_MAX_SRC; j++) has_data |= t->src[j] && tsr_tensor_nbytes(t->src[j]) > 0;
+            if (has_data && test_device->iface->supports_op(test_device, t)) {
+                fprintf(stderr, "FAIL %s: node %s ran on %s although %s claims it\n", label, tsr__op_name(t->op),
+                        ran ? ran->name : "no device", test_device->name);
+                bad = 1;
+            }
+        }
+    }
+    return bad;
+}
+
+/* With -d, the device against the CPU element by element: the CPU runs the
+ * same quantized activations, so every element is within 2e-3 of the
+ * output's largest magnitude (one element 1% off, TSR_FAKE_FAULT, shows
+ * even where the NMSE would hide it); indices exactly. 0 = so. */
+static int compare_elements(const double *got, const ref_out *cpu, int integer) {
+    const int64_t n = nel(cpu->ne);
+    double mag = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(cpu->v[i])) mag = fmax(mag, fabs(cpu->v[i]));
+    for (int64_t i = 0; i < n; i++) {
+        const double x = got[i], y = cpu->v[i];
+        if (!isfinite(x) || !isfinite(y) ? !((isnan(x) && isnan(y)) || x == y)
+                                         : fabs(x - y) > (integer ? 0 : 2e-3 * mag + 1e-30)) {
+            fprintf(stderr, "  element %lld: %.9g on the device, %.9g on the CPU (largest magnitude %g)\n",
+                    (long long)i, x, y, mag);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int run_case(tsr_backend *b, const test_case *c, uint64_t seed, int verbose, int *supported) {
     char label[512];
     case_label(c, label, sizeof label);
@@ -666,10 +736,12 @@ static int run_case(tsr_backend *b, const test_case *c, uint64_t seed, int verbo
     ref_out r;
     memset(&r, 0, sizeof r);
     int ok = ctx != NULL, result = 1;
+    src_buft = test_device ? tsr_device_buffer_type(test_device) : NULL;
     for (int i = 0; ok && i < c->n_src; i++) {
         const int target = (c->op == TSR_OP_SET_ROWS && i == 0) || (c->op == TSR_OP_CPY && i == 1);
         ok = target ? make_target(ctx, &c->src[i], &s[i]) : make_source(ctx, &c->src[i], &s[i]);
     }
+    src_buft = NULL;
     tsr_tensor *out = ok ? build(ctx, c, s) : NULL;
     *supported = 1;
     if (!out) {
@@ -694,11 +766,13 @@ static int run_case(tsr_backend *b, const test_case *c, uint64_t seed, int verbo
     double nmse = 0;
     result = !got || compare(c, got, &r, &nmse);
     if (nmse > worst_nmse[c->op]) worst_nmse[c->op] = nmse;
+    if (test_device && check_placement(out, label)) result = 1;
     if (got && cpu_backend && !result) { /* the device against the CPU */
         ref_out cr = r;
         cr.v = output_on(cpu_backend, c, seed, nel(r.ne));
         double nmse_cpu = 0;
-        result = !cr.v || compare(c, got, &cr, &nmse_cpu);
+        result = !cr.v || compare(c, got, &cr, &nmse_cpu) ||
+                 compare_elements(got, &cr, tsr_tensor_type(out) == TSR_TYPE_I32);
         if (result) fprintf(stderr, "  differs from the CPU: NMSE %.3g\n", nmse_cpu);
         free(cr.v);
     }
@@ -1317,6 +1391,10 @@ static int mode_test(tsr_backend *b, int verbose) {
     printf("\nworst NMSE per op:\n");
     for (int o = 0; o < TSR_OP_COUNT; o++) printf("  %-10s %.3g\n", tsr__op_name(o), worst_nmse[o]);
     printf("%d passed, %d failed, %d unsupported\n", tsrtest_checks - tsrtest_failures, tsrtest_failures, n_skip);
+    if (test_device) {
+        printf("op nodes run on %s: %d, on the CPU: %d\n", test_device->name, n_on_device, n_on_host);
+        CHECK(n_on_device > 0, "no op node ran on %s", test_device->name);
+    }
     return tsrtest_done("test-ops");
 }
 
@@ -1478,6 +1556,7 @@ int main(int argc, char **argv) {
         SKIP("device %s not present", device);
     make_cases();
     device_name = device;
+    if (device && strcasecmp(device, "CPU") != 0) test_device = tsr_device_by_name(device);
     if (strcmp(mode, "perf") == 0) return mode_perf(device, threads);
     tsr_backend *b = make_backend(device, threads);
     if (!b) return 1;

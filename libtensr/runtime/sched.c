@@ -532,7 +532,8 @@ static void tsr_resolve_view(tsr_tensor *t) {
         return;
     tsr_resolve_view(t->view_src);
     t->data = t->view_src->data ? (char *)t->view_src->data + t->view_offs : NULL;
-    t->device_id = t->view_src->device_id;
+    if (t->op == TSR_OP_VIEW || t->device_id < 0) /* an in-place op keeps the device that runs it */
+        t->device_id = t->view_src->device_id;
 }
 
 static void tsr_bind_one(tsr_sched *s, tsr_tensor *t) {
