@@ -112,6 +112,7 @@ struct tsr_backend {
     size_t *plan_weights, *plan_kv, *plan_compute;
     size_t *live, *live_weights;
     size_t n_open_contexts;
+    bool told_no_gpu; /* n_gpu_layers > 0 without a GPU device was logged */
     size_t n_open_caches;
     /* tsr_backend_free was called while contexts or caches were open: the
      * last of them to close frees the backend (tsr__backend_release). */

@@ -36,7 +36,7 @@ static size_t used(const char *name) {
 
 /* ---- log capture ------------------------------------------------------------ */
 
-static int n_override_logs, n_unmatched_logs;
+static int n_override_logs, n_unmatched_logs, n_no_gpu_logs;
 static char unmatched_pattern[64], override_buft_of_blk1_q[32];
 static char plan_lines[8][256];
 static int n_plan_lines;
@@ -58,6 +58,8 @@ static void capture(tsr_log_level level, const char *msg, const tsr_log_field *f
     } else if (strcmp(msg, "buffer type override matched no tensor") == 0) {
         n_unmatched_logs++;
         snprintf(unmatched_pattern, sizeof unmatched_pattern, "%s", field(f, n, "pattern"));
+    } else if (strncmp(msg, "n_gpu_layers asks for GPU layers", 32) == 0) {
+        n_no_gpu_logs++;
     } else if (strcmp(msg, "memory plan") == 0 && n_plan_lines < 8) {
         int len = 0;
         for (size_t i = 0; i < n; i++)
@@ -360,6 +362,26 @@ static void test_override_parse(void) {
         CHECK((s == TSR_OK) == (l != NULL));
         tsr_buft_overrides_free(l);
         l = NULL;
+    }
+}
+
+/* -ngl on a backend without a GPU: every layer on the CPU, and a warning,
+ * once per backend (placing again says nothing more); -ngl 0 says nothing. */
+static void test_ngl_without_gpu(void) {
+    for (int ngl = 0; ngl <= 99; ngl += 99) {
+        tsr_backend *b = backend_on(NULL, NULL);
+        declare(b, &SMALL, true);
+        tsr_load_params lp;
+        tsr_load_params_init(&lp, sizeof lp);
+        lp.n_gpu_layers = ngl;
+        n_no_gpu_logs = 0;
+        tsr_log_set(capture, NULL);
+        CHECK_OK(tsr_backend_place_weights(b, &lp));
+        CHECK_OK(tsr_backend_place_weights(b, &lp));
+        tsr_log_set(NULL, NULL);
+        CHECK(n_no_gpu_logs == (ngl ? 1 : 0), "-ngl %d without a GPU: %d warnings", ngl, n_no_gpu_logs);
+        for (int il = 0; il < 4; il++) CHECK(strcmp(buft_of(b, il, "ffn_up"), "CPU") == 0);
+        tsr_backend_free(b);
     }
 }
 
@@ -828,6 +850,7 @@ int main(void) {
     test_layers();
     test_override_parse();
     test_override_place();
+    test_ngl_without_gpu();
     test_split_reference();
     test_split_model();
     test_moe_placement();

@@ -204,6 +204,12 @@ tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params
         b->n_layers = n_layers;
     n_layers = b->n_layers;
     int k = p.n_gpu_layers < 0 || p.n_gpu_layers > n_layers ? n_layers : p.n_gpu_layers;
+    if (n_gpu == 0 && k > 0 && !b->told_no_gpu) { /* once per backend, not silently */
+        char buf[16];
+        b->told_no_gpu = true;
+        tsr__log(TSR_LOG_WARN, "n_gpu_layers asks for GPU layers, but the backend has no GPU device: every layer "
+                 "stays on the CPU", 1, "n_gpu_layers", tsr__fmt(buf, sizeof buf, "%d", p.n_gpu_layers));
+    }
     if (n_gpu == 0)
         k = 0;
     double cum[64] = {0};
