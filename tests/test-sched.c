@@ -385,6 +385,29 @@ static void test_ngl_without_gpu(void) {
     }
 }
 
+/* With a GPU in the backend, what the CPU computes lives in that GPU's
+ * pinned host memory (FAKE0_Host), so copies to and from it need no
+ * pageable bounce; CPU alone, in the CPU's own buffer type. */
+static void test_pinned_host_compute(void) {
+    for (int gpu = 0; gpu < 2; gpu++) {
+        tsr_backend *b = backend_on(gpu ? "FAKE0" : NULL, NULL);
+        tsr_context *ctx = tsr_context_new(b);
+        float x[8] = {3, 1, 4, 1, 5, 9, 2, 6};
+        int64_t ne[1] = {8};
+        /* argmax: the fake device refuses it, so the CPU runs it */
+        tsr_tensor *out = tsr_argmax(ctx, tsr_scale(ctx, tsr_input(ctx, TSR_TYPE_F32, 1, ne, x), 2.0f));
+        CHECK_OK(tsr_compute(ctx, &out, 1));
+        int32_t i = -1;
+        CHECK_OK(tsr_tensor_read(out, &i, 0, sizeof i));
+        CHECK(i == 5);
+        const char *want = gpu ? "FAKE0_Host" : "CPU";
+        CHECK(strcmp(tsr_buffer_type_name(tsr_tensor_buffer_type(out)), want) == 0, "CPU result in %s, not %s",
+              tsr_buffer_type_name(tsr_tensor_buffer_type(out)), want);
+        tsr_context_close(ctx);
+        tsr_backend_free(b);
+    }
+}
+
 static void test_override_place(void) {
     tsr_backend *b = backend_on("FAKE0", NULL);
     declare(b, &SMALL, true);
@@ -851,6 +874,7 @@ int main(void) {
     test_override_parse();
     test_override_place();
     test_ngl_without_gpu();
+    test_pinned_host_compute();
     test_split_reference();
     test_split_model();
     test_moe_placement();

@@ -94,7 +94,8 @@ struct tsr_sched {
     size_t n_written, cap_written;
     tsr_pool_chunk **chunks; /* tensor structs of copies and shadows, reused */
     size_t n_chunks, cap_chunks, pool_used;
-    void *staging; /* host memory for device-to-device copies */
+    void *staging; /* host memory for device-to-device copies (staging_buf's, or NULL) */
+    tsr_buffer *staging_buf;
     size_t staging_size, staging_need;
     /* The outputs and context version of the compute the plan is for (n_last 0: none) */
     tsr_tensor **last_outs;
@@ -147,7 +148,7 @@ void tsr__sched_free(tsr_sched *s) {
     tsr__free(s->written);
     for (size_t i = 0; i < s->n_chunks; i++) tsr__free(s->chunks[i]);
     tsr__free(s->chunks);
-    tsr__aligned_free(s->staging);
+    tsr_buffer_free(s->staging_buf);
     tsr__free(s->last_outs);
     tsr__free(s);
 }
@@ -494,8 +495,20 @@ static tsr_status tsr_verify(tsr_sched *s) {
 
 /* ---- memory ------------------------------------------------------------------------ */
 
-/* Makes each device's compute buffer at least as large as the plan, and the
- * staging memory as large as the largest device-to-device copy needs. */
+/* Host memory the GPUs copy from and to: the first GPU's pinned host buffer
+ * type (page-locked: copies run asynchronously at full speed, not staged by
+ * the driver through a pageable bounce), else the CPU's own. */
+static tsr_buffer_type *tsr_pinned_buft(const tsr_backend *b) {
+    for (size_t d = 0; d < b->n_devices; d++)
+        if (d != tsr__backend_host_index(b) && b->devices[d]->host_buft && b->devices[d]->host_buft->is_host)
+            return b->devices[d]->host_buft;
+    return b->devices[tsr__backend_host_index(b)]->buft;
+}
+
+/* Makes each device's compute buffer at least as large as the plan (the
+ * CPU's in pinned host memory when there is a GPU: the activations and
+ * results that cross to and from it), and the staging memory as large as
+ * the largest device-to-device copy needs (pinned too). */
 static tsr_status tsr_ensure_buffers(tsr_sched *s) {
     tsr_backend *b = s->b;
     for (size_t d = 0; d < b->n_devices; d++) {
@@ -509,7 +522,13 @@ static tsr_status tsr_ensure_buffers(tsr_sched *s) {
         tsr_buffer_free(s->bufs[d]);
         s->bufs[d] = NULL;
         b->plan_compute[d] = s->peak[d];
-        tsr_status st = tsr_buffer_alloc(b->devices[d]->buft, s->peak[d], &s->bufs[d]);
+        tsr_buffer_type *bt = d == tsr__backend_host_index(b) ? tsr_pinned_buft(b) : b->devices[d]->buft;
+        tsr_status st = tsr_buffer_alloc(bt, s->peak[d], &s->bufs[d]);
+        if (st != TSR_OK && bt != b->devices[d]->buft) { /* no pinned memory to be had: pageable, slower */
+            tsr__log(TSR_LOG_WARN, "pinned host memory refused: the CPU's compute buffer is pageable", 1, "mib",
+                     tsr__fmt(mib, sizeof mib, "%.2f", s->peak[d] / 1048576.0));
+            st = tsr_buffer_alloc(b->devices[d]->buft, s->peak[d], &s->bufs[d]);
+        }
         if (st != TSR_OK) {
             tsr__error_prefix("compute buffer of %.2f MiB on %s", s->peak[d] / 1048576.0, b->devices[d]->name);
             return st;
@@ -517,11 +536,13 @@ static tsr_status tsr_ensure_buffers(tsr_sched *s) {
         b->live[d] += s->bufs[d]->size;
     }
     if (s->staging_need > s->staging_size) {
-        void *p = tsr__aligned_alloc(TSR_ALIGN, s->staging_need);
-        if (!p)
-            return tsr__error(TSR_E_NOMEM, "out of host memory for %zu bytes of copy staging", s->staging_need);
-        tsr__aligned_free(s->staging);
-        s->staging = p;
+        tsr_buffer *nb = NULL;
+        if (tsr_buffer_alloc(tsr_pinned_buft(b), s->staging_need, &nb) != TSR_OK)
+            return tsr__error(TSR_E_NOMEM, "out of host memory for %zu bytes of copy staging: %s", s->staging_need,
+                              tsr_last_error());
+        tsr_buffer_free(s->staging_buf);
+        s->staging_buf = nb;
+        s->staging = nb->base;
         s->staging_size = s->staging_need;
     }
     return TSR_OK;
