@@ -215,6 +215,7 @@ def test_tiny():
     else:
         test_arch_models(mtm)
         test_expert_placement(mtm)
+        test_tied_head(mtm)
         test_arch_errors(mtm)
 
 
@@ -320,6 +321,37 @@ def test_expert_placement(mtm):
                 d in logged and abs(logged[d] - plan[d] / 1048576.0) <= 0.006 for d in want)
             check(log_ok, f"{name}: tensr-run -v {' '.join(flags)} logs the plan: weights MiB {logged} "
                   f"(exit {r.returncode}{': ' + r.stderr.strip()[-200:] if r.returncode else ''})")
+
+
+def test_tied_head(mtm):
+    """A tied head (no output.weight: token_embd.weight is the head) with
+    every layer on a fake GPU (-ngl 99): the head gets its own copy,
+    output.weight, on FAKE0 (as llama.cpp duplicates token_embd), so the LM
+    head runs there, and the logits equal the CPU-only run; with -ngl 1 (the
+    output layer on the CPU) no copy is made."""
+    env = dict(os.environ, TSR_FAKE_DEVICES="FAKE0:1GiB")
+    name = "tiny-qwen2-bpe-f32"
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = load_refs(f"model-{name}.json")
+        path = os.path.join(tmp, name + ".gguf")
+        mtm.write_model(name, path)
+        cpu = Evaluator(path, 64)
+        base = cpu.logits(ref["ids"])
+        cpu.close()
+        for ngl, copy_on in (("99", "FAKE0"), ("1", None)):
+            ev = Evaluator(path, 64, opts=["-ngl", ngl], env=env)
+            ours = ev.logits(ref["ids"])
+            rows = ev.ask("placement")
+            ev.close()
+            where = {r[1]: (r[2], int(r[3])) for r in rows if r[0] == "weight"}
+            emb = where.get("token_embd.weight")
+            head = where.get("output.weight")
+            placed = head == ((copy_on, emb[1]) if copy_on else None) and emb is not None and emb[0] == "CPU"
+            check(placed, f"{name} -ngl {ngl} on FAKE0: token_embd.weight {emb}, its copy output.weight {head} "
+                  f"(want {copy_on or 'none'})")
+            diff = max(abs(a - b) for ro, rb in zip(ours, base) for a, b in zip(ro, rb))
+            check(len(ours) == len(base) and diff <= 1e-4,
+                  f"{name} -ngl {ngl}: logits with the head on FAKE0 vs CPU only: max |diff| {diff:.2e}")
 
 
 def test_arch_errors(mtm):

@@ -604,10 +604,27 @@ static void rollback(tsr_backend *b, bool keep_plan) {
     }
 }
 
-static tsr_status declare_all(tsr_backend *b, const tsr_gguf *g, const char *path) {
+/* A file without output.weight ties the head to token_embd.weight, which
+ * stays on the CPU with the input layer. When the output layer goes to a
+ * GPU (n_gpu_layers covers every layer, as placement puts output.* then),
+ * the head gets its own copy there, as llama.cpp duplicates it: a weight
+ * named output.weight, read from token_embd.weight's bytes (file_offset),
+ * so that the LM head runs on the GPU instead of the CPU every token. */
+static bool tied_head_on_gpu(const tsr_backend *b, const tsr_gguf *g, const tsr_load_params *prm) {
+    const int n = b->n_layers, k = prm->n_gpu_layers < 0 || prm->n_gpu_layers > n ? n : prm->n_gpu_layers;
+    return b->n_devices > 1 && n > 0 && k == n && tsr_gguf_find_tensor(g, "output.weight") < 0 &&
+           tsr_gguf_find_tensor(g, "token_embd.weight") >= 0;
+}
+
+static tsr_status declare_all(tsr_backend *b, const tsr_gguf *g, const char *path, const tsr_load_params *prm) {
     int64_t n = tsr_gguf_n_tensors(g);
-    for (int64_t i = 0; i < n; i++) {
-        const char *name = tsr_gguf_tensor_name(g, i);
+    for (int64_t j = 0; j <= n; j++) {
+        int64_t i = j;
+        const char *name = j < n ? tsr_gguf_tensor_name(g, j) : "output.weight";
+        if (j == n && !tied_head_on_gpu(b, g, prm))
+            break;
+        if (j == n)
+            i = tsr_gguf_find_tensor(g, "token_embd.weight");
         int nd = tsr_gguf_tensor_n_dims(g, i);
         int64_t ne[TSR_MAX_DIMS];
         for (int d = 0; d < TSR_MAX_DIMS; d++) ne[d] = tsr_gguf_tensor_ne(g, i, d);
@@ -627,6 +644,8 @@ static tsr_status declare_all(tsr_backend *b, const tsr_gguf *g, const char *pat
 
 static uint64_t file_offset(const tsr_gguf *g, const tsr_tensor *t) {
     int64_t i = tsr_gguf_find_tensor(g, t->name);
+    if (i < 0 && strcmp(t->name, "output.weight") == 0) /* the tied head's copy (declare_all) */
+        i = tsr_gguf_find_tensor(g, "token_embd.weight");
     return tsr_gguf_data_offset(g) + tsr_gguf_tensor_offset(g, i);
 }
 
@@ -768,7 +787,7 @@ static tsr_status load_weights(tsr_backend *b, const tsr_gguf *g, const char *pa
                                const tsr_load_params *prm) {
     double t0 = now_s();
     size_t mapped = 0;
-    tsr_status s = declare_all(b, g, path);
+    tsr_status s = declare_all(b, g, path, prm);
     if (s == TSR_OK && prm->use_mmap && !prm->plan_only)
         s = map_cpu_weights(b, g, path, fd, prm, (uint64_t)sb->st_size, &mapped);
     if (s == TSR_OK && (s = tsr__place_weights(b, prm)) != TSR_OK)
