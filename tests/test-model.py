@@ -273,6 +273,29 @@ def test_arch_models(mtm):
                 ev.close()
 
 
+def tiny_cpu_logits(mtm, name, tmp):
+    """The tiny model name written into tmp: its references, its path and
+    its CPU-only logits at the references' ids."""
+    ref = load_refs(f"model-{name}.json")
+    path = os.path.join(tmp, name + ".gguf")
+    mtm.write_model(name, path)
+    cpu = Evaluator(path, 64)
+    base = cpu.logits(ref["ids"])
+    cpu.close()
+    return ref, path, base
+
+
+def placed_logits(path, ref, flags, env):
+    """Logits with the flags (placement) in env, and model-eval's placement:
+    {weight: (buffer type, bytes)} and {device: planned weight bytes}."""
+    ev = Evaluator(path, 64, opts=flags, env=env)
+    ours = ev.logits(ref["ids"])
+    rows = ev.ask("placement")
+    ev.close()
+    return (ours, {r[1]: (r[2], int(r[3])) for r in rows if r[0] == "weight"},
+            {r[1]: int(r[2]) for r in rows if r[0] == "plan"})
+
+
 def test_expert_placement(mtm):
     """-ngl 99 -ot exps=CPU on a fake GPU device (TSR_FAKE_DEVICES): every
     *_exps tensor stays on the CPU, every other layer tensor and the output
@@ -283,18 +306,8 @@ def test_expert_placement(mtm):
     flags = ["-ngl", "99", "-ot", "exps=CPU"]
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("tiny-qwen3moe-bpe-f32", "tiny-mixtral-bpe-q8"):
-            ref = load_refs(f"model-{name}.json")
-            path = os.path.join(tmp, name + ".gguf")
-            mtm.write_model(name, path)
-            cpu = Evaluator(path, 64)
-            base = cpu.logits(ref["ids"])
-            cpu.close()
-            ev = Evaluator(path, 64, opts=flags, env=env)
-            ours = ev.logits(ref["ids"])
-            rows = ev.ask("placement")
-            ev.close()
-            where = {r[1]: (r[2], int(r[3])) for r in rows if r[0] == "weight"}
-            plan = {r[1]: int(r[2]) for r in rows if r[0] == "plan"}
+            ref, path, base = tiny_cpu_logits(mtm, name, tmp)
+            ours, where, plan = placed_logits(path, ref, flags, env)
             exps = [n for n in where if n.endswith("_exps.weight")]
             misplaced = [n for n, (bt, _) in where.items()
                          if bt != ("CPU" if n in exps or n == "token_embd.weight" else "FAKE0")]
@@ -332,18 +345,9 @@ def test_tied_head(mtm):
     env = dict(os.environ, TSR_FAKE_DEVICES="FAKE0:1GiB")
     name = "tiny-qwen2-bpe-f32"
     with tempfile.TemporaryDirectory() as tmp:
-        ref = load_refs(f"model-{name}.json")
-        path = os.path.join(tmp, name + ".gguf")
-        mtm.write_model(name, path)
-        cpu = Evaluator(path, 64)
-        base = cpu.logits(ref["ids"])
-        cpu.close()
+        ref, path, base = tiny_cpu_logits(mtm, name, tmp)
         for ngl, copy_on in (("99", "FAKE0"), ("1", None)):
-            ev = Evaluator(path, 64, opts=["-ngl", ngl], env=env)
-            ours = ev.logits(ref["ids"])
-            rows = ev.ask("placement")
-            ev.close()
-            where = {r[1]: (r[2], int(r[3])) for r in rows if r[0] == "weight"}
+            ours, where, _ = placed_logits(path, ref, ["-ngl", ngl], env)
             emb = where.get("token_embd.weight")
             head = where.get("output.weight")
             placed = head == ((copy_on, emb[1]) if copy_on else None) and emb is not None and emb[0] == "CPU"
