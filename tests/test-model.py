@@ -331,7 +331,7 @@ def test_arch_errors(mtm):
         moe = mtm.ARCH_MODELS["tiny-qwen3moe-bpe-f32"]
         cases = [
             ("unknown architecture", dict(moe, arch="qwen2moe"), (), (),
-             "architecture 'qwen2moe' is not supported (llama, mistral, qwen2, qwen3, qwen3moe, gemma3 are)"),
+             "architecture 'qwen2moe' is not supported (llama, mistral, qwen2, qwen3, qwen3moe, gemma3, deepseek2 are)"),
             ("expert_used_count > expert_count", dict(moe, n_expert_used=9), (), (),
              "expert_used_count 9 must be in 1..expert_count (8)"),
             ("experts in qwen3", mtm.ARCH_MODELS["tiny-qwen3-spm-f16"], [("qwen3.expert_count", 4)], (),
