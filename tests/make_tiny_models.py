@@ -76,7 +76,30 @@ ARCH_MODELS = {
                                   eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=32,
                                   gate_scale=2.0),
 }
-ALL_MODELS = {**MODELS, **ARCH_MODELS}
+# deepseek2 (DeepSeek V2-Lite and V3 shapes, multi-head latent attention);
+# test-model.py and make_llama_refs.py's "deepseek2" part. The first layer
+# dense (leading_dense_block_count 1), then 8 experts, 2 per token, 32 wide,
+# plus one shared expert. "q8": every matrix whose rows are a multiple of 32
+# wide in Q8_0 (attn_kv_b included), the others F32.
+_DS = dict(arch="deepseek2", vocab="bpe", n_embd=64, n_head=4, n_layer=3, n_ff=96, n_ctx=256, rope_base=10000.0,
+           eps=1e-6, kv_lora=32, rope=16, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=1, n_dense_lead=1,
+           gate_scale=2.0, head_dim=0, n_head_kv=1)
+DS_MODELS = {
+    # V2-Lite: plain attn_q, legacy attn_kv_b, softmax gating, no groups, weights not renormalised.
+    "tiny-ds2lite-bpe-f32": dict(_DS, seed=41, ftype="f32", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
+                                 gating=1, w_norm=False, w_scale=1.0),
+    "tiny-ds2lite-bpe-q8": dict(_DS, seed=43, ftype="q8", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
+                                gating=1, w_norm=False, w_scale=1.0),
+    # V3: q LoRA, split attn_k_b / attn_v_b, sigmoid gating with exp_probs_b, 4 groups of which 2 used,
+    # weights renormalised and scaled by 2.5, YaRN (factor 4, log multiplier 0.1 * 0.707).
+    "tiny-ds3-bpe-f32": dict(_DS, seed=45, ftype="f32", q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
+                             gating=2, w_norm=True, w_scale=2.5, probs_b=True, n_group=4, n_group_used=2,
+                             yarn=4.0, yarn_orig=64, yarn_log_mul=0.0707),
+    "tiny-ds3-bpe-q8": dict(_DS, seed=47, ftype="q8", q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
+                            gating=2, w_norm=True, w_scale=2.5, probs_b=True, n_group=4, n_group_used=2,
+                            yarn=4.0, yarn_orig=64, yarn_log_mul=0.0707),
+}
+ALL_MODELS = {**MODELS, **ARCH_MODELS, **DS_MODELS}
 
 SPM_PIECES = [
     "▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "d", "l", "u", "c", "m", "w", "f", "g",
@@ -145,9 +168,48 @@ def bpe_vocab():
     return toks + specials, types, merges
 
 
+def ds_tensors(cfg):
+    """deepseek2's tensors (numpy shapes: ggml's reversed)."""
+    e, nh, v, ff = cfg["n_embd"], cfg["n_head"], cfg["n_vocab"], cfg["n_ff"]
+    ql, kvl, r, nope, vm = cfg["q_lora"], cfg["kv_lora"], cfg["rope"], cfg["nope"], cfg["v_mla"]
+    nx, fx, ns = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_shared"]
+    out = [("token_embd.weight", (v, e), "embd")]
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        out += [(p + "attn_norm.weight", (e,), "norm")]
+        if ql:
+            out += [(p + "attn_q_a.weight", (ql, e), "w"), (p + "attn_q_a_norm.weight", (ql,), "norm"),
+                    (p + "attn_q_b.weight", (nh * (nope + r), ql), "w")]
+        else:
+            out += [(p + "attn_q.weight", (nh * (nope + r), e), "w")]
+        out += [(p + "attn_kv_a_mqa.weight", (kvl + r, e), "w"), (p + "attn_kv_a_norm.weight", (kvl,), "norm")]
+        if cfg["legacy_kv_b"]:
+            out += [(p + "attn_kv_b.weight", (nh * (nope + vm), kvl), "w")]
+        else:
+            out += [(p + "attn_k_b.weight", (nh, kvl, nope), "w"), (p + "attn_v_b.weight", (nh, vm, kvl), "w")]
+        out += [(p + "attn_output.weight", (e, nh * vm), "w"), (p + "ffn_norm.weight", (e,), "norm")]
+        if il < cfg["n_dense_lead"]:
+            out += [(p + "ffn_gate.weight", (ff, e), "w"), (p + "ffn_up.weight", (ff, e), "w"),
+                    (p + "ffn_down.weight", (e, ff), "w")]
+        else:
+            out += [(p + "ffn_gate_inp.weight", (nx, e), "gate")]
+            if cfg.get("probs_b"):
+                out += [(p + "ffn_exp_probs_b.bias", (nx,), "bias")]
+            out += [(p + "ffn_gate_exps.weight", (nx, fx, e), "exps"),
+                    (p + "ffn_up_exps.weight", (nx, fx, e), "exps"),
+                    (p + "ffn_down_exps.weight", (nx, e, fx), "exps"),
+                    (p + "ffn_gate_shexp.weight", (fx * ns, e), "w"),
+                    (p + "ffn_up_shexp.weight", (fx * ns, e), "w"),
+                    (p + "ffn_down_shexp.weight", (e, fx * ns), "w")]
+    out += [("output_norm.weight", (e,), "norm"), ("output.weight", (v, e), "w")]
+    return out
+
+
 def tensors(cfg):
     """(name, numpy shape, kind) in writing order; kind: "w" (matrix),
     "norm", "bias", "gate" (expert router), "exps" (experts)."""
+    if cfg.get("arch") == "deepseek2":
+        return ds_tensors(cfg)
     e, hd, nh, nkv, ff = cfg["n_embd"], cfg["head_dim"], cfg["n_head"], cfg["n_head_kv"], cfg["n_ff"]
     v = cfg["n_vocab"]
     nx = cfg.get("n_expert", 0)
@@ -191,7 +253,9 @@ def tensor_values(cfg):
     for t, (tname, shape, kind) in enumerate(tensors(cfg)):
         n = int(np.prod(shape))
         u = uniform(cfg["seed"], t, n)
-        if kind == "norm":
+        if kind == "embd":
+            a = (2.0 * u - 1.0) * np.sqrt(3.0 / shape[-1])
+        elif kind == "norm":
             a = 1.0 + 0.25 * (2.0 * u - 1.0)
         elif kind == "bias":
             a = 0.25 * (2.0 * u - 1.0)
@@ -200,6 +264,10 @@ def tensor_values(cfg):
             if kind == "gate":
                 a = a * cfg.get("gate_scale", 1.0)
         a = a.reshape(shape)
+        if cfg["ftype"] == "q8" and kind in ("w", "exps") and shape[-1] % 32 == 0:
+            q = quantize(a.astype(np.float32), QT.Q8_0)
+            yield tname, q, QT.Q8_0, dequantize(q, QT.Q8_0).astype(np.float64).reshape(shape)
+            continue
         if kind == "exps" and cfg.get("exps_type") == "q8_0":
             q = quantize(a.astype(np.float32), QT.Q8_0)
             yield tname, q, QT.Q8_0, dequantize(q, QT.Q8_0).astype(np.float64).reshape(shape)
@@ -209,6 +277,41 @@ def tensor_values(cfg):
         else:
             a = a.astype(np.float32)
         yield tname, a, None, a.astype(np.float64)
+
+
+def write_ds_keys(w, cfg):
+    """deepseek2's keys as llama.cpp's converter writes them: legacy files
+    (attn_kv_b) with the expanded heads' sizes, newer ones (attn_k_b /
+    attn_v_b) with the latent cache's (one KV head of kv_lora + rope, V
+    kv_lora wide) and the heads' in key_length_mla / value_length_mla."""
+    a = "deepseek2"
+    kq = cfg["nope"] + cfg["rope"]
+    if cfg["legacy_kv_b"]:
+        w.add_uint32(f"{a}.attention.head_count_kv", cfg["n_head"])
+        w.add_uint32(f"{a}.attention.key_length", kq)
+        w.add_uint32(f"{a}.attention.value_length", cfg["v_mla"])
+    else:
+        w.add_uint32(f"{a}.attention.head_count_kv", 1)
+        w.add_uint32(f"{a}.attention.key_length", cfg["kv_lora"] + cfg["rope"])
+        w.add_uint32(f"{a}.attention.value_length", cfg["kv_lora"])
+        w.add_uint32(f"{a}.attention.key_length_mla", kq)
+        w.add_uint32(f"{a}.attention.value_length_mla", cfg["v_mla"])
+    w.add_uint32(f"{a}.rope.dimension_count", cfg["rope"])
+    w.add_uint32(f"{a}.attention.q_lora_rank", cfg["q_lora"])
+    w.add_uint32(f"{a}.attention.kv_lora_rank", cfg["kv_lora"])
+    w.add_uint32(f"{a}.leading_dense_block_count", cfg["n_dense_lead"])
+    w.add_uint32(f"{a}.expert_shared_count", cfg["n_shared"])
+    w.add_float32(f"{a}.expert_weights_scale", cfg["w_scale"])
+    w.add_bool(f"{a}.expert_weights_norm", cfg["w_norm"])
+    w.add_uint32(f"{a}.expert_gating_func", cfg["gating"])
+    if cfg.get("n_group"):
+        w.add_uint32(f"{a}.expert_group_count", cfg["n_group"])
+        w.add_uint32(f"{a}.expert_group_used_count", cfg["n_group_used"])
+    if cfg.get("yarn"):
+        w.add_string(f"{a}.rope.scaling.type", "yarn")
+        w.add_float32(f"{a}.rope.scaling.factor", cfg["yarn"])
+        w.add_uint32(f"{a}.rope.scaling.original_context_length", cfg["yarn_orig"])
+        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", cfg["yarn_log_mul"])
 
 
 def write_model(name, path):
@@ -224,12 +327,17 @@ def write_model(name, path):
     w = gguf.GGUFWriter(path, arch)
     w.add_name(name)
     w.add_context_length(cfg["n_ctx"])
+    if arch == "deepseek2":
+        write_ds_keys(w, cfg)
     w.add_embedding_length(cfg["n_embd"])
     w.add_block_count(cfg["n_layer"])
     w.add_feed_forward_length(cfg["n_ff"])
     w.add_head_count(cfg["n_head"])
-    w.add_head_count_kv(cfg["n_head_kv"])
-    if cfg.get("key_length", True):
+    if arch != "deepseek2":
+        w.add_head_count_kv(cfg["n_head_kv"])
+    if arch == "deepseek2":
+        pass
+    elif cfg.get("key_length", True):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
         w.add_rope_dimension_count(cfg["head_dim"])
@@ -241,7 +349,7 @@ def write_model(name, path):
         if "n_ff_exp" in cfg:
             w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     w.add_vocab_size(cfg["n_vocab"])
-    w.add_file_type(0 if cfg["ftype"] == "f32" else 1)
+    w.add_file_type({"f32": 0, "f16": 1, "q8": 7}[cfg["ftype"]])
     if cfg["vocab"] == "spm":
         w.add_tokenizer_model("llama")
         w.add_token_list(toks)

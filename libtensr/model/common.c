@@ -156,7 +156,7 @@ static const llm_arch llm_archs[] = {
     {"qwen3moe", TSR_ROPE_NEOX, LLM_QK_NORM | LLM_MOE | LLM_FF_EXP_KEY, NULL, NULL, llm_bind_layer_std, llama_graph},
     {"gemma3", TSR_ROPE_NEOX, LLM_QK_NORM | LLM_NO_BIAS, gemma3_hparams_read, gemma3_known_tensor, gemma3_bind_layer,
      gemma3_graph},
-    {"deepseek2", TSR_ROPE_NORMAL, LLM_MOE_OPT | LLM_FF_EXP_KEY | LLM_MOE_GROUPS, deepseek2_hparams_read,
+    {"deepseek2", TSR_ROPE_NORMAL, LLM_MOE_OPT | LLM_FF_EXP_KEY | LLM_MOE_GROUPS | LLM_YARN, deepseek2_hparams_read,
      deepseek2_known_tensor, deepseek2_bind_layer, deepseek2_graph},
 };
 #define N_ARCHS (sizeof llm_archs / sizeof llm_archs[0])
