@@ -425,6 +425,125 @@ def _moe(cfg, W, p, h):
     return out, margins
 
 
+def _rope_yarn(x, pos, cfg):
+    """deepseek2's rope (adjacent pairs) of x [n, heads, rope] with YaRN as
+    ggml computes it (ext_factor 1, beta 32/1) when cfg has "yarn"."""
+    n_dims, base = cfg["rope"], cfg["rope_base"]
+    i = np.arange(n_dims // 2)
+    theta_ex = pos[:, None].astype(np.float64) * base ** (-2.0 * i / n_dims)
+    theta, mscale = theta_ex, 1.0
+    if cfg.get("yarn"):
+        fs = 1.0 / cfg["yarn"]
+
+        def corr(beta):
+            return n_dims * np.log(cfg["yarn_orig"] / (beta * 2 * np.pi)) / (2 * np.log(base))
+        lo, hi = max(0.0, np.floor(corr(32.0))), min(n_dims - 1.0, np.ceil(corr(1.0)))
+        ramp = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)
+        theta = fs * theta_ex * (1 - ramp) + theta_ex * ramp
+        # llama.cpp's attn_factor 1 / (1 + 0.1 ln f) cancels the kernel's (1 + 0.1 ln f)
+        mscale = 1.0
+    c, s_ = np.cos(theta)[:, None, :] * mscale, np.sin(theta)[:, None, :] * mscale
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * c - b * s_, a * s_ + b * c
+    return out
+
+
+def _ds_moe(cfg, W, p, h):
+    """build_moe_ffn as deepseek2 calls it, plus the shared experts; the
+    margin per token is the smallest of the choice's (last chosen expert -
+    first left out, by the biased score) and the groups' (last group kept -
+    first dropped)."""
+    k, nx = cfg["n_expert_used"], cfg["n_expert"]
+    logits = h @ W[p + "ffn_gate_inp.weight"].T
+    if cfg["gating"] == 2:
+        probs = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+    choice = probs + W.get(p + "ffn_exp_probs_b.bias", 0.0)
+    margins = np.full(h.shape[0], np.inf)
+    if cfg.get("n_group"):
+        ng, gu = cfg["n_group"], cfg["n_group_used"]
+        g = choice.reshape(-1, ng, nx // ng)
+        gs = np.sort(g, axis=-1)[..., -2:].sum(-1)  # [n, ng]
+        order = np.argsort(-gs, axis=-1, kind="stable")
+        srt = np.take_along_axis(gs, order, -1)
+        margins = np.minimum(margins, srt[:, gu - 1] - srt[:, gu])
+        keep = np.zeros_like(gs, dtype=bool)
+        np.put_along_axis(keep, order[:, :gu], True, -1)
+        choice = np.where(np.repeat(keep, nx // ng, axis=-1), choice, -np.inf)
+    order = np.argsort(-choice, axis=-1, kind="stable")
+    srt = np.take_along_axis(choice, order, -1)
+    margins = np.minimum(margins, np.where(np.isfinite(srt[:, k]), srt[:, k - 1] - srt[:, k], np.inf))
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        sel = order[t, :k]
+        wts = probs[t, sel]
+        if cfg["w_norm"]:
+            wts = wts / wts.sum()
+        if cfg["w_scale"] not in (0.0, 1.0):
+            wts = wts * cfg["w_scale"]
+        for j, x in zip(sel, wts):
+            gg = W[p + "ffn_gate_exps.weight"][j] @ h[t]
+            u = W[p + "ffn_up_exps.weight"][j] @ h[t]
+            out[t] += x * (W[p + "ffn_down_exps.weight"][j] @ (_silu(gg) * u))
+    sh = W[p + "ffn_down_shexp.weight"] @ (_silu(W[p + "ffn_gate_shexp.weight"] @ h.T) *
+                                           (W[p + "ffn_up_shexp.weight"] @ h.T))
+    return out + sh.T, margins
+
+
+def ds_reference(cfg, W, ids):
+    """deepseek2 in float64 the plain way (keys and values expanded per
+    head, not the absorbed form libtensr runs)."""
+    nh, eps, kvl, r, nope, vm = cfg["n_head"], cfg["eps"], cfg["kv_lora"], cfg["rope"], cfg["nope"], cfg["v_mla"]
+    n = len(ids)
+    pos = np.arange(n)
+    f = cfg.get("yarn", 1.0)
+    log_mul = cfg.get("yarn_log_mul", 0.0) / 0.1
+    mscale = 1.0 + 0.1 * log_mul * np.log(f)
+    scale = mscale * mscale / np.sqrt(nope + r)
+    x = W["token_embd.weight"][ids]
+    margins = []
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        h = _rms(x, W[p + "attn_norm.weight"], eps)
+        if cfg["q_lora"]:
+            q = _rms(h @ W[p + "attn_q_a.weight"].T, W[p + "attn_q_a_norm.weight"], eps) @ W[p + "attn_q_b.weight"].T
+        else:
+            q = h @ W[p + "attn_q.weight"].T
+        q = q.reshape(n, nh, nope + r)
+        q_nope, q_pe = q[..., :nope], _rope_yarn(q[..., nope:], pos, cfg)
+        kva = h @ W[p + "attn_kv_a_mqa.weight"].T
+        c = _rms(kva[:, :kvl], W[p + "attn_kv_a_norm.weight"], eps)
+        k_pe = _rope_yarn(kva[:, None, kvl:], pos, cfg)[:, 0]
+        if cfg["legacy_kv_b"]:
+            kvb = W[p + "attn_kv_b.weight"].reshape(nh, nope + vm, kvl)
+            wk, wv = kvb[:, :nope, :], kvb[:, nope:, :]  # [h, d, r]
+        else:
+            wk = W[p + "attn_k_b.weight"].transpose(0, 2, 1)  # [h, r, d] -> [h, d, r]
+            wv = W[p + "attn_v_b.weight"]  # [h, e, r]
+        k_nope = np.einsum("hdr,tr->thd", wk, c)
+        v = np.einsum("her,tr->the", wv, c)
+        att = np.empty((n, nh, vm))
+        mask = np.triu(np.full((n, n), -np.inf), 1)
+        for hh in range(nh):
+            sc = (q_nope[:, hh] @ k_nope[:, hh].T + q_pe[:, hh] @ k_pe.T) * scale + mask
+            sc = np.exp(sc - sc.max(-1, keepdims=True))
+            att[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, hh]
+        x = x + att.reshape(n, nh * vm) @ W[p + "attn_output.weight"].T
+        h = _rms(x, W[p + "ffn_norm.weight"], eps)
+        if il < cfg["n_dense_lead"]:
+            fo = (W[p + "ffn_down.weight"] @ (_silu(W[p + "ffn_gate.weight"] @ h.T) *
+                                              (W[p + "ffn_up.weight"] @ h.T))).T
+        else:
+            fo, m = _ds_moe(cfg, W, p, h)
+            margins.append(m)
+        x = x + fo
+    h = _rms(x, W["output_norm.weight"], eps)
+    return h @ W["output.weight"].T, np.array(margins)
+
+
 def reference(name, ids):
     """float64 forward pass of model name over ids (one sequence, positions
     0..n-1): (logits [n, n_vocab], router margins [n_layer, n] or None)."""
@@ -432,6 +551,8 @@ def reference(name, ids):
     cfg["n_vocab"] = len(spm_vocab()[0] if cfg["vocab"] == "spm" else bpe_vocab()[0])
     W = {tn: f for tn, _, _, f in tensor_values(cfg)}
     arch = cfg.get("arch", "llama")
+    if arch == "deepseek2":
+        return ds_reference(cfg, W, np.asarray(ids))
     neox = arch.startswith("qwen")
     nh, nkv, hd, eps = cfg["n_head"], cfg["n_head_kv"], cfg["head_dim"], cfg["eps"]
     ids = np.asarray(ids)
