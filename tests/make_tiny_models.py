@@ -80,22 +80,25 @@ ARCH_MODELS = {
 # test-model.py and make_llama_refs.py's "deepseek2" part. The first layer
 # dense (leading_dense_block_count 1), then 8 experts, 2 per token, 32 wide,
 # plus one shared expert. "q8": every matrix whose rows are a multiple of 32
-# wide in Q8_0 (attn_kv_b included), the others F32.
+# wide in Q8_0 (attn_kv_b included), the others F32. Seeds and router scales
+# picked for the largest router margins of make_tiny_models.reference over
+# make_llama_refs.py's ids (8e-3 to 5e-2 in the scores), so rounding does not
+# flip experts.
 _DS = dict(arch="deepseek2", vocab="bpe", n_embd=64, n_head=4, n_layer=3, n_ff=96, n_ctx=256, rope_base=10000.0,
            eps=1e-6, kv_lora=32, rope=16, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=1, n_dense_lead=1,
            gate_scale=2.0, head_dim=0, n_head_kv=1)
 DS_MODELS = {
     # V2-Lite: plain attn_q, legacy attn_kv_b, softmax gating, no groups, weights not renormalised.
-    "tiny-ds2lite-bpe-f32": dict(_DS, seed=41, ftype="f32", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
+    "tiny-ds2lite-bpe-f32": dict(_DS, seed=73, ftype="f32", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
                                  gating=1, w_norm=False, w_scale=1.0),
-    "tiny-ds2lite-bpe-q8": dict(_DS, seed=43, ftype="q8", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
+    "tiny-ds2lite-bpe-q8": dict(_DS, seed=67, ftype="q8", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
                                 gating=1, w_norm=False, w_scale=1.0),
     # V3: q LoRA, split attn_k_b / attn_v_b, sigmoid gating with exp_probs_b, 4 groups of which 2 used,
     # weights renormalised and scaled by 2.5, YaRN (factor 4, log multiplier 0.1 * 0.707).
-    "tiny-ds3-bpe-f32": dict(_DS, seed=45, ftype="f32", q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
+    "tiny-ds3-bpe-f32": dict(_DS, seed=53, ftype="f32", gate_scale=4.0, q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
                              gating=2, w_norm=True, w_scale=2.5, probs_b=True, n_group=4, n_group_used=2,
                              yarn=4.0, yarn_orig=64, yarn_log_mul=0.0707),
-    "tiny-ds3-bpe-q8": dict(_DS, seed=47, ftype="q8", q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
+    "tiny-ds3-bpe-q8": dict(_DS, seed=157, ftype="q8", gate_scale=16.0, q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
                             gating=2, w_norm=True, w_scale=2.5, probs_b=True, n_group=4, n_group_used=2,
                             yarn=4.0, yarn_orig=64, yarn_log_mul=0.0707),
 }
@@ -194,7 +197,7 @@ def ds_tensors(cfg):
         else:
             out += [(p + "ffn_gate_inp.weight", (nx, e), "gate")]
             if cfg.get("probs_b"):
-                out += [(p + "ffn_exp_probs_b.bias", (nx,), "bias")]
+                out += [(p + "exp_probs_b.bias", (nx,), "bias")]
             out += [(p + "ffn_gate_exps.weight", (nx, fx, e), "exps"),
                     (p + "ffn_up_exps.weight", (nx, fx, e), "exps"),
                     (p + "ffn_down_exps.weight", (nx, e, fx), "exps"),
@@ -461,7 +464,7 @@ def _ds_moe(cfg, W, p, h):
     else:
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
-    choice = probs + W.get(p + "ffn_exp_probs_b.bias", 0.0)
+    choice = probs + W.get(p + "exp_probs_b.bias", 0.0)
     margins = np.full(h.shape[0], np.inf)
     if cfg.get("n_group"):
         ng, gu = cfg["n_group"], cfg["n_group_used"]

@@ -214,6 +214,7 @@ def test_tiny():
         info(False, "other architectures' tiny models: numpy is needed (their reference)")
     else:
         test_arch_models(mtm)
+        test_deepseek2_models(mtm)
         test_expert_placement(mtm)
         test_arch_errors(mtm)
 
@@ -272,6 +273,77 @@ def test_arch_models(mtm):
                 ev.close()
 
 
+DS_KL_FLOOR = 1e-5  # mean KL(llama.cpp || libtensr) always allowed on the tiny deepseek2 models
+
+
+def full_kl(p_logits, q_logits):
+    """KL(P || Q) over the whole vocabulary, from two rows of logits."""
+    p = np.asarray(p_logits, dtype=np.float64)
+    q = np.asarray(q_logits, dtype=np.float64)
+    lp = p - (p.max() + np.log(np.exp(p - p.max()).sum()))
+    lq = q - (q.max() + np.log(np.exp(q - q.max()).sum()))
+    return float((np.exp(lp) * (lp - lq)).sum())
+
+
+def test_deepseek2_models(mtm):
+    """The tiny deepseek2 models (make_tiny_models.DS_MODELS: V2-Lite shape
+    with plain attn_q, legacy attn_kv_b and softmax gating; V3 shape with
+    the q LoRA, split attn_k_b / attn_v_b, sigmoid gating, exp_probs_b,
+    grouped selection and YaRN; F32 and Q8_0) against llama.cpp's logits by
+    the KL criterion: for each mode (the prompt in one batch, one token at a
+    time, in micro-batches of 3, flash attention off and on, attn_max_batch
+    small enough to split the plain path's heads and tokens), the mean over
+    positions of KL(llama.cpp || libtensr) must be within 1.5 x llama.cpp's
+    own KL between its flash-off and flash-on runs, or DS_KL_FLOOR; the
+    greedy continuation (flash off) as judge_greedy wants it. The F32 ones
+    also against make_tiny_models.reference, a float64 forward pass of the
+    expanded form, every logit within TINY_TOL up to the first router
+    near-tie."""
+    modes = [(0, [], "batch"), (1, [], "batch"), (0, ["-ub", "1"], "one token at a time"),
+             (1, ["-ub", "1"], "one token at a time"), (0, ["-ub", "3"], "micro-batches of 3"),
+             (0, ["-ub", "8", "-amb", "4096"], "-amb 4096 (heads split)"),
+             (0, ["-amb", "1024"], "-amb 1024 (one score row per step)")]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in mtm.DS_MODELS:
+            ref = load_refs(f"model-{name}.json")
+            path = os.path.join(tmp, name + ".gguf")
+            mtm.write_model(name, path)
+            if sha256(path) != ref["model_sha256"]:
+                check(False, f"{name}: regenerated file differs from the one llama.cpp saw")
+                continue
+            n = len(ref["ids"])
+            # the float64 reference (the expanded, not absorbed, form) up to the first router near-tie
+            want, margins = mtm.reference(name, ref["ids"])
+            judged = min([int(t) for t in np.nonzero((margins < ROUTER_TIE).any(axis=0))[0]], default=n)
+            if ref["config"]["ftype"] == "f32":
+                ev = Evaluator(path, 64)
+                ours = np.asarray(ev.logits(ref["ids"]), dtype=np.float64)
+                ev.close()
+                d = float(np.abs(ours[:judged] - want[:judged]).max()) if judged else 0.0
+                check(ours.shape == want.shape and d <= TINY_TOL,
+                      f"{name}: logits of {judged}/{n} positions vs make_tiny_models.reference (float64): max |diff| "
+                      f"{d:.2e} (tolerance {TINY_TOL}; smallest router margin {margins.min():.2e})")
+            own = [full_kl(rt["logits"], rt["logits_fa"]) for rt in ref["positions"]]
+            own_rev = [full_kl(rt["logits_fa"], rt["logits"]) for rt in ref["positions"]]
+            for fa, opts, label in modes:
+                key = "logits_fa" if fa else "logits"
+                limit = max(DS_KL_FLOOR, 1.5 * float(np.mean(own if fa == 0 else own_rev)))
+                ev = Evaluator(path, 64, fa=fa, opts=opts)
+                ours = ev.logits(ref["ids"])
+                ok = len(ours) == n and all(len(ro) == len(rt[key]) for ro, rt in zip(ours, ref["positions"]))
+                kls = [full_kl(rt[key], ro) for ro, rt in zip(ours, ref["positions"])] if ok else [float("inf")]
+                diff = max(float(np.abs(np.asarray(ro, dtype=np.float64) - np.asarray(rt[key])).max())
+                           for ro, rt in zip(ours, ref["positions"])) if ok else float("inf")
+                check(ok and float(np.mean(kls)) <= limit,
+                      f"{name} -fa {fa} {label}: mean KL(llama.cpp flash-{'on' if fa else 'off'} || libtensr) "
+                      f"{np.mean(kls):.3e} over {n} positions (max {max(kls):.3e}; limit {limit:.3e}); "
+                      f"max |logit diff| {diff:.2e}")
+                if fa == 0 and label == "batch":
+                    steps = ev.greedy(ref["ids"], len(ref["greedy_ids"]), -1)
+                    judge_greedy(name, steps, ref["greedy_ids"], ref["greedy_top2"])
+                ev.close()
+
+
 def test_expert_placement(mtm):
     """-ngl 99 -ot exps=CPU on a fake GPU device (TSR_FAKE_DEVICES): every
     *_exps tensor stays on the CPU, every other layer tensor and the output
@@ -281,7 +353,7 @@ def test_expert_placement(mtm):
     env = dict(os.environ, TSR_FAKE_DEVICES="FAKE0:1GiB")
     flags = ["-ngl", "99", "-ot", "exps=CPU"]
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("tiny-qwen3moe-bpe-f32", "tiny-mixtral-bpe-q8"):
+        for name in ("tiny-qwen3moe-bpe-f32", "tiny-mixtral-bpe-q8", "tiny-ds3-bpe-q8", "tiny-ds2lite-bpe-f32"):
             ref = load_refs(f"model-{name}.json")
             path = os.path.join(tmp, name + ".gguf")
             mtm.write_model(name, path)
@@ -301,7 +373,8 @@ def test_expert_placement(mtm):
                     "FAKE0": sum(b for n, (bt, b) in where.items() if bt == "FAKE0")}
             exps_bytes = sum(where[n][1] for n in exps)
             plan_ok = all(d in plan and want[d] <= plan[d] <= want[d] + 4096 * len(where) for d in want)
-            check(len(exps) == 3 * ref["config"]["n_layer"] and not misplaced and plan_ok,
+            n_moe = ref["config"]["n_layer"] - ref["config"].get("n_dense_lead", 0)
+            check(len(exps) == 3 * n_moe and not misplaced and plan_ok,
                   f"{name} -ngl 99 -ot exps=CPU on FAKE0: {len(exps)} *_exps tensors ({exps_bytes} bytes) on CPU, "
                   f"the rest of the layers on FAKE0; misplaced {misplaced[:4]}; plan weights {plan}, "
                   f"tensors there {want}")

@@ -474,8 +474,10 @@ static tsr_tensor *moe_mask_groups(llm_fwd *f, tsr_tensor *sel, int64_t n) {
     int64_t ne[3] = {epg, ng, n};
     size_t cnt = (size_t)(epg * ng * n);
     float *ninf = tsr__malloc(cnt * sizeof *ninf);
-    if (!ninf)
+    if (!ninf) {
+        tsr__error(TSR_E_NOMEM, "out of memory for the expert groups' mask (%zu values)", cnt);
         return NULL;
+    }
     for (size_t i = 0; i < cnt; i++) ninf[i] = -INFINITY;
     tsr_tensor *fill = tsr_input(ctx, TSR_TYPE_F32, 3, ne, ninf);
     tsr__free(ninf);

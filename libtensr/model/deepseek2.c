@@ -126,7 +126,7 @@ int deepseek2_known_tensor(const llm_hparams *hp, const char *suffix) {
         "attn_q.weight",         "attn_kv_a_mqa.weight", "attn_kv_a_norm.weight", "attn_kv_b.weight",
         "attn_k_b.weight",       "attn_v_b.weight",      "attn_output.weight",    "ffn_norm.weight",
         "ffn_gate.weight",       "ffn_up.weight",        "ffn_down.weight",       "ffn_gate_inp.weight",
-        "ffn_gate_exps.weight",  "ffn_up_exps.weight",   "ffn_down_exps.weight",  "ffn_exp_probs_b.bias",
+        "ffn_gate_exps.weight",  "ffn_up_exps.weight",   "ffn_down_exps.weight",  "exp_probs_b.bias",
         "ffn_gate_shexp.weight", "ffn_up_shexp.weight",  "ffn_down_shexp.weight",
     };
     (void)hp;
@@ -189,7 +189,7 @@ tsr_status deepseek2_bind_layer(tsr_model *m, int il) {
         {"ffn_up.weight", e, ff, 0, dense, 0, &l->ffn_up},
         {"ffn_down.weight", ff, e, 0, dense, 0, &l->ffn_down},
         {"ffn_gate_inp.weight", e, nx, 0, moe, 0, &l->ffn_gate_inp},
-        {"ffn_exp_probs_b.bias", nx, 0, 0, moe, 1, &l->ffn_exp_probs_b},
+        {"exp_probs_b.bias", nx, 0, 0, moe, 1, &l->ffn_exp_probs_b},
         {"ffn_gate_exps.weight", e, fx, nx, moe, 0, &l->ffn_gate_exps},
         {"ffn_up_exps.weight", e, fx, nx, moe, 0, &l->ffn_up_exps},
         {"ffn_down_exps.weight", fx, e, nx, moe, 0, &l->ffn_down_exps},

@@ -106,7 +106,7 @@ typedef struct llm_layer {
     tsr_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
     tsr_tensor *attn_q_norm, *attn_k_norm;                                  /* [head_dim_k], LLM_QK_NORM */
     tsr_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps; /* experts */
-    tsr_tensor *ffn_exp_probs_b; /* the choice's bias (ffn_exp_probs_b.bias), or NULL */
+    tsr_tensor *ffn_exp_probs_b; /* the choice's bias (exp_probs_b.bias), or NULL */
     /* deepseek2: q LoRA or plain q (wq), the KV LoRA, shared experts */
     struct {
         tsr_tensor *q_a, *q_a_norm, *q_b, *kv_a_mqa, *kv_a_norm, *kv_b, *k_b, *v_b;
