@@ -494,7 +494,7 @@ static void test_paths(void) {
 
 /* The latent cache (v_in_k): one KV head whose first hdv values are V, as
  * DeepSeek's MLA uses it (kv_lora_rank + rope keys, kv_lora_rank values),
- * and two, on every path, F16 and F32 caches. */
+ * and two, on every path, F16, F32 and Q8_0 caches. */
 static void test_v_in_k(void) {
     static const shape MLA = {"mla", 8, 1, 80, 64};
     static const shape MLA2 = {"mla-2kv", 6, 2, 48, 16};
@@ -502,6 +502,8 @@ static void test_v_in_k(void) {
     g_v_in_k = 1;
     run_schedule(&MLA, TSR_TYPE_F16, TSR_TYPE_F16, 300, SCHEDULE, nb);
     run_schedule(&MLA2, TSR_TYPE_F32, TSR_TYPE_F32, 200, SCHEDULE, 3);
+    static const shape MLA_Q8 = {"mla-q8", 8, 1, 96, 64};
+    run_schedule(&MLA_Q8, TSR_TYPE_Q8_0, TSR_TYPE_Q8_0, 300, SCHEDULE, 3);
     g_v_in_k = 0;
 }
 

@@ -272,10 +272,15 @@ static bool tsr_attn_cache_ok(tsr_context *ctx, const tsr_kv_cache *c, int il, c
 
 /* V read from K's cells (v_in_k): the first head_dim_v values of each K row,
  * as rows on the flash path, transposed by a copy on the plain path (which
- * reads V transposed). kw: the written K cache. */
+ * reads V transposed; a quantized K is converted to F16 first, its blocks
+ * cannot be transposed). kw: the written K cache. */
 static tsr_tensor *tsr_v_of_k(tsr_context *ctx, const tsr_kv_cache *c, int il, tsr_tensor *kw) {
     tsr_tensor *vr = tsr_view_3d(ctx, kw, c->l_hdv[il], c->n_kv, c->l_nkvh[il], kw->nb[1], kw->nb[2], 0);
-    return c->flash ? vr : tsr_cont(ctx, tsr_permute(ctx, vr, 1, 0, 2, 3));
+    if (c->flash || !vr)
+        return vr;
+    if (kw->type != TSR_TYPE_F32 && kw->type != TSR_TYPE_F16 && kw->type != TSR_TYPE_BF16)
+        vr = tsr_cast(ctx, vr, TSR_TYPE_F16);
+    return tsr_cont(ctx, tsr_permute(ctx, vr, 1, 0, 2, 3));
 }
 
 tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v,

@@ -125,7 +125,8 @@ static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
 static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
     const tsr_kv_cache_params *p = &c->p;
     int64_t hd = is_v ? c->l_hdv[il] : c->l_hdk[il], width = hd * c->l_nkvh[il];
-    t->type = is_v ? p->type_v : p->type_k;
+    /* v_in_k: the V struct is never allocated nor read (F32 keeps its shape valid) */
+    t->type = is_v ? (p->v_in_k ? TSR_TYPE_F32 : p->type_v) : p->type_k;
     t->op = TSR_OP_NONE;
     t->flags = TSR_FLAG_PERSIST;
     t->device_id = -1;
