@@ -532,6 +532,10 @@ typedef struct tsr_kv_cache_params {
      * whole sequence as without a window. */
     int64_t n_swa;
     const uint8_t *swa_layers;
+    /* Latent attention (DeepSeek's MLA): 1 = the cache keeps K only and a
+     * layer's V is the first head_dim_v (<= head_dim_k) values of each K
+     * row; tsr_attention then takes v NULL. Default 0. */
+    int v_in_k;
 } tsr_kv_cache_params;
 
 TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);
@@ -577,7 +581,9 @@ TSR_API tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx,
  * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]
  * (the batch of the last begin). Writes k/v into the cache and returns
  * [head_dim_v * n_head, n_tokens] F32. A layer with a sliding window (see
- * tsr_kv_cache_params) uses the windowed mask on every path. */
+ * tsr_kv_cache_params) uses the windowed mask on every path. With a v_in_k
+ * cache v must be NULL: V is the first head_dim_v values of the cached K
+ * rows (one KV head of width kv_lora_rank + rope for DeepSeek's MLA). */
 TSR_API tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q, tsr_tensor *k,
                                   tsr_tensor *v, float scale);
 /* Attention without a cache: q [head_dim_k, n_head, n_tokens], k

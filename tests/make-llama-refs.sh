@@ -11,7 +11,7 @@
 # compares libtensr with. Commit the result.
 #
 # Usage: tests/make-llama-refs.sh [--skip-ppl] [--name=gemma3] [PART...]
-#   PART: tokenizer, tiny, arch, greedy, ppl, kl (default: all). Only the parts
+#   PART: tokenizer, tiny, arch, deepseek2, greedy, ppl, kl (default: all). Only the parts
 #   named are recorded again, e.g. `tests/make-llama-refs.sh kl` rewrites
 #   kl-smollm2.json alone (from the committed greedy-smollm2.json).
 #   --name=gemma3 records the references of Gemma 3 270M (named ...-gemma3)

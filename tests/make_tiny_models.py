@@ -76,7 +76,33 @@ ARCH_MODELS = {
                                   eps=1e-6, qk_norm=True, n_expert=8, n_expert_used=2, n_ff_exp=32,
                                   gate_scale=2.0),
 }
-ALL_MODELS = {**MODELS, **ARCH_MODELS}
+# deepseek2 (DeepSeek V2-Lite and V3 shapes, multi-head latent attention);
+# test-model.py and make_llama_refs.py's "deepseek2" part. The first layer
+# dense (leading_dense_block_count 1), then 8 experts, 2 per token, 32 wide,
+# plus one shared expert. "q8": every matrix whose rows are a multiple of 32
+# wide in Q8_0 (attn_kv_b included), the others F32. Seeds and router scales
+# picked for the largest router margins of make_tiny_models.reference over
+# make_llama_refs.py's ids (8e-3 to 5e-2 in the scores), so rounding does not
+# flip experts.
+_DS = dict(arch="deepseek2", vocab="bpe", n_embd=64, n_head=4, n_layer=3, n_ff=96, n_ctx=256, rope_base=10000.0,
+           eps=1e-6, kv_lora=32, rope=16, n_expert=8, n_expert_used=2, n_ff_exp=32, n_shared=1, n_dense_lead=1,
+           gate_scale=2.0, head_dim=0, n_head_kv=1)
+DS_MODELS = {
+    # V2-Lite: plain attn_q, legacy attn_kv_b, softmax gating, no groups, weights not renormalised.
+    "tiny-ds2lite-bpe-f32": dict(_DS, seed=73, ftype="f32", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
+                                 gating=1, w_norm=False, w_scale=1.0),
+    "tiny-ds2lite-bpe-q8": dict(_DS, seed=67, ftype="q8", q_lora=0, nope=32, v_mla=32, legacy_kv_b=True,
+                                gating=1, w_norm=False, w_scale=1.0),
+    # V3: q LoRA, split attn_k_b / attn_v_b, sigmoid gating with exp_probs_b, 4 groups of which 2 used,
+    # weights renormalised and scaled by 2.5, YaRN (factor 4, log multiplier 0.1 * 0.707).
+    "tiny-ds3-bpe-f32": dict(_DS, seed=53, ftype="f32", gate_scale=4.0, q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
+                             gating=2, w_norm=True, w_scale=2.5, probs_b=True, n_group=4, n_group_used=2,
+                             yarn=4.0, yarn_orig=64, yarn_log_mul=0.0707),
+    "tiny-ds3-bpe-q8": dict(_DS, seed=157, ftype="q8", gate_scale=16.0, q_lora=64, nope=24, v_mla=24, legacy_kv_b=False,
+                            gating=2, w_norm=True, w_scale=2.5, probs_b=True, n_group=4, n_group_used=2,
+                            yarn=4.0, yarn_orig=64, yarn_log_mul=0.0707),
+}
+ALL_MODELS = {**MODELS, **ARCH_MODELS, **DS_MODELS}
 
 SPM_PIECES = [
     "▁", "e", "t", "a", "o", "i", "n", "s", "h", "r", "d", "l", "u", "c", "m", "w", "f", "g",
@@ -145,9 +171,48 @@ def bpe_vocab():
     return toks + specials, types, merges
 
 
+def ds_tensors(cfg):
+    """deepseek2's tensors (numpy shapes: ggml's reversed)."""
+    e, nh, v, ff = cfg["n_embd"], cfg["n_head"], cfg["n_vocab"], cfg["n_ff"]
+    ql, kvl, r, nope, vm = cfg["q_lora"], cfg["kv_lora"], cfg["rope"], cfg["nope"], cfg["v_mla"]
+    nx, fx, ns = cfg["n_expert"], cfg["n_ff_exp"], cfg["n_shared"]
+    out = [("token_embd.weight", (v, e), "embd")]
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        out += [(p + "attn_norm.weight", (e,), "norm")]
+        if ql:
+            out += [(p + "attn_q_a.weight", (ql, e), "w"), (p + "attn_q_a_norm.weight", (ql,), "norm"),
+                    (p + "attn_q_b.weight", (nh * (nope + r), ql), "w")]
+        else:
+            out += [(p + "attn_q.weight", (nh * (nope + r), e), "w")]
+        out += [(p + "attn_kv_a_mqa.weight", (kvl + r, e), "w"), (p + "attn_kv_a_norm.weight", (kvl,), "norm")]
+        if cfg["legacy_kv_b"]:
+            out += [(p + "attn_kv_b.weight", (nh * (nope + vm), kvl), "w")]
+        else:
+            out += [(p + "attn_k_b.weight", (nh, kvl, nope), "w"), (p + "attn_v_b.weight", (nh, vm, kvl), "w")]
+        out += [(p + "attn_output.weight", (e, nh * vm), "w"), (p + "ffn_norm.weight", (e,), "norm")]
+        if il < cfg["n_dense_lead"]:
+            out += [(p + "ffn_gate.weight", (ff, e), "w"), (p + "ffn_up.weight", (ff, e), "w"),
+                    (p + "ffn_down.weight", (e, ff), "w")]
+        else:
+            out += [(p + "ffn_gate_inp.weight", (nx, e), "gate")]
+            if cfg.get("probs_b"):
+                out += [(p + "exp_probs_b.bias", (nx,), "bias")]
+            out += [(p + "ffn_gate_exps.weight", (nx, fx, e), "exps"),
+                    (p + "ffn_up_exps.weight", (nx, fx, e), "exps"),
+                    (p + "ffn_down_exps.weight", (nx, e, fx), "exps"),
+                    (p + "ffn_gate_shexp.weight", (fx * ns, e), "w"),
+                    (p + "ffn_up_shexp.weight", (fx * ns, e), "w"),
+                    (p + "ffn_down_shexp.weight", (e, fx * ns), "w")]
+    out += [("output_norm.weight", (e,), "norm"), ("output.weight", (v, e), "w")]
+    return out
+
+
 def tensors(cfg):
     """(name, numpy shape, kind) in writing order; kind: "w" (matrix),
     "norm", "bias", "gate" (expert router), "exps" (experts)."""
+    if cfg.get("arch") == "deepseek2":
+        return ds_tensors(cfg)
     e, hd, nh, nkv, ff = cfg["n_embd"], cfg["head_dim"], cfg["n_head"], cfg["n_head_kv"], cfg["n_ff"]
     v = cfg["n_vocab"]
     nx = cfg.get("n_expert", 0)
@@ -191,7 +256,9 @@ def tensor_values(cfg):
     for t, (tname, shape, kind) in enumerate(tensors(cfg)):
         n = int(np.prod(shape))
         u = uniform(cfg["seed"], t, n)
-        if kind == "norm":
+        if kind == "embd":
+            a = (2.0 * u - 1.0) * np.sqrt(3.0 / shape[-1])
+        elif kind == "norm":
             a = 1.0 + 0.25 * (2.0 * u - 1.0)
         elif kind == "bias":
             a = 0.25 * (2.0 * u - 1.0)
@@ -200,6 +267,10 @@ def tensor_values(cfg):
             if kind == "gate":
                 a = a * cfg.get("gate_scale", 1.0)
         a = a.reshape(shape)
+        if cfg["ftype"] == "q8" and kind in ("w", "exps") and shape[-1] % 32 == 0:
+            q = quantize(a.astype(np.float32), QT.Q8_0)
+            yield tname, q, QT.Q8_0, dequantize(q, QT.Q8_0).astype(np.float64).reshape(shape)
+            continue
         if kind == "exps" and cfg.get("exps_type") == "q8_0":
             q = quantize(a.astype(np.float32), QT.Q8_0)
             yield tname, q, QT.Q8_0, dequantize(q, QT.Q8_0).astype(np.float64).reshape(shape)
@@ -209,6 +280,41 @@ def tensor_values(cfg):
         else:
             a = a.astype(np.float32)
         yield tname, a, None, a.astype(np.float64)
+
+
+def write_ds_keys(w, cfg):
+    """deepseek2's keys as llama.cpp's converter writes them: legacy files
+    (attn_kv_b) with the expanded heads' sizes, newer ones (attn_k_b /
+    attn_v_b) with the latent cache's (one KV head of kv_lora + rope, V
+    kv_lora wide) and the heads' in key_length_mla / value_length_mla."""
+    a = "deepseek2"
+    kq = cfg["nope"] + cfg["rope"]
+    if cfg["legacy_kv_b"]:
+        w.add_uint32(f"{a}.attention.head_count_kv", cfg["n_head"])
+        w.add_uint32(f"{a}.attention.key_length", kq)
+        w.add_uint32(f"{a}.attention.value_length", cfg["v_mla"])
+    else:
+        w.add_uint32(f"{a}.attention.head_count_kv", 1)
+        w.add_uint32(f"{a}.attention.key_length", cfg["kv_lora"] + cfg["rope"])
+        w.add_uint32(f"{a}.attention.value_length", cfg["kv_lora"])
+        w.add_uint32(f"{a}.attention.key_length_mla", kq)
+        w.add_uint32(f"{a}.attention.value_length_mla", cfg["v_mla"])
+    w.add_uint32(f"{a}.rope.dimension_count", cfg["rope"])
+    w.add_uint32(f"{a}.attention.q_lora_rank", cfg["q_lora"])
+    w.add_uint32(f"{a}.attention.kv_lora_rank", cfg["kv_lora"])
+    w.add_uint32(f"{a}.leading_dense_block_count", cfg["n_dense_lead"])
+    w.add_uint32(f"{a}.expert_shared_count", cfg["n_shared"])
+    w.add_float32(f"{a}.expert_weights_scale", cfg["w_scale"])
+    w.add_bool(f"{a}.expert_weights_norm", cfg["w_norm"])
+    w.add_uint32(f"{a}.expert_gating_func", cfg["gating"])
+    if cfg.get("n_group"):
+        w.add_uint32(f"{a}.expert_group_count", cfg["n_group"])
+        w.add_uint32(f"{a}.expert_group_used_count", cfg["n_group_used"])
+    if cfg.get("yarn"):
+        w.add_string(f"{a}.rope.scaling.type", "yarn")
+        w.add_float32(f"{a}.rope.scaling.factor", cfg["yarn"])
+        w.add_uint32(f"{a}.rope.scaling.original_context_length", cfg["yarn_orig"])
+        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", cfg["yarn_log_mul"])
 
 
 def write_model(name, path):
@@ -224,12 +330,17 @@ def write_model(name, path):
     w = gguf.GGUFWriter(path, arch)
     w.add_name(name)
     w.add_context_length(cfg["n_ctx"])
+    if arch == "deepseek2":
+        write_ds_keys(w, cfg)
     w.add_embedding_length(cfg["n_embd"])
     w.add_block_count(cfg["n_layer"])
     w.add_feed_forward_length(cfg["n_ff"])
     w.add_head_count(cfg["n_head"])
-    w.add_head_count_kv(cfg["n_head_kv"])
-    if cfg.get("key_length", True):
+    if arch != "deepseek2":
+        w.add_head_count_kv(cfg["n_head_kv"])
+    if arch == "deepseek2":
+        pass
+    elif cfg.get("key_length", True):
         w.add_key_length(cfg["head_dim"])
         w.add_value_length(cfg["head_dim"])
         w.add_rope_dimension_count(cfg["head_dim"])
@@ -241,7 +352,7 @@ def write_model(name, path):
         if "n_ff_exp" in cfg:
             w.add_expert_feed_forward_length(cfg["n_ff_exp"])
     w.add_vocab_size(cfg["n_vocab"])
-    w.add_file_type(0 if cfg["ftype"] == "f32" else 1)
+    w.add_file_type({"f32": 0, "f16": 1, "q8": 7}[cfg["ftype"]])
     if cfg["vocab"] == "spm":
         w.add_tokenizer_model("llama")
         w.add_token_list(toks)
@@ -317,6 +428,125 @@ def _moe(cfg, W, p, h):
     return out, margins
 
 
+def _rope_yarn(x, pos, cfg):
+    """deepseek2's rope (adjacent pairs) of x [n, heads, rope] with YaRN as
+    ggml computes it (ext_factor 1, beta 32/1) when cfg has "yarn"."""
+    n_dims, base = cfg["rope"], cfg["rope_base"]
+    i = np.arange(n_dims // 2)
+    theta_ex = pos[:, None].astype(np.float64) * base ** (-2.0 * i / n_dims)
+    theta, mscale = theta_ex, 1.0
+    if cfg.get("yarn"):
+        fs = 1.0 / cfg["yarn"]
+
+        def corr(beta):
+            return n_dims * np.log(cfg["yarn_orig"] / (beta * 2 * np.pi)) / (2 * np.log(base))
+        lo, hi = max(0.0, np.floor(corr(32.0))), min(n_dims - 1.0, np.ceil(corr(1.0)))
+        ramp = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)
+        theta = fs * theta_ex * (1 - ramp) + theta_ex * ramp
+        # llama.cpp's attn_factor 1 / (1 + 0.1 ln f) cancels the kernel's (1 + 0.1 ln f)
+        mscale = 1.0
+    c, s_ = np.cos(theta)[:, None, :] * mscale, np.sin(theta)[:, None, :] * mscale
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * c - b * s_, a * s_ + b * c
+    return out
+
+
+def _ds_moe(cfg, W, p, h):
+    """build_moe_ffn as deepseek2 calls it, plus the shared experts; the
+    margin per token is the smallest of the choice's (last chosen expert -
+    first left out, by the biased score) and the groups' (last group kept -
+    first dropped)."""
+    k, nx = cfg["n_expert_used"], cfg["n_expert"]
+    logits = h @ W[p + "ffn_gate_inp.weight"].T
+    if cfg["gating"] == 2:
+        probs = 1.0 / (1.0 + np.exp(-logits))
+    else:
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+    choice = probs + W.get(p + "exp_probs_b.bias", 0.0)
+    margins = np.full(h.shape[0], np.inf)
+    if cfg.get("n_group"):
+        ng, gu = cfg["n_group"], cfg["n_group_used"]
+        g = choice.reshape(-1, ng, nx // ng)
+        gs = np.sort(g, axis=-1)[..., -2:].sum(-1)  # [n, ng]
+        order = np.argsort(-gs, axis=-1, kind="stable")
+        srt = np.take_along_axis(gs, order, -1)
+        margins = np.minimum(margins, srt[:, gu - 1] - srt[:, gu])
+        keep = np.zeros_like(gs, dtype=bool)
+        np.put_along_axis(keep, order[:, :gu], True, -1)
+        choice = np.where(np.repeat(keep, nx // ng, axis=-1), choice, -np.inf)
+    order = np.argsort(-choice, axis=-1, kind="stable")
+    srt = np.take_along_axis(choice, order, -1)
+    margins = np.minimum(margins, np.where(np.isfinite(srt[:, k]), srt[:, k - 1] - srt[:, k], np.inf))
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        sel = order[t, :k]
+        wts = probs[t, sel]
+        if cfg["w_norm"]:
+            wts = wts / wts.sum()
+        if cfg["w_scale"] not in (0.0, 1.0):
+            wts = wts * cfg["w_scale"]
+        for j, x in zip(sel, wts):
+            gg = W[p + "ffn_gate_exps.weight"][j] @ h[t]
+            u = W[p + "ffn_up_exps.weight"][j] @ h[t]
+            out[t] += x * (W[p + "ffn_down_exps.weight"][j] @ (_silu(gg) * u))
+    sh = W[p + "ffn_down_shexp.weight"] @ (_silu(W[p + "ffn_gate_shexp.weight"] @ h.T) *
+                                           (W[p + "ffn_up_shexp.weight"] @ h.T))
+    return out + sh.T, margins
+
+
+def ds_reference(cfg, W, ids):
+    """deepseek2 in float64 the plain way (keys and values expanded per
+    head, not the absorbed form libtensr runs)."""
+    nh, eps, kvl, r, nope, vm = cfg["n_head"], cfg["eps"], cfg["kv_lora"], cfg["rope"], cfg["nope"], cfg["v_mla"]
+    n = len(ids)
+    pos = np.arange(n)
+    f = cfg.get("yarn", 1.0)
+    log_mul = cfg.get("yarn_log_mul", 0.0) / 0.1
+    mscale = 1.0 + 0.1 * log_mul * np.log(f)
+    scale = mscale * mscale / np.sqrt(nope + r)
+    x = W["token_embd.weight"][ids]
+    margins = []
+    for il in range(cfg["n_layer"]):
+        p = f"blk.{il}."
+        h = _rms(x, W[p + "attn_norm.weight"], eps)
+        if cfg["q_lora"]:
+            q = _rms(h @ W[p + "attn_q_a.weight"].T, W[p + "attn_q_a_norm.weight"], eps) @ W[p + "attn_q_b.weight"].T
+        else:
+            q = h @ W[p + "attn_q.weight"].T
+        q = q.reshape(n, nh, nope + r)
+        q_nope, q_pe = q[..., :nope], _rope_yarn(q[..., nope:], pos, cfg)
+        kva = h @ W[p + "attn_kv_a_mqa.weight"].T
+        c = _rms(kva[:, :kvl], W[p + "attn_kv_a_norm.weight"], eps)
+        k_pe = _rope_yarn(kva[:, None, kvl:], pos, cfg)[:, 0]
+        if cfg["legacy_kv_b"]:
+            kvb = W[p + "attn_kv_b.weight"].reshape(nh, nope + vm, kvl)
+            wk, wv = kvb[:, :nope, :], kvb[:, nope:, :]  # [h, d, r]
+        else:
+            wk = W[p + "attn_k_b.weight"].transpose(0, 2, 1)  # [h, r, d] -> [h, d, r]
+            wv = W[p + "attn_v_b.weight"]  # [h, e, r]
+        k_nope = np.einsum("hdr,tr->thd", wk, c)
+        v = np.einsum("her,tr->the", wv, c)
+        att = np.empty((n, nh, vm))
+        mask = np.triu(np.full((n, n), -np.inf), 1)
+        for hh in range(nh):
+            sc = (q_nope[:, hh] @ k_nope[:, hh].T + q_pe[:, hh] @ k_pe.T) * scale + mask
+            sc = np.exp(sc - sc.max(-1, keepdims=True))
+            att[:, hh] = (sc / sc.sum(-1, keepdims=True)) @ v[:, hh]
+        x = x + att.reshape(n, nh * vm) @ W[p + "attn_output.weight"].T
+        h = _rms(x, W[p + "ffn_norm.weight"], eps)
+        if il < cfg["n_dense_lead"]:
+            fo = (W[p + "ffn_down.weight"] @ (_silu(W[p + "ffn_gate.weight"] @ h.T) *
+                                              (W[p + "ffn_up.weight"] @ h.T))).T
+        else:
+            fo, m = _ds_moe(cfg, W, p, h)
+            margins.append(m)
+        x = x + fo
+    h = _rms(x, W["output_norm.weight"], eps)
+    return h @ W["output.weight"].T, np.array(margins)
+
+
 def reference(name, ids):
     """float64 forward pass of model name over ids (one sequence, positions
     0..n-1): (logits [n, n_vocab], router margins [n_layer, n] or None)."""
@@ -324,6 +554,8 @@ def reference(name, ids):
     cfg["n_vocab"] = len(spm_vocab()[0] if cfg["vocab"] == "spm" else bpe_vocab()[0])
     W = {tn: f for tn, _, _, f in tensor_values(cfg)}
     arch = cfg.get("arch", "llama")
+    if arch == "deepseek2":
+        return ds_reference(cfg, W, np.asarray(ids))
     neox = arch.startswith("qwen")
     nh, nkv, hd, eps = cfg["n_head"], cfg["n_head_kv"], cfg["head_dim"], cfg["eps"]
     ids = np.asarray(ids)

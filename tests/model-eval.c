@@ -3,7 +3,7 @@
  * prints logits or greedy continuations as plain text, so the test can
  * compare them with llama.cpp's recorded answers.
  *
- *   model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] [-ot SPEC] MODEL < commands
+ *   model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-amb BYTES] [-ngl N] [-ot SPEC] MODEL < commands
  *
  * -ngl and -ot place the weights as tensr-run's flags do (the last N layers
  * on GPU devices, e.g. fake ones from TSR_FAKE_DEVICES; pattern=BUFT
@@ -219,6 +219,8 @@ int main(int argc, char **argv)
             bp.flash_attn = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-ub"))
             sp.n_ubatch = atoll(argv[a + 1]);
+        else if (!strcmp(argv[a], "-amb"))
+            bp.attn_max_batch = (size_t)atoll(argv[a + 1]);
         else if (!strcmp(argv[a], "-ngl"))
             lp.n_gpu_layers = atoi(argv[a + 1]);
         else if (!strcmp(argv[a], "-ot")) {
@@ -230,7 +232,7 @@ int main(int argc, char **argv)
             return die("usage", argv[a]);
     }
     if (argc - a != 1)
-        return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-ngl N] [-ot SPEC] MODEL < commands");
+        return die("usage", "model-eval [-t N] [-c N] [-ub N] [-fa 0|1] [-amb BYTES] [-ngl N] [-ot SPEC] MODEL < commands");
     lp.overrides = ot;
     sp.n_batch = sp.n_ctx;               /* a whole command in one decode */
     sp.n_outputs_max = sp.n_ubatch > 0 ? sp.n_ubatch : 512; /* every row of a micro-batch */

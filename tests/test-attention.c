@@ -10,7 +10,8 @@
  * changes nothing; argument errors; allocation failures leak nothing.
  * Sliding windows (n_swa, swa_layers): windows of 1, 16, 64 and 100
  * positions on one layer or on both, every path, against the reference
- * with the window.
+ * with the window. The latent cache (v_in_k: V read from the first values
+ * of K, one or two KV heads) on every path.
  */
 #include "tsrtest.h"
 
@@ -75,6 +76,7 @@ static void ref_free(ref_state *r) {
 /* The window of the schedules being run (0 = none) and which of the
  * layers have it (NULL = both). */
 static int64_t g_n_swa;
+static int g_v_in_k; /* latent cache: V is the first hdv values of K (tsr_kv_cache_params.v_in_k) */
 static const uint8_t *g_swa_layers;
 
 static int windowed(int il) { return g_n_swa > 0 && (!g_swa_layers || g_swa_layers[il]); }
@@ -149,7 +151,7 @@ static float *run_batch(run_state *rs, const shape *sh, int nt, const float *q, 
     for (int il = 0; il < N_LAYERS; il++) {
         tsr_tensor *tq = tsr_input(ctx, TSR_TYPE_F32, 3, neq, q + il * qn);
         tsr_tensor *tk = tsr_input(ctx, TSR_TYPE_F32, 3, nek, k + il * kn);
-        tsr_tensor *tv = tsr_input(ctx, TSR_TYPE_F32, 3, nev, v + il * vn);
+        tsr_tensor *tv = g_v_in_k ? NULL : tsr_input(ctx, TSR_TYPE_F32, 3, nev, v + il * vn);
         outs[il] = tsr_attention(ctx, rs->c, il, tq, tk, tv, scale);
         CHECK(outs[il] != NULL);
     }
@@ -229,10 +231,11 @@ static void run_schedule(const shape *sh, tsr_type tk, tsr_type tv, int64_t n_ct
         p.n_seq = 2;
         p.n_swa = g_n_swa;
         p.swa_layers = g_swa_layers;
+        p.v_in_k = g_v_in_k;
         rs[ci].c = NULL;
         tsr_status s = tsr_kv_cache_new(rs[ci].b, &p, &rs[ci].c);
         on[ci] = s == TSR_OK;
-        if (tv == TSR_TYPE_Q8_0 && !CFGS[ci].flash)
+        if (tv == TSR_TYPE_Q8_0 && !CFGS[ci].flash && !g_v_in_k)
             CHECK_STATUS(s, TSR_E_UNSUPPORTED);
         else
             CHECK_OK(s);
@@ -255,6 +258,9 @@ static void run_schedule(const shape *sh, tsr_type tk, tsr_type tv, int64_t n_ct
         tsrtest_fill(q, qn, 100 + bi);
         tsrtest_fill(k, kn, 200 + bi);
         tsrtest_fill(v, vn, 300 + bi);
+        if (g_v_in_k) /* V: the first hdv values of each K head */
+            for (size_t row = 0; row < (size_t)N_LAYERS * sh->n_head_kv * nt; row++)
+                memcpy(v + row * sh->hdv, k + row * sh->hdk, (size_t)sh->hdv * sizeof(float));
         for (size_t i = 0; i < qn; i++)
             q[i] *= 3.0f; /* peaky softmax: differences between paths would show */
         int32_t *pos = malloc((nt + 1) * sizeof *pos), *seq = malloc((nt + 1) * sizeof *seq);
@@ -484,6 +490,21 @@ static void test_paths(void) {
     run_schedule(&SHAPES[0], TSR_TYPE_F32, TSR_TYPE_F32, 200, SCHEDULE, 3);
     static const shape ODD = {"odd", 3, 1, 5, 7};
     run_schedule(&ODD, TSR_TYPE_F32, TSR_TYPE_F16, 77, SCHEDULE, 2);
+}
+
+/* The latent cache (v_in_k): one KV head whose first hdv values are V, as
+ * DeepSeek's MLA uses it (kv_lora_rank + rope keys, kv_lora_rank values),
+ * and two, on every path, F16, F32 and Q8_0 caches. */
+static void test_v_in_k(void) {
+    static const shape MLA = {"mla", 8, 1, 80, 64};
+    static const shape MLA2 = {"mla-2kv", 6, 2, 48, 16};
+    int nb = (int)(sizeof SCHEDULE / sizeof SCHEDULE[0]);
+    g_v_in_k = 1;
+    run_schedule(&MLA, TSR_TYPE_F16, TSR_TYPE_F16, 300, SCHEDULE, nb);
+    run_schedule(&MLA2, TSR_TYPE_F32, TSR_TYPE_F32, 200, SCHEDULE, 3);
+    static const shape MLA_Q8 = {"mla-q8", 8, 1, 96, 64};
+    run_schedule(&MLA_Q8, TSR_TYPE_Q8_0, TSR_TYPE_Q8_0, 300, SCHEDULE, 3);
+    g_v_in_k = 0;
 }
 
 /* The same schedules with sliding windows: on layer 1 only (layer 0 keeps
@@ -966,6 +987,7 @@ static void test_alloc_failures(void) {
 }
 
 int main(void) {
+    test_v_in_k();
     test_plan();
     test_errors();
     test_full();

@@ -270,9 +270,31 @@ static bool tsr_attn_cache_ok(tsr_context *ctx, const tsr_kv_cache *c, int il, c
     return true;
 }
 
+/* V read from K's cells (v_in_k): the first head_dim_v values of each K row,
+ * as rows on the flash path, transposed by a copy on the plain path (which
+ * reads V transposed; a quantized K is converted to F16 first, its blocks
+ * cannot be transposed). kw: the written K cache. */
+static tsr_tensor *tsr_v_of_k(tsr_context *ctx, const tsr_kv_cache *c, int il, tsr_tensor *kw) {
+    tsr_tensor *vr = tsr_view_3d(ctx, kw, c->l_hdv[il], c->n_kv, c->l_nkvh[il], kw->nb[1], kw->nb[2], 0);
+    if (c->flash || !vr)
+        return vr;
+    if (kw->type != TSR_TYPE_F32 && kw->type != TSR_TYPE_F16 && kw->type != TSR_TYPE_BF16)
+        vr = tsr_cast(ctx, vr, TSR_TYPE_F16);
+    return tsr_cont(ctx, tsr_permute(ctx, vr, 1, 0, 2, 3));
+}
+
 tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_tensor *q, tsr_tensor *k, tsr_tensor *v,
                           float scale) {
     const char *fn = "tsr_attention";
+    if (cache && cache->p.v_in_k && !v && k && q && ctx && cache->ctx == ctx && il >= 0 && il < cache->p.n_layers) {
+        /* latent attention: V is a view of K's cells; check q and k with
+         * a stand-in v of the layer's width */
+        v = tsr_view_3d(ctx, k, cache->l_hdv[il], k->ne[1], k->ne[2], k->nb[1], k->nb[2], 0);
+        if (!v)
+            return NULL;
+    } else if (cache && cache->p.v_in_k && v && ctx) {
+        return tsr__op_error(ctx, TSR_E_INVALID, "%s: the cache reads V from K (v_in_k): pass v NULL", fn);
+    }
     if (!tsr_attn_srcs(ctx, fn, q, k, v) || !tsr_attn_shapes(ctx, fn, q, k, v) ||
         !tsr_attn_cache_ok(ctx, cache, il, q, k, v))
         return NULL;
@@ -281,7 +303,9 @@ tsr_tensor *tsr_attention(tsr_context *ctx, tsr_kv_cache *cache, int il, tsr_ten
     tsr_tensor *kw = tsr_write_rows(ctx, &c->k[il], k, c->idx);
     tsr_tensor *kr = kw ? tsr_view_3d(ctx, kw, kw->ne[0], n_kv, nkvh, kw->nb[1], kw->nb[2], 0) : NULL;
     tsr_tensor *vr;
-    if (c->flash) {
+    if (c->p.v_in_k) {
+        vr = kw ? tsr_v_of_k(ctx, c, il, kw) : NULL;
+    } else if (c->flash) {
         tsr_tensor *vw = tsr_write_rows(ctx, &c->v[il], v, c->idx);
         vr = vw ? tsr_view_3d(ctx, vw, vw->ne[0], n_kv, nkvh, vw->nb[1], vw->nb[2], 0) : NULL;
     } else {

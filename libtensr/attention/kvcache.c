@@ -88,8 +88,13 @@ static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
             return tsr__error(TSR_E_INVALID,
                               "tsr_kv_cache_new: layer %d: n_head_kv %d, head_dim_k %d, head_dim_v %d must be > 0", il,
                               c->l_nkvh[il], c->l_hdk[il], c->l_hdv[il]);
+        if (p->v_in_k && c->l_hdv[il] > c->l_hdk[il])
+            return tsr__error(
+                TSR_E_INVALID,
+                "tsr_kv_cache_new: layer %d: head_dim_v %d > head_dim_k %d, but V is read from K (v_in_k)", il,
+                c->l_hdv[il], c->l_hdk[il]);
         tsr_status s = tsr_check_type(p->type_k, c->l_hdk[il], c->flash, false);
-        if (s == TSR_OK)
+        if (s == TSR_OK && !p->v_in_k)
             s = tsr_check_type(p->type_v, c->l_hdv[il], c->flash, true);
         if (s != TSR_OK)
             return s;
@@ -111,14 +116,17 @@ static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
         return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx,
                           INT32_MAX);
     tsr_status s = tsr_check_type(p->type_k, p->head_dim_k_layer ? 0 : p->head_dim_k, flash, false);
-    return s == TSR_OK ? tsr_check_type(p->type_v, p->head_dim_v_layer ? 0 : p->head_dim_v, flash, true) : s;
+    if (s != TSR_OK || p->v_in_k)
+        return s;
+    return tsr_check_type(p->type_v, p->head_dim_v_layer ? 0 : p->head_dim_v, flash, true);
 }
 
 /* Shapes one cache tensor struct (layer il, K or V). */
 static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
     const tsr_kv_cache_params *p = &c->p;
     int64_t hd = is_v ? c->l_hdv[il] : c->l_hdk[il], width = hd * c->l_nkvh[il];
-    t->type = is_v ? p->type_v : p->type_k;
+    /* v_in_k: the V struct is never allocated nor read (F32 keeps its shape valid) */
+    t->type = is_v ? (p->v_in_k ? TSR_TYPE_F32 : p->type_v) : p->type_k;
     t->op = TSR_OP_NONE;
     t->flags = TSR_FLAG_PERSIST;
     t->device_id = -1;
@@ -157,7 +165,7 @@ static bool tsr_group(tsr_kv_cache *c) {
             c->grp_size[c->n_grp++] = 0;
         }
         size_t kb = tsr__pad(tsr_tensor_nbytes(&c->k[il]), tsr_align_of(bt));
-        size_t vb = tsr__pad(tsr_tensor_nbytes(&c->v[il]), tsr_align_of(bt));
+        size_t vb = c->p.v_in_k ? 0 : tsr__pad(tsr_tensor_nbytes(&c->v[il]), tsr_align_of(bt));
         if (tsr__add_overflow(c->grp_size[g], kb, &c->grp_size[g]) ||
             tsr__add_overflow(c->grp_size[g], vb, &c->grp_size[g]))
             return false;
@@ -183,7 +191,7 @@ static tsr_status tsr_alloc_group(tsr_kv_cache *c, size_t g) {
         if (tsr_layer_buft(c->b, il) != bt)
             continue;
         tsr_tensor *ts[2] = {&c->k[il], &c->v[il]};
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < (c->p.v_in_k ? 1 : 2); j++) {
             ts[j]->buffer = buf;
             ts[j]->data = (char *)buf->base + off;
             ts[j]->device_id = (int)c->grp_dev[g];

@@ -1,7 +1,7 @@
 /* gemma3.c - the Gemma 3 network (general.architecture "gemma3") on
  * libtensr's public API, as llama.cpp builds it: what differs from llama
- * (llama.c reads the common hyper-parameters and binds the common weights
- * first, then calls here).
+ * (common.c reads the common hyper-parameters first; its row of the
+ * table names the functions here).
  *
  * The graph: token embedding scaled by sqrt(n_embd); per layer RMS norm ->
  * Q/K/V -> per-head RMS norms of q and k -> NEOX rope (the windowed layers
@@ -59,9 +59,18 @@ tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     return TSR_OK;
 }
 
+/* Its per-layer norms; no biases (LLM_NO_BIAS); the rest as llama. */
+int gemma3_known_tensor(const llm_hparams *hp, const char *suffix) {
+    (void)hp;
+    return strcmp(suffix, "post_attention_norm.weight") == 0 || strcmp(suffix, "post_ffw_norm.weight") == 0 ? 1 : -1;
+}
+
 tsr_status gemma3_bind_layer(tsr_model *m, int il) {
     const llm_hparams *hp = &m->hp;
     llm_layer *l = &m->layers[il];
+    tsr_status st0 = llm_bind_layer_std(m, il);
+    if (st0 != TSR_OK)
+        return st0;
     struct {
         const char *s;
         int64_t ne0;
@@ -121,7 +130,7 @@ static tsr_tensor *feed_forward(g3_fwd *f, const llm_layer *l, tsr_tensor *x) {
     return norm(f, tsr_mul_mat(f->ctx, l->ffn_down, tsr_geglu(f->ctx, gate, up)), l->g3.post_ffn_norm);
 }
 
-static tsr_tensor *graph(g3_fwd *f, tsr_tensor *tokens) {
+tsr_tensor *gemma3_graph(llm_fwd *f, tsr_tensor *tokens) {
     const tsr_model *m = f->m;
     tsr_context *ctx = f->ctx;
     tsr_tensor *x = tsr_scale(ctx, tsr_get_rows(ctx, m->tok_embd, tokens), sqrtf((float)m->hp.n_embd));
@@ -138,14 +147,4 @@ static tsr_tensor *graph(g3_fwd *f, tsr_tensor *tokens) {
         x = tsr_add(ctx, feed_forward(f, l, x), x);
     }
     return tsr_mul_mat(ctx, m->output, norm(f, x, m->out_norm));
-}
-
-tsr_status gemma3_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out,
-                        llm_fwd *inputs) {
-    g3_fwd f;
-    tsr_tensor *tok = llm_fwd_begin(&f, m, ctx, cache, b);
-    *out = graph(&f, tok);
-    if (inputs)
-        *inputs = f;
-    return llm_fwd_end(ctx, *out);
 }
