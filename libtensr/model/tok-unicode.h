@@ -14,7 +14,20 @@
 typedef enum tku_pre {
     TKU_PRE_GPT2 = 0,   /* 's|'t|... ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     TKU_PRE_SMOLLM = 1, /* every \p{N} codepoint alone, then the gpt2 rules */
-    TKU_PRE_LLAMA3 = 2  /* llama-3 rules (\p{N}{1,3}, [^\r\n\p{L}\p{N}]?\p{L}+, ...) */
+    TKU_PRE_LLAMA3 = 2, /* llama-3 rules (\p{N}{1,3}, [^\r\n\p{L}\p{N}]?\p{L}+, ...) */
+    TKU_PRE_DEFAULT,    /* llama.cpp's fallback: punctuation runs, the gpt2 rules, digits by 3 */
+    TKU_PRE_FALCON,     /* punctuation runs (with `), the gpt2 rules, ASCII digits by 3 */
+    TKU_PRE_QWEN2,      /* llama-3 rules with every \p{N} alone */
+    TKU_PRE_QWEN35,     /* qwen2 rules with marks (\p{M}) in the letter words */
+    TKU_PRE_DEEPSEEK_LLM,
+    TKU_PRE_DEEPSEEK_CODER,
+    TKU_PRE_DEEPSEEK3, /* deepseek-v3: \p{N}{1,3}, CJK runs, then its word rules */
+    TKU_PRE_BLOOM,     /*  ?[^(\s|.,!?...)]+ */
+    TKU_PRE_VIKING,    /* bloom, then every \p{N} alone */
+    TKU_PRE_TEKKEN,    /* cased letter words, \p{N} alone */
+    TKU_PRE_GPT4O,     /* cased letter words with contractions, \p{N}{1,3} */
+    TKU_PRE_KIMI_K2,   /* Han runs, then llama-3 rules for the other letters */
+    TKU_PRE_COUNT
 } tku_pre;
 
 /* Decodes the codepoint at s[*pos] (len bytes in all) and advances *pos.

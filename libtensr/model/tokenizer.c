@@ -184,8 +184,12 @@ static tsr_status load_str_array(const tsr_gguf *g, const char *key, char **aren
 }
 
 static tsr_status load_merges(tok_vocab *v, const tsr_gguf *g) {
-    uint64_t n;
-    tsr_status st = load_str_array(g, "tokenizer.ggml.merges", &v->merges, &v->merge_off, &n);
+    uint64_t n = 0;
+    tsr_gguf_type et;
+    tsr_status st = TSR_OK;
+    /* kimi-k2 files may have no merges (llama.cpp accepts that for it alone) */
+    if (v->pre != TKU_PRE_KIMI_K2 || tsr_gguf_get_arr_info(g, "tokenizer.ggml.merges", &et, &n) == TSR_OK)
+        st = load_str_array(g, "tokenizer.ggml.merges", &v->merges, &v->merge_off, &n);
     if (st != TSR_OK)
         return st;
     v->n_merges = (int32_t)n;
@@ -240,24 +244,124 @@ static tsr_status load_numeric(tok_vocab *v, const tsr_gguf *g) {
     return TSR_OK;
 }
 
+/* Flags llama.cpp sets with the pre-tokenizer (llama-vocab.cpp). */
+enum {
+    PRE_CLEAN = 1,  /* clean_spaces: tidy spaces when detokenizing */
+    PRE_IGNORE = 2, /* ignore_merges: a word that is a token is taken whole */
+    PRE_BOS = 4,    /* add_bos (unless tokenizer.ggml.add_bos_token says otherwise) */
+    PRE_NO_BOS = 8  /* no BOS token unless tokenizer.ggml.bos_token_id names one */
+};
+
 typedef struct pre_name {
     const char *name;
     tku_pre pre;
+    unsigned flags;
 } pre_name;
 
-/* The tokenizer.ggml.pre names whose splitting we implement, grouped as
- * llama.cpp groups them. */
+/* Every tokenizer.ggml.pre of a gpt2 vocabulary whose splitting we
+ * implement, with llama.cpp's flags; rows in llama.cpp's order. */
 static const pre_name pre_names[] = {
-    {"smollm", TKU_PRE_SMOLLM},     {"starcoder", TKU_PRE_SMOLLM}, {"refact", TKU_PRE_SMOLLM},
-    {"command-r", TKU_PRE_SMOLLM},  {"codeshell", TKU_PRE_SMOLLM}, {"exaone", TKU_PRE_SMOLLM},
-    {"minerva-7b", TKU_PRE_SMOLLM}, {"mpt", TKU_PRE_GPT2},         {"olmo", TKU_PRE_GPT2},
-    {"jais", TKU_PRE_GPT2},         {"trillion", TKU_PRE_GPT2},    {"llama3", TKU_PRE_LLAMA3},
-    {"llama-v3", TKU_PRE_LLAMA3},   {"llama-bpe", TKU_PRE_LLAMA3}, {"falcon3", TKU_PRE_LLAMA3},
-    {"pixtral", TKU_PRE_LLAMA3},
+    {"default", TKU_PRE_DEFAULT, PRE_CLEAN},
+    {"llama3", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"llama-v3", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"llama-bpe", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"falcon3", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"falcon-h1", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"pixtral", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"midm-2.0", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"lfm2", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"jina-v5-nano", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"deepseek-llm", TKU_PRE_DEEPSEEK_LLM, 0},
+    {"deepseek-coder", TKU_PRE_DEEPSEEK_CODER, 0},
+    {"deepseek-v3", TKU_PRE_DEEPSEEK3, 0},
+    {"hunyuan-dense", TKU_PRE_DEEPSEEK3, 0},
+    {"joyai-llm", TKU_PRE_DEEPSEEK3, 0},
+    {"hy_v4", TKU_PRE_DEEPSEEK3, 0},
+    {"falcon", TKU_PRE_FALCON, PRE_CLEAN},
+    {"mpt", TKU_PRE_GPT2, PRE_CLEAN},
+    {"starcoder", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"gpt-2", TKU_PRE_GPT2, PRE_CLEAN},
+    {"phi-2", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-es", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-de", TKU_PRE_GPT2, PRE_CLEAN},
+    {"gigachat", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-v2-es", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-v2-de", TKU_PRE_GPT2, PRE_CLEAN},
+    {"a.x-4.0", TKU_PRE_GPT2, PRE_CLEAN},
+    {"mellum", TKU_PRE_GPT2, PRE_CLEAN},
+    {"modern-bert", TKU_PRE_GPT2, PRE_CLEAN},
+    {"refact", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"command-r", TKU_PRE_SMOLLM, 0},
+    {"qwen2", TKU_PRE_QWEN2, 0},
+    {"deepseek-r1-qwen", TKU_PRE_QWEN2, 0},
+    {"kormo", TKU_PRE_QWEN2, 0},
+    {"f2llmv2", TKU_PRE_QWEN2, 0},
+    {"qwen35", TKU_PRE_QWEN35, 0},
+    {"stablelm2", TKU_PRE_QWEN2, PRE_CLEAN},
+    {"olmo", TKU_PRE_GPT2, PRE_CLEAN},
+    {"dbrx", TKU_PRE_LLAMA3, PRE_CLEAN},
+    {"smaug-bpe", TKU_PRE_LLAMA3, PRE_CLEAN},
+    {"poro-chat", TKU_PRE_BLOOM, 0},
+    {"chatglm-bpe", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_NO_BOS},
+    {"glm4", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_NO_BOS | PRE_IGNORE},
+    {"glm5", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_NO_BOS | PRE_IGNORE},
+    {"viking", TKU_PRE_VIKING, 0},
+    {"jais", TKU_PRE_GPT2, PRE_CLEAN},
+    {"tekken", TKU_PRE_TEKKEN, PRE_IGNORE | PRE_BOS},
+    {"smollm", TKU_PRE_SMOLLM, 0},
+    {"codeshell", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"bloom", TKU_PRE_BLOOM, PRE_CLEAN},
+    {"gpt3-finnish", TKU_PRE_BLOOM, PRE_CLEAN},
+    {"exaone", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"exaone4", TKU_PRE_GPT2, PRE_CLEAN},
+    {"minerva-7b", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"megrez", TKU_PRE_QWEN2, PRE_CLEAN},
+    {"gpt-4o", TKU_PRE_GPT4O, 0},
+    {"llama4", TKU_PRE_GPT4O, 0},
+    {"kanana2", TKU_PRE_GPT4O, 0},
+    {"talkie", TKU_PRE_GPT4O, 0},
+    {"minimax-m2", TKU_PRE_GPT4O, 0},
+    {"trillion", TKU_PRE_GPT2, 0},
+    {"granite-docling", TKU_PRE_GPT2, 0},
+    {"bailingmoe", TKU_PRE_QWEN2, 0},
+    {"bailingmoe2", TKU_PRE_QWEN2, 0},
+    {"llada-moe", TKU_PRE_QWEN2, 0},
+    {"hunyuan", TKU_PRE_QWEN2, 0},
+    {"kimi-k2", TKU_PRE_KIMI_K2, 0},
+    {"grok-2", TKU_PRE_QWEN2, 0},
+    {"solar-open", TKU_PRE_QWEN2, 0},
 };
 
+/* tokenizer.ggml.pre: an unknown or missing name gets llama.cpp's default
+ * splitting with a warning, as llama.cpp does for a missing one. */
+static void load_pre(tok_vocab *v, const tsr_gguf *g) {
+    const char *pre = NULL;
+    unsigned flags = PRE_CLEAN;
+    size_t i, n = sizeof pre_names / sizeof pre_names[0];
+
+    v->pre = TKU_PRE_DEFAULT;
+    if (tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL) != TSR_OK)
+        pre = NULL;
+    for (i = 0; pre && i < n && strcmp(pre, pre_names[i].name) != 0; i++) continue;
+    if (pre && i < n) {
+        v->pre = pre_names[i].pre;
+        flags = pre_names[i].flags;
+    } else {
+        tsr__log(TSR_LOG_WARN,
+                 pre ? "tokenizer: unknown pre-tokenizer, using the default splitting"
+                     : "tokenizer: no tokenizer.ggml.pre, using the default splitting; "
+                       "generation quality will be degraded",
+                 1, "pre", pre ? pre : "");
+    }
+    v->clean_spaces = (flags & PRE_CLEAN) != 0;
+    v->ignore_merges = (flags & PRE_IGNORE) != 0;
+    v->add_bos = (flags & PRE_BOS) != 0;
+    if (flags & PRE_NO_BOS)
+        v->bos = -1;
+}
+
 static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
-    const char *model, *pre = "";
+    const char *model;
     tsr_status st = tsr_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL);
 
     if (st != TSR_OK)
@@ -273,21 +377,8 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
                           model);
     v->type = TOK_TYPE_BPE;
     v->bos = 11, v->eos = 11, v->unk = -1;
-    tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL);
-    for (size_t i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++) {
-        if (strcmp(pre, pre_names[i].name) == 0) {
-            v->pre = pre_names[i].pre;
-            v->ignore_merges = v->add_bos = v->pre == TKU_PRE_LLAMA3;
-            /* llama.cpp tidies spaces when detokenizing BPE, except for these */
-            v->clean_spaces = strcmp(pre, "smollm") != 0 && strcmp(pre, "command-r") != 0;
-            return TSR_OK;
-        }
-    }
-    return tsr__error(TSR_E_UNSUPPORTED,
-                      "tokenizer: pre-tokenizer tokenizer.ggml.pre='%s' is not supported "
-                      "(supported: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, "
-                      "mpt, olmo, jais, trillion, llama3, llama-bpe, falcon3, pixtral)",
-                      pre);
+    load_pre(v, g);
+    return TSR_OK;
 }
 
 static void load_special_ids(tok_vocab *v, const tsr_gguf *g) {

@@ -2,7 +2,10 @@
  * metadata through libtensr's public GGUF API (libtensr/model).
  *
  * Supports byte-level BPE vocabularies (tokenizer.ggml.model = "gpt2") with
- * the gpt2, smollm and llama3 families of pre-tokenizers, and SentencePiece
+ * every pre-tokenizer (tokenizer.ggml.pre) of llama.cpp's table in
+ * tokenizer.c (gpt2, llama3, qwen2, qwen35, deepseek-llm/-coder/-v3, falcon,
+ * tekken, gpt-4o, kimi-k2, bloom, ... ; an unknown or missing one gets
+ * llama.cpp's default splitting with a logged warning), and SentencePiece
  * vocabularies (tokenizer.ggml.model = "llama": scores, <0xXX> byte
  * fallback, U+2581 as the space marker). Results are meant to equal
  * llama.cpp's llama_tokenize / llama_token_to_piece for the same model.
