@@ -562,6 +562,14 @@ static size_t m_bloom(const span *s, size_t pos) {
     return p - pos;
 }
 
+/* [^\n]+|[\n]+ */
+static size_t newline_runs(const span *s, size_t pos) {
+    size_t p = pos;
+    int nl = at(s, pos) == '\n';
+    while (p < s->end && (at(s, p) == '\n') == nl) p++;
+    return p - pos;
+}
+
 /* One function per pass: custom splitters return words directly, regex
  * passes go through next_of. */
 #define REGEX_PASS(name, m) \
@@ -603,6 +611,7 @@ static const pass_fn pre_passes[TKU_PRE_COUNT][MAX_PASSES + 1] = {
     [TKU_PRE_TEKKEN] = {tekken_word},
     [TKU_PRE_GPT4O] = {gpt4o_word},
     [TKU_PRE_KIMI_K2] = {kimi_word},
+    [TKU_PRE_GEMMA4] = {newline_runs},
 };
 
 /* Splits cps[beg, end) with passes[0], each piece with the passes after it. */

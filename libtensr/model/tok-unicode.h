@@ -27,6 +27,7 @@ typedef enum tku_pre {
     TKU_PRE_TEKKEN,    /* cased letter words, \p{N} alone */
     TKU_PRE_GPT4O,     /* cased letter words with contractions, \p{N}{1,3} */
     TKU_PRE_KIMI_K2,   /* Han runs, then llama-3 rules for the other letters */
+    TKU_PRE_GEMMA4,    /* runs of newlines and runs of anything else */
     TKU_PRE_COUNT
 } tku_pre;
 

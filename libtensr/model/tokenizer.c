@@ -81,6 +81,7 @@ struct tok_vocab {
     int32_t eog[MAX_EOG];
     int n_eog;
     int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
+    int raw; /* BPE on raw UTF-8 with spaces as U+2581 and <0xXX> bytes (gemma4) */
 };
 
 static const char *token_key(const void *owner, int32_t i, size_t *len) {
@@ -249,7 +250,8 @@ enum {
     PRE_CLEAN = 1,  /* clean_spaces: tidy spaces when detokenizing */
     PRE_IGNORE = 2, /* ignore_merges: a word that is a token is taken whole */
     PRE_BOS = 4,    /* add_bos (unless tokenizer.ggml.add_bos_token says otherwise) */
-    PRE_NO_BOS = 8  /* no BOS token unless tokenizer.ggml.bos_token_id names one */
+    PRE_NO_BOS = 8, /* no BOS token unless tokenizer.ggml.bos_token_id names one */
+    PRE_RAW = 16    /* SentencePiece-style BPE: no byte coding, spaces as U+2581, BOS always */
 };
 
 typedef struct pre_name {
@@ -330,17 +332,18 @@ static const pre_name pre_names[] = {
     {"kimi-k2", TKU_PRE_KIMI_K2, 0},
     {"grok-2", TKU_PRE_QWEN2, 0},
     {"solar-open", TKU_PRE_QWEN2, 0},
+    {"gemma4", TKU_PRE_GEMMA4, PRE_CLEAN | PRE_RAW},
+    {"granite-embed-multi-311m", TKU_PRE_GEMMA4, PRE_CLEAN | PRE_RAW},
 };
 
 /* tokenizer.ggml.pre: an unknown or missing name gets llama.cpp's default
  * splitting with a warning, as llama.cpp does for a missing one. */
-static void load_pre(tok_vocab *v, const tsr_gguf *g) {
-    const char *pre = NULL;
+static void load_pre(tok_vocab *v, const tsr_gguf *g, const char *pre) {
     unsigned flags = PRE_CLEAN;
     size_t i, n = sizeof pre_names / sizeof pre_names[0];
 
     v->pre = TKU_PRE_DEFAULT;
-    if (tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL) != TSR_OK)
+    if (!pre && tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL) != TSR_OK)
         pre = NULL;
     for (i = 0; pre && i < n && strcmp(pre, pre_names[i].name) != 0; i++) continue;
     if (pre && i < n) {
@@ -356,6 +359,7 @@ static void load_pre(tok_vocab *v, const tsr_gguf *g) {
     v->clean_spaces = (flags & PRE_CLEAN) != 0;
     v->ignore_merges = (flags & PRE_IGNORE) != 0;
     v->add_bos = (flags & PRE_BOS) != 0;
+    v->raw = (flags & PRE_RAW) != 0;
     if (flags & PRE_NO_BOS)
         v->bos = -1;
 }
@@ -372,12 +376,18 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
         v->add_bos = 1, v->add_space_prefix = 1;
         return TSR_OK;
     }
+    if (strcmp(model, "gemma4") == 0) { /* BPE whose ids come from the file alone */
+        v->type = TOK_TYPE_BPE;
+        v->bos = v->eos = v->unk = -1;
+        load_pre(v, g, "gemma4");
+        return TSR_OK;
+    }
     if (strcmp(model, "gpt2") != 0)
-        return tsr__error(TSR_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' is not supported (gpt2, llama)",
-                          model);
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "tokenizer: tokenizer.ggml.model '%s' is not supported (gpt2, gemma4, llama)", model);
     v->type = TOK_TYPE_BPE;
     v->bos = 11, v->eos = 11, v->unk = -1;
-    load_pre(v, g);
+    load_pre(v, g, NULL);
     return TSR_OK;
 }
 
@@ -482,7 +492,7 @@ static size_t decode_token(const tok_vocab *v, int32_t i, char *dst) {
     if (a != TOK_ATTR_NORMAL)
         return 0;
     while (pos < len) {
-        if (v->type == TOK_TYPE_SPM) {
+        if (v->type == TOK_TYPE_SPM || v->raw) {
             if (pos + 3 <= len && memcmp(t + pos, "\xe2\x96\x81", 3) == 0) {
                 dst[n++] = ' ';
                 pos += 3;
@@ -536,6 +546,10 @@ static tsr_status load_all(tok_vocab *v, const tsr_gguf *g) {
     if (v->type == TOK_TYPE_BPE && (st = load_merges(v, g)) != TSR_OK)
         return st;
     load_special_ids(v, g);
+    if (v->raw && !v->add_bos) { /* as llama.cpp does for gemma4 */
+        tsr__log(TSR_LOG_WARN, "tokenizer: BOS added although tokenizer.ggml.add_bos_token is false (gemma4)", 0);
+        v->add_bos = 1;
+    }
     find_eog(v, g);
     if ((st = build_specials(v)) != TSR_OK)
         return st;
@@ -606,18 +620,29 @@ static int32_t pair_rank(const tok_vocab *v, const char *w, const sym *s, int i,
     return merge_rank(v, w + s[i].off, s[i].len, w + s[j].off, s[j].len, scratch);
 }
 
-/* Emits the ids of one symbol: the token, or else its single bytes. */
+/* Emits the ids of one symbol: the token, or else its single bytes (byte
+ * coded, or <0xXX> tokens for raw vocabularies). */
 static tsr_status emit_symbol(const tok_vocab *v, const char *t, size_t len, idbuf *out) {
     int32_t id = tok_find(v, t, len);
     tsr_status st = TSR_OK;
     if (id >= 0)
         return push_id(out, id);
     for (size_t k = 0; k < len && st == TSR_OK; k++) {
-        int32_t b = tok_find(v, t + k, 1);
+        char hex[8];
+        int32_t b;
+        snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)t[k]);
+        b = v->raw ? tok_find(v, hex, 6) : tok_find(v, t + k, 1);
         if (b >= 0)
             st = push_id(out, b);
     }
     return st;
+}
+
+static int all_newlines(const char *w, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (w[i] != '\n')
+            return 0;
+    return 1;
 }
 
 /* Merges the byte-encoded word w (n bytes) by rank and emits its ids. s and
@@ -626,7 +651,7 @@ static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, 
     int ns = 0;
     tsr_status st = TSR_OK;
 
-    if (v->ignore_merges && tok_find(v, w, n) >= 0)
+    if ((v->ignore_merges || (v->raw && all_newlines(w, n))) && tok_find(v, w, n) >= 0)
         return push_id(out, tok_find(v, w, n));
     for (size_t off = 0; off < n; ns++) {
         size_t l = tku_len_utf8((unsigned char)w[off]);
@@ -684,12 +709,20 @@ static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len,
         st = tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
         goto done;
     }
+    for (size_t k = 0; v->raw && k < n_cps; k++) /* spaces written as U+2581 */
+        if (cps[k] == ' ')
+            cps[k] = 0x2581;
     n_words = tku_split(v->pre, cps, n_cps, lens);
     for (size_t w = 0; w < n_words && st == TSR_OK; w++) {
         size_t wn = 0;
         for (size_t k = 0; k < lens[w]; k++) {
             char u[4];
             size_t nu = tku_encode(cps[pos + k], u);
+            if (v->raw) {
+                memcpy(word + wn, u, nu);
+                wn += nu;
+                continue;
+            }
             for (size_t b = 0; b < nu; b++) wn += tku_encode(tku_byte_to_cp((unsigned char)u[b]), word + wn);
         }
         pos += lens[w];
