@@ -12,7 +12,7 @@ set -u
 srcdir=${top_srcdir:-.}
 builddir=${top_builddir:-.}
 bin=$builddir/tests/test-tokenizer-suite
-UNSUPPORTED="bert-bge"
+UNSUPPORTED=""
 
 vocabs=$(sh "$srcdir/tests/get-llama-vocabs.sh") || vocabs=
 if [ -z "$vocabs" ] || [ ! -d "$vocabs" ]; then

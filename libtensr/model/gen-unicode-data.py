@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Generates libtensr/model/unicode-data.h: the Unicode letter (\\p{L}),
 number (\\p{N}), punctuation (\\p{P}), symbol (\\p{S}) and mark (\\p{M})
-codepoint ranges the tokenizer's pre-tokenizers need, from Python's
+codepoint ranges the tokenizer's pre-tokenizers need, the control (\\p{C}
+but unassigned) ranges, simple lowercase mappings and NFD first characters
+(for WordPiece), from Python's
 unicodedata. Run once, format and commit the output:
 
     python3 libtensr/model/gen-unicode-data.py > libtensr/model/unicode-data.h
@@ -23,6 +25,40 @@ def ranges(pred):
     if start is not None:
         out.append((start, 0x10FFFF))
     return out
+
+
+def lower_map():
+    """Simple lowercase mappings (the first character of Python's full
+    mapping: U+0130 is the only one that lowers to two)."""
+    out = []
+    for cp in range(0x110000):
+        low = chr(cp).lower()
+        if low != chr(cp) and unicodedata.category(chr(cp)) != "Cs":
+            out.append((cp, ord(low[0])))
+    return out
+
+
+def nfd_ranges():
+    """(first, last, base): codepoints whose NFD starts with base."""
+    out = []
+    for cp in range(0x110000):
+        if unicodedata.category(chr(cp)) == "Cs":
+            continue
+        base = ord(unicodedata.normalize("NFD", chr(cp))[0])
+        if base == cp:
+            continue
+        if out and out[-1][1] == cp - 1 and out[-1][2] == base:
+            out[-1] = (out[-1][0], cp, base)
+        else:
+            out.append((cp, cp, base))
+    return out
+
+
+def emit3(name, rs):
+    print(f"static const uint32_t {name}[][3] = {{")
+    for a, b, c in rs:
+        print(f"    {{0x{a:X}, 0x{b:X}, 0x{c:X}}},")
+    print("};")
 
 
 def emit(name, rs):
@@ -51,6 +87,9 @@ def main():
     emit("ucd_punct_ranges", ranges(lambda c: c[0] == "P"))
     emit("ucd_symbol_ranges", ranges(lambda c: c[0] == "S"))
     emit("ucd_mark_ranges", ranges(lambda c: c[0] == "M"))
+    emit("ucd_control_ranges", ranges(lambda c: c in ("Cc", "Cf", "Co", "Cs")))
+    emit("ucd_lower_map", lower_map())
+    emit3("ucd_nfd_ranges", nfd_ranges())
     print("#endif")
 
 

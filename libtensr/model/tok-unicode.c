@@ -107,6 +107,47 @@ int tku_is_whitespace(uint32_t cp) {
            cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+int tku_is_punct(uint32_t cp) {
+    return in_ranges(ucd_punct_ranges, sizeof ucd_punct_ranges / sizeof ucd_punct_ranges[0], cp);
+}
+int tku_is_symbol(uint32_t cp) {
+    return in_ranges(ucd_symbol_ranges, sizeof ucd_symbol_ranges / sizeof ucd_symbol_ranges[0], cp);
+}
+int tku_is_mark(uint32_t cp) {
+    return in_ranges(ucd_mark_ranges, sizeof ucd_mark_ranges / sizeof ucd_mark_ranges[0], cp);
+}
+int tku_is_control(uint32_t cp) {
+    return in_ranges(ucd_control_ranges, sizeof ucd_control_ranges / sizeof ucd_control_ranges[0], cp);
+}
+
+uint32_t tku_tolower(uint32_t cp) {
+    size_t lo = 0, hi = sizeof ucd_lower_map / sizeof ucd_lower_map[0];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < ucd_lower_map[mid][0])
+            hi = mid;
+        else if (cp > ucd_lower_map[mid][0])
+            lo = mid + 1;
+        else
+            return ucd_lower_map[mid][1];
+    }
+    return cp;
+}
+
+uint32_t tku_nfd_first(uint32_t cp) {
+    size_t lo = 0, hi = sizeof ucd_nfd_ranges / sizeof ucd_nfd_ranges[0];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cp < ucd_nfd_ranges[mid][0])
+            hi = mid;
+        else if (cp > ucd_nfd_ranges[mid][1])
+            lo = mid + 1;
+        else
+            return ucd_nfd_ranges[mid][2];
+    }
+    return cp;
+}
+
 /* GPT-2's printable bytes stand for themselves; the others are shifted to
  * 256 + their rank among the non-printable ones. */
 static int byte_is_printable(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); }
@@ -169,11 +210,11 @@ static unsigned fine(const span *s, size_t pos) {
     if (c != C_OTHER)
         return c; /* the same bits for letter, number, space, none */
     cp = s->cps[pos];
-    if (IN_TABLE(ucd_punct_ranges, cp))
+    if (tku_is_punct(cp))
         return F_PUNCT;
-    if (IN_TABLE(ucd_symbol_ranges, cp))
+    if (tku_is_symbol(cp))
         return F_SYMBOL;
-    if (IN_TABLE(ucd_mark_ranges, cp))
+    if (tku_is_mark(cp))
         return F_MARK;
     return F_OTHER;
 }

@@ -43,6 +43,15 @@ size_t tku_len_utf8(unsigned char b);
 int tku_is_letter(uint32_t cp);
 int tku_is_number(uint32_t cp);
 int tku_is_whitespace(uint32_t cp);
+int tku_is_punct(uint32_t cp);   /* \p{P} */
+int tku_is_symbol(uint32_t cp);  /* \p{S} */
+int tku_is_mark(uint32_t cp);    /* \p{M} */
+int tku_is_control(uint32_t cp); /* Cc, Cf, Co, Cs (not unassigned) */
+/* Simple lowercase mapping (cp itself when it has none). */
+uint32_t tku_tolower(uint32_t cp);
+/* The first codepoint of cp's canonical decomposition (NFD), as llama.cpp's
+ * WordPiece normalizer uses it to strip accents. */
+uint32_t tku_nfd_first(uint32_t cp);
 
 /* GPT-2 byte-level coding: the codepoint standing for byte b, and back
  * (returns -1 when cp stands for no byte). */

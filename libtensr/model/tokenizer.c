@@ -81,7 +81,10 @@ struct tok_vocab {
     int32_t eog[MAX_EOG];
     int n_eog;
     int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
-    int raw; /* BPE on raw UTF-8 with spaces as U+2581 and <0xXX> bytes (gemma4) */
+    int raw;                      /* BPE on raw UTF-8 with spaces as U+2581 and <0xXX> bytes (gemma4) */
+    int32_t sep;                  /* WordPiece: [SEP], added at the end */
+    int lowercase, strip_accents; /* WordPiece normalizer */
+    size_t max_token_len;         /* WordPiece: longest token text, bytes */
 };
 
 static const char *token_key(const void *owner, int32_t i, size_t *len) {
@@ -376,6 +379,12 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
         v->add_bos = 1, v->add_space_prefix = 1;
         return TSR_OK;
     }
+    if (strcmp(model, "bert") == 0) { /* llama.cpp's defaults for BERT files */
+        v->type = TOK_TYPE_WPM;
+        v->bos = 101, v->eos = -1, v->unk = 100, v->sep = 102;
+        v->add_bos = 1, v->clean_spaces = 1;
+        return TSR_OK;
+    }
     if (strcmp(model, "gemma4") == 0) { /* BPE whose ids come from the file alone */
         v->type = TOK_TYPE_BPE;
         v->bos = v->eos = v->unk = -1;
@@ -384,7 +393,7 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
     }
     if (strcmp(model, "gpt2") != 0)
         return tsr__error(TSR_E_UNSUPPORTED,
-                          "tokenizer: tokenizer.ggml.model '%s' is not supported (gpt2, gemma4, llama)", model);
+                          "tokenizer: tokenizer.ggml.model '%s' is not supported (bert, gemma4, gpt2, llama)", model);
     v->type = TOK_TYPE_BPE;
     v->bos = 11, v->eos = 11, v->unk = -1;
     load_pre(v, g, NULL);
@@ -410,6 +419,25 @@ static void load_special_ids(tok_vocab *v, const tsr_gguf *g) {
         v->add_eos = b;
     if (tsr_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == TSR_OK)
         v->add_space_prefix = b;
+}
+
+/* WordPiece: [SEP], the normalizer's switches, the longest token. */
+static void load_wpm(tok_vocab *v, const tsr_gguf *g) {
+    uint32_t id;
+    int b;
+    if (tsr_gguf_get_u32(g, "tokenizer.ggml.seperator_token_id", &id) == TSR_OK) /* sic */
+        v->sep = id < (uint32_t)v->n_vocab ? (int32_t)id : -1;
+    v->lowercase = 1;
+    if (tsr_gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &b) == TSR_OK)
+        v->lowercase = b;
+    v->strip_accents = v->lowercase;
+    if (tsr_gguf_get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &b) == TSR_OK)
+        v->strip_accents = b;
+    for (int32_t i = 0; i < v->n_vocab; i++) {
+        size_t len = v->text_off[i + 1] - v->text_off[i] - 1;
+        if (len > v->max_token_len)
+            v->max_token_len = len;
+    }
 }
 
 static void add_eog(tok_vocab *v, int32_t id) {
@@ -492,7 +520,7 @@ static size_t decode_token(const tok_vocab *v, int32_t i, char *dst) {
     if (a != TOK_ATTR_NORMAL)
         return 0;
     while (pos < len) {
-        if (v->type == TOK_TYPE_SPM || v->raw) {
+        if (v->type != TOK_TYPE_BPE || v->raw) {
             if (pos + 3 <= len && memcmp(t + pos, "\xe2\x96\x81", 3) == 0) {
                 dst[n++] = ' ';
                 pos += 3;
@@ -546,6 +574,8 @@ static tsr_status load_all(tok_vocab *v, const tsr_gguf *g) {
     if (v->type == TOK_TYPE_BPE && (st = load_merges(v, g)) != TSR_OK)
         return st;
     load_special_ids(v, g);
+    if (v->type == TOK_TYPE_WPM)
+        load_wpm(v, g);
     if (v->raw && !v->add_bos) { /* as llama.cpp does for gemma4 */
         tsr__log(TSR_LOG_WARN, "tokenizer: BOS added although tokenizer.ggml.add_bos_token is false (gemma4)", 0);
         v->add_bos = 1;
@@ -824,6 +854,75 @@ static tsr_status spm_fragment(const tok_vocab *v, const char *text, size_t len,
     return st;
 }
 
+/* ---- WordPiece ------------------------------------------------------------ */
+
+/* One word: a U+2581 prefix, then the longest token at each position; a
+ * word with a position no token starts at is the unknown token alone. */
+static tsr_status wpm_word(const tok_vocab *v, char *w, size_t n, idbuf *out) {
+    size_t start = out->n;
+    tsr_status st = TSR_OK;
+    for (size_t i = 0; i < n && st == TSR_OK;) {
+        size_t j = i + v->max_token_len + 1 < n ? i + v->max_token_len + 1 : n;
+        int32_t id = -1;
+        for (; j > i && (id = tok_find(v, w + i, j - i)) < 0; j--) continue;
+        if (id < 0) {
+            out->n = start;
+            break;
+        }
+        st = push_id(out, id);
+        i = j;
+    }
+    if (st == TSR_OK && out->n == start && v->unk >= 0)
+        st = push_id(out, v->unk);
+    return st;
+}
+
+/* CJK ideographs as BERT's tokenizer isolates them. */
+static int is_cjk(uint32_t cp) {
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+           (cp >= 0x2A700 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+           (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+/* BERT's normalizer and word splitting: whitespace ends a word, control
+ * characters (and accents) vanish, punctuation, ASCII symbols and CJK
+ * ideographs are words of their own; each word goes to wpm_word. */
+static tsr_status wpm_fragment(const tok_vocab *v, const char *text, size_t len, idbuf *out) {
+    size_t n_cps, n = 3;
+    uint32_t *cps = to_cps(text, len, &n_cps);
+    char *w = tsr__malloc(4 * len + 8);
+    tsr_status st = TSR_OK;
+    if (!cps || !w) {
+        st = tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
+        goto done;
+    }
+    memcpy(w, "\xe2\x96\x81", 3);
+    for (size_t i = 0; i <= n_cps && st == TSR_OK; i++) {
+        uint32_t cp = i < n_cps ? cps[i] : ' ', c;
+        int alone;
+        cp = v->strip_accents ? tku_nfd_first(cp) : cp;
+        if (cp == 0 || cp == 0xFFFD || tku_is_control(cp) || (v->strip_accents && tku_is_mark(cp)))
+            continue;
+        alone = tku_is_punct(cp) || (cp < 0x7F && tku_is_symbol(cp)) || is_cjk(cp);
+        if ((tku_is_whitespace(cp) || alone) && n > 3) { /* the word so far */
+            st = wpm_word(v, w, n, out);
+            n = 3;
+        }
+        if (tku_is_whitespace(cp) || st != TSR_OK)
+            continue;
+        c = v->lowercase ? tku_tolower(cp) : cp;
+        n += tku_encode(c, w + n);
+        if (alone) {
+            st = wpm_word(v, w, n, out);
+            n = 3;
+        }
+    }
+done:
+    tsr__free(cps);
+    tsr__free(w);
+    return st;
+}
+
 /* ---- special tokens in text ---------------------------------------------- */
 
 /* A fragment of the input: raw text [off, off+len) or a token (id >= 0). */
@@ -910,6 +1009,8 @@ static tsr_status tokenize_frags(const tok_vocab *v, const char *text, const fra
         } else if (v->type == TOK_TYPE_SPM) {
             st = spm_fragment(v, text + f->off, f->len, v->add_space_prefix && prev_special, out);
             prev_special = 0;
+        } else if (v->type == TOK_TYPE_WPM) {
+            st = wpm_fragment(v, text + f->off, f->len, out);
         } else {
             st = bpe_fragment(v, text + f->off, f->len, out);
         }
@@ -932,6 +1033,8 @@ tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int ad
         st = partition(v, text, len, parse_special, &frags);
     if (st == TSR_OK)
         st = tokenize_frags(v, text, &frags, &ids);
+    if (st == TSR_OK && add_special && v->type == TOK_TYPE_WPM && v->sep >= 0)
+        st = push_id(&ids, v->sep);
     if (st == TSR_OK && add_special && v->add_eos && v->eos >= 0)
         st = push_id(&ids, v->eos);
     if (st == TSR_OK && !ids.ids) /* a valid pointer even for no ids */

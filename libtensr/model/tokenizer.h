@@ -7,7 +7,9 @@
  * tekken, gpt-4o, kimi-k2, bloom, ... ; an unknown or missing one gets
  * llama.cpp's default splitting with a logged warning), and SentencePiece
  * vocabularies (tokenizer.ggml.model = "llama": scores, <0xXX> byte
- * fallback, U+2581 as the space marker). Results are meant to equal
+ * fallback, U+2581 as the space marker), gemma4's SentencePiece-style BPE
+ * and WordPiece (tokenizer.ggml.model = "bert": lowercased, accents
+ * stripped, longest-match words, [CLS] ... [SEP] as the special tokens). Results are meant to equal
  * llama.cpp's llama_tokenize / llama_token_to_piece for the same model.
  *
  * A tok_vocab is immutable after loading: using one from several threads is
@@ -29,7 +31,8 @@ typedef struct tok_vocab tok_vocab;
 
 typedef enum tok_type {
     TOK_TYPE_BPE = 1, /* byte-level BPE ("gpt2") */
-    TOK_TYPE_SPM = 2  /* SentencePiece ("llama") */
+    TOK_TYPE_SPM = 2, /* SentencePiece ("llama") */
+    TOK_TYPE_WPM = 3  /* WordPiece ("bert") */
 } tok_type;
 
 /* Token attributes, from tokenizer.ggml.token_type (GGUF numbering). */
