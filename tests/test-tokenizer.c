@@ -20,6 +20,8 @@
 
 #include "tsrtest.h"
 
+#include "data/split-refs.h"
+
 /* ---- helpers ------------------------------------------------------------- */
 
 /* Strict UTF-8 validity (no overlongs, surrogates or values past U+10FFFF). */
@@ -324,6 +326,32 @@ static const char *default_model(char *buf, size_t n)
     return buf;
 }
 
+/* Every row of tests/data/split-refs.h: the pre-tokenizer's pieces are
+ * those the Python regex oracle found. */
+static void test_split_refs(void)
+{
+    int bad = 0;
+    for (size_t r = 0; r < sizeof split_refs / sizeof split_refs[0]; r++) {
+        const struct split_ref *ref = &split_refs[r];
+        size_t len = strlen(ref->text), n = 0, pos = 0, n_words, k = 0;
+        uint32_t cps[256];
+        size_t lens[256];
+        int same;
+        while (pos < len && n < 256) cps[n++] = tku_decode(ref->text, len, &pos);
+        n_words = tku_split(ref->pre, cps, n, lens);
+        for (same = 1; same && k < n_words; k++) same = ref->lens[k] == lens[k];
+        same = same && ref->lens[n_words] == 0;
+        CHECK(same, "pre-tokenizer %d splits '%s' unlike the regexes (row %zu)", (int)ref->pre, ref->text, r);
+        if (!same && bad++ < 10) {
+            fprintf(stderr, "    want:");
+            for (k = 0; ref->lens[k]; k++) fprintf(stderr, " %u", ref->lens[k]);
+            fprintf(stderr, "\n    got: ");
+            for (k = 0; k < n_words; k++) fprintf(stderr, " %zu", lens[k]);
+            fprintf(stderr, "\n");
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     char refs[4096], model[4096];
@@ -332,6 +360,7 @@ int main(int argc, char **argv)
 
     test_stream();
     test_unicode();
+    test_split_refs();
     if (argc >= 3) {
         for (int i = 1; i + 1 < argc; i += 2)
             run_refs(argv[i], argv[i + 1]);
