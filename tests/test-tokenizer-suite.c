@@ -10,8 +10,11 @@
  * Each case is tokenized as llama.cpp's tests/test-tokenizer-0 does it
  * (no BOS/EOS added, control tokens in the text not parsed) and the ids
  * must be exactly the recorded ones. The vocabulary files have no tensors:
- * the tokenizer loads from their metadata alone. Prints one line per
- * vocabulary: cases passed of cases run. */
+ * the tokenizer loads from their metadata alone. Every case runs twice:
+ * through the model layer's tokenizer, and through the public API on a
+ * model loaded with tsr_load_params.vocab_only (which must leave the backend
+ * without weights and refuse a session). Prints one line per vocabulary:
+ * cases passed of cases run. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,13 +73,72 @@ static void print_ids(const char *what, const int32_t *ids, size_t n) {
     fprintf(stderr, "\n");
 }
 
+/* The public API's ids for text (a malloc'ed array), or NULL. */
+static int32_t *public_ids(const tsr_model *m, const char *text, size_t len, size_t *n) {
+    int32_t *ids;
+    *n = 0;
+    if (tsr_model_tokenize(m, text, len, 0, NULL, 0, n) != TSR_OK && *n == 0)
+        return NULL; /* not even a count */
+    ids = malloc((*n + 1) * sizeof *ids);
+    if (ids && tsr_model_tokenize(m, text, len, 0, ids, *n, n) != TSR_OK) {
+        free(ids);
+        return NULL;
+    }
+    return ids;
+}
+
+/* The vocabulary through tsr_model_load with vocab_only: no weights in the
+ * backend, no session, detokenizing works. NULL when it does not load. */
+static tsr_model *load_public(const char *vocab, tsr_backend *be) {
+    tsr_load_params lp;
+    tsr_model *m = NULL;
+    tsr_session *s = NULL;
+    char buf[64];
+    size_t len;
+    int32_t id = 0;
+    tsr_load_params_init(&lp, sizeof lp);
+    lp.vocab_only = 1;
+    if (tsr_model_load(be, vocab, &lp, &m) != TSR_OK) {
+        CHECK(0, "%s: tsr_model_load with vocab_only: %s", vocab, tsr_last_error());
+        return NULL;
+    }
+    CHECK_EQ_INT(tsr_backend_n_weights(be), 0);
+    CHECK_STATUS(tsr_session_new(m, NULL, &s), TSR_E_STATE);
+    CHECK(s == NULL);
+    CHECK(tsr_model_n_vocab(m) > 0 && tsr_model_arch(m) && tsr_model_arch(m)[0], "%s: arch or n_vocab", vocab);
+    CHECK(tsr_model_detokenize(m, &id, 1, 1, buf, sizeof buf, &len) == TSR_OK, "%s: detokenize: %s", vocab,
+          tsr_last_error());
+    return m;
+}
+
+/* One case through both tokenizers; returns 1 when both give want. */
+static int run_case(const char *vocab, const tok_vocab *v, const tsr_model *m, const char *text, size_t text_len,
+                    const int32_t *want, size_t n_want, size_t k) {
+    size_t n_got = 0, n_pub = 0;
+    int32_t *got = NULL, *pub = m ? public_ids(m, text, text_len, &n_pub) : NULL;
+    int ok, pub_ok;
+    CHECK_OK(tok_tokenize(v, text, text_len, 0, 0, &got, &n_got));
+    ok = got && n_got == n_want && memcmp(got, want, n_got * sizeof *got) == 0;
+    pub_ok = pub && n_pub == n_want && memcmp(pub, want, n_pub * sizeof *pub) == 0;
+    if (!ok || !pub_ok) {
+        CHECK(0, "%s: case %zu '%.*s' (%s)", vocab, k, (int)text_len, text, ok ? "public API" : "tokenizer");
+        print_ids("want", want, n_want);
+        print_ids("got ", got, got ? n_got : 0);
+        print_ids("api ", pub, pub ? n_pub : 0);
+    }
+    tsr__free(got);
+    free(pub);
+    return ok && pub_ok;
+}
+
 /* Runs every case of one vocabulary; returns 1 when all pass. */
-static int run_vocab(const char *vocab) {
+static int run_vocab(const char *vocab, tsr_backend *be) {
     char path[4096];
     size_t inp_len = 0, out_len = 0, pos = 0, n_cases = 0, n_pass = 0, text_len;
     char *inp, *out, *o;
     const char *text;
     tok_vocab *v = NULL;
+    tsr_model *m = NULL;
     int32_t want[4096];
 
     snprintf(path, sizeof path, "%s.inp", vocab);
@@ -90,29 +152,22 @@ static int run_vocab(const char *vocab) {
         CHECK(0, "%s: does not load: %s", vocab, tsr_last_error());
         goto done;
     }
+    m = load_public(vocab, be);
     for (o = out; next_case(inp, inp_len, &pos, &text, &text_len); n_cases++) {
-        size_t n_want, n_got = 0;
-        int32_t *got = NULL;
+        size_t n_want;
         char *nl = strchr(o, '\n');
         CHECK(*o || nl, "%s: fewer .out lines than cases", vocab);
         if (nl)
             *nl = '\0';
         n_want = parse_ids(o, want, sizeof want / sizeof want[0]);
         o = nl ? nl + 1 : o + strlen(o);
-        CHECK_OK(tok_tokenize(v, text, text_len, 0, 0, &got, &n_got));
-        if (got && n_got == n_want && memcmp(got, want, n_got * sizeof *got) == 0) {
-            n_pass++;
-        } else {
-            CHECK(0, "%s: case %zu '%.*s'", vocab, n_cases, (int)text_len, text);
-            print_ids("want", want, n_want);
-            print_ids("got ", got, got ? n_got : 0);
-        }
-        tsr__free(got);
+        n_pass += run_case(vocab, v, m, text, text_len, want, n_want, n_cases);
     }
     CHECK(n_cases > 0, "%s: no cases", vocab);
     CHECK(*o == '\0', "%s: more .out lines than cases", vocab);
     printf("%s: %zu/%zu cases pass\n", vocab, n_pass, n_cases);
 done:
+    tsr_model_free(m);
     tok_vocab_free(v);
     free(inp);
     free(out);
@@ -122,6 +177,11 @@ done:
 /* A vocabulary whose tokenizer model is not implemented: refused by name. */
 static void check_unsupported(const char *vocab) {
     tok_vocab *v = NULL;
+    tsr_model *m = NULL;
+    tsr_load_params lp;
+    tsr_load_params_init(&lp, sizeof lp);
+    lp.vocab_only = 1;
+    CHECK_STATUS(tsr_model_load(NULL, vocab, &lp, &m), TSR_E_UNSUPPORTED);
     CHECK_STATUS(tok_vocab_load_file(vocab, &v), TSR_E_UNSUPPORTED);
     printf("%s: not supported (%s)\n", vocab, tsr_last_error());
     tok_vocab_free(v);
@@ -129,17 +189,23 @@ static void check_unsupported(const char *vocab) {
 
 int main(int argc, char **argv) {
     int unsupported = 0;
+    tsr_backend_params bp;
+    tsr_backend *be = NULL;
     if (argc < 2) {
         fprintf(stderr, "usage: test-tokenizer-suite [--unsupported] VOCAB.gguf...\n");
         return 2;
     }
+    tsr_backend_params_init(&bp, sizeof bp);
+    bp.n_threads = 1;
+    CHECK_OK(tsr_backend_new(&bp, &be));
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--unsupported") == 0)
             unsupported = 1;
         else if (unsupported)
             check_unsupported(argv[i]);
         else
-            run_vocab(argv[i]);
+            run_vocab(argv[i], be);
     }
+    tsr_backend_free(be);
     return tsrtest_done("test-tokenizer-suite");
 }
