@@ -129,6 +129,7 @@ void tok_vocab_free(tok_vocab *v) {
 }
 
 tok_type tok_vocab_type(const tok_vocab *v) { return v->type; }
+int tok_vocab_pre(const tok_vocab *v) { return (int)v->pre; }
 int32_t tok_n_vocab(const tok_vocab *v) { return v->n_vocab; }
 int32_t tok_bos(const tok_vocab *v) { return v->bos; }
 int32_t tok_eos(const tok_vocab *v) { return v->eos; }
@@ -347,6 +348,8 @@ static void load_pre(tok_vocab *v, const tsr_gguf *g, const char *pre) {
 
     v->pre = TKU_PRE_DEFAULT;
     if (!pre && tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL) != TSR_OK)
+        pre = NULL;
+    if (pre && !*pre) /* llama.cpp: an empty name is a missing one */
         pre = NULL;
     for (i = 0; pre && i < n && strcmp(pre, pre_names[i].name) != 0; i++) continue;
     if (pre && i < n) {

@@ -54,6 +54,8 @@ tsr_status tok_vocab_load_file(const char *path, tok_vocab **out);
 void tok_vocab_free(tok_vocab *v); /* NULL is a no-op */
 
 tok_type tok_vocab_type(const tok_vocab *v);
+/* The pre-tokenizer splitting in use (a tku_pre of tok-unicode.h). */
+int tok_vocab_pre(const tok_vocab *v);
 int32_t tok_n_vocab(const tok_vocab *v);
 int32_t tok_bos(const tok_vocab *v); /* -1 when none */
 int32_t tok_eos(const tok_vocab *v); /* -1 when none */
