@@ -43,6 +43,10 @@ PRES = {
     ],
     "TKU_PRE_QWEN2": [C + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|" + TAIL],
     "TKU_PRE_LLAMA3": [C + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|" + TAIL],
+    "TKU_PRE_SEED_CODER": [C + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+|" + TAIL],
+    "TKU_PRE_UFAKZEKA": [r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|" + TAIL],
+    "TKU_PRE_LAGUNA": [r"[^\n]+|[\n]+", C + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|" + TAIL],
+    "TKU_PRE_MINICPM5": [r"\p{N}{1,3}", C + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*|" + TAIL],
 }
 
 ASCII = [
@@ -62,6 +66,7 @@ ASCII = [
     ".hidden/path/file.txt\r\n\r\nnext",
     "\t\t  indented\n    code",
     "e.g. U.S.A. vs. U.K.",
+    "call();\nreturn 0;\r\n}\n\n",
 ]
 UNICODE = [
     "你好世界 hello 123",

@@ -310,6 +310,7 @@ static size_t gpt2_word(const span *s, size_t pos) {
 typedef struct l3_rules {
     size_t max_digits;
     int marks, contractions;
+    int no_newline_tail; /* seed-coder: no [\r\n]* after a punctuation run */
 } l3_rules;
 
 /* The llama3 rules after the letter words: \p{N}{1,max_digits},
@@ -327,7 +328,7 @@ static size_t l3_rest(const span *s, size_t pos, const l3_rules *r) {
     if (c2 & ~word) {
         p += (cp == ' ');
         while (fine(s, p) & ~word) p++;
-        while (is_nl(at(s, p))) p++;
+        while (!r->no_newline_tail && is_nl(at(s, p))) p++;
         return p - pos;
     }
     n = spaces_to_newline(s, pos);
@@ -349,17 +350,32 @@ static size_t l3_word(const span *s, size_t pos, const l3_rules *r) {
 }
 
 static size_t llama3_word(const span *s, size_t pos) {
-    static const l3_rules r = {3, 0, 1};
+    static const l3_rules r = {3, 0, 1, 0};
     return l3_word(s, pos, &r);
 }
 
 static size_t qwen2_word(const span *s, size_t pos) {
-    static const l3_rules r = {1, 0, 1};
+    static const l3_rules r = {1, 0, 1, 0};
+    return l3_word(s, pos, &r);
+}
+
+static size_t seed_coder_word(const span *s, size_t pos) {
+    static const l3_rules r = {1, 0, 1, 1};
+    return l3_word(s, pos, &r);
+}
+
+static size_t ufakzeka_word(const span *s, size_t pos) { /* qwen2 without the contractions */
+    static const l3_rules r = {1, 0, 0, 0};
+    return l3_word(s, pos, &r);
+}
+
+static size_t minicpm5_word(const span *s, size_t pos) { /* \p{N}+ after a \p{N}{1,3} pass */
+    static const l3_rules r = {(size_t)-1, 0, 1, 0};
     return l3_word(s, pos, &r);
 }
 
 static size_t qwen35_word(const span *s, size_t pos) {
-    static const l3_rules r = {1, 1, 1};
+    static const l3_rules r = {1, 1, 1, 0};
     return l3_word(s, pos, &r);
 }
 
@@ -374,7 +390,7 @@ static int kimi_letter(const span *s, size_t pos) { return cls(s, pos) == C_LETT
 /* kimi-k2: [\p{Han}]+, then the llama3 rules with non-Han letter words
  * that may end in a contraction (no leading contractions). */
 static size_t kimi_word(const span *s, size_t pos) {
-    static const l3_rules r = {3, 0, 0};
+    static const l3_rules r = {3, 0, 0, 0};
     uint32_t cp = at(s, pos);
     size_t p = pos;
     unsigned c = cls(s, pos);
@@ -653,6 +669,10 @@ static const pass_fn pre_passes[TKU_PRE_COUNT][MAX_PASSES + 1] = {
     [TKU_PRE_GPT4O] = {gpt4o_word},
     [TKU_PRE_KIMI_K2] = {kimi_word},
     [TKU_PRE_GEMMA4] = {newline_runs},
+    [TKU_PRE_SEED_CODER] = {seed_coder_word},
+    [TKU_PRE_UFAKZEKA] = {ufakzeka_word},
+    [TKU_PRE_LAGUNA] = {newline_runs, qwen2_word},
+    [TKU_PRE_MINICPM5] = {r_digits3, minicpm5_word},
 };
 
 /* Splits cps[beg, end) with passes[0], each piece with the passes after it. */

@@ -21,13 +21,17 @@ typedef enum tku_pre {
     TKU_PRE_QWEN35,     /* qwen2 rules with marks (\p{M}) in the letter words */
     TKU_PRE_DEEPSEEK_LLM,
     TKU_PRE_DEEPSEEK_CODER,
-    TKU_PRE_DEEPSEEK3, /* deepseek-v3: \p{N}{1,3}, CJK runs, then its word rules */
-    TKU_PRE_BLOOM,     /*  ?[^(\s|.,!?...)]+ */
-    TKU_PRE_VIKING,    /* bloom, then every \p{N} alone */
-    TKU_PRE_TEKKEN,    /* cased letter words, \p{N} alone */
-    TKU_PRE_GPT4O,     /* cased letter words with contractions, \p{N}{1,3} */
-    TKU_PRE_KIMI_K2,   /* Han runs, then llama-3 rules for the other letters */
-    TKU_PRE_GEMMA4,    /* runs of newlines and runs of anything else */
+    TKU_PRE_DEEPSEEK3,  /* deepseek-v3: \p{N}{1,3}, CJK runs, then its word rules */
+    TKU_PRE_BLOOM,      /*  ?[^(\s|.,!?...)]+ */
+    TKU_PRE_VIKING,     /* bloom, then every \p{N} alone */
+    TKU_PRE_TEKKEN,     /* cased letter words, \p{N} alone */
+    TKU_PRE_GPT4O,      /* cased letter words with contractions, \p{N}{1,3} */
+    TKU_PRE_KIMI_K2,    /* Han runs, then llama-3 rules for the other letters */
+    TKU_PRE_GEMMA4,     /* runs of newlines and runs of anything else */
+    TKU_PRE_SEED_CODER, /* qwen2 rules, no newlines after punctuation */
+    TKU_PRE_UFAKZEKA,   /* qwen2 rules without the contractions */
+    TKU_PRE_LAGUNA,     /* newline runs, then the qwen2 rules */
+    TKU_PRE_MINICPM5,   /* \p{N}{1,3}, then llama-3 rules with \p{N}+ */
     TKU_PRE_COUNT
 } tku_pre;
 

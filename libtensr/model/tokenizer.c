@@ -336,6 +336,11 @@ static const pre_name pre_names[] = {
     {"kimi-k2", TKU_PRE_KIMI_K2, 0},
     {"grok-2", TKU_PRE_QWEN2, 0},
     {"solar-open", TKU_PRE_QWEN2, 0},
+    {"seed-coder", TKU_PRE_SEED_CODER, 0},
+    {"ufakzeka", TKU_PRE_UFAKZEKA, 0},
+    {"minicpm5", TKU_PRE_MINICPM5, PRE_CLEAN | PRE_IGNORE},
+    {"laguna", TKU_PRE_LAGUNA, 0},
+    {"mellum2", TKU_PRE_SMOLLM, PRE_CLEAN},
     {"gemma4", TKU_PRE_GEMMA4, PRE_CLEAN | PRE_RAW},
     {"granite-embed-multi-311m", TKU_PRE_GEMMA4, PRE_CLEAN | PRE_RAW},
 };
