@@ -285,8 +285,9 @@ typedef struct tsr_load_params {
     int n_io_threads;                   /* 0 = automatic */
     tsr_progress_fn progress;           /* may be NULL */
     void *progress_user;
-    int verify;    /* check float data and block scales for NaN/Inf */
-    int plan_only; /* compute and log the memory plan, allocate and read nothing */
+    int verify;     /* check float data and block scales for NaN/Inf */
+    int plan_only;  /* compute and log the memory plan, allocate and read nothing */
+    int vocab_only; /* tsr_model_load: hyper-parameters, vocabulary and chat template only; default 0 */
 } tsr_load_params;
 
 TSR_API void tsr_load_params_init(tsr_load_params *p, size_t size);
@@ -700,7 +701,12 @@ typedef struct tsr_sampler tsr_sampler;
  * hyper-parameters, the weights (checked against them), the vocabulary and
  * the chat template. TSR_E_IO, TSR_E_MALFORMED, TSR_E_UNSUPPORTED (an
  * architecture, tensor or tokenizer it does not know, named),
- * TSR_E_DEVICE_NOMEM, TSR_E_STATE when b already holds weights. */
+ * TSR_E_DEVICE_NOMEM, TSR_E_STATE when b already holds weights.
+ * With lp->vocab_only: the architecture's name and context length, the
+ * vocabulary and the chat template only, from any GGUF file with a
+ * vocabulary (weights or not, any architecture); nothing is read into or
+ * allocated from b, which may be NULL. Tokenizing, detokenizing and chat
+ * formatting work; tsr_session_new refuses such a model (TSR_E_STATE). */
 TSR_API tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out);
 /* Frees the model (NULL is a no-op). Sessions still open keep it alive: it
  * is then freed with the last of them. Samplers do not refer to it. The

@@ -245,9 +245,29 @@ static void model_params_old(void)
     CHECK(mp.temp == 0.8f && mp.top_k == 40 && mp.top_p == 0.95f && mp.min_p == 0.05f);
 }
 
+/* tsr_model_load reads vocab_only only from a caller whose struct has it:
+ * garbage past an older size must not make a vocabulary-only load (which
+ * would accept a NULL backend and reach the file: TSR_E_IO here). */
+static void model_load_old_params(void)
+{
+    union { tsr_load_params p; unsigned char raw[sizeof(tsr_load_params) + 32]; } u;
+    tsr_model *m = NULL;
+    memset(u.raw, GARBAGE, sizeof u.raw);
+    tsr_load_params_init(&u.p, offsetof(tsr_load_params, vocab_only));
+    CHECK(untouched(u.raw, offsetof(tsr_load_params, vocab_only), sizeof u.raw));
+    tsr_status s = tsr_model_load(NULL, "/nonexistent/tsr-params-abi.gguf", &u.p, &m);
+    CHECK(s == TSR_E_INVALID && m == NULL, "an old struct read as vocab_only: %s", tsr_status_string(s));
+    tsr_load_params_init(&u.p, sizeof u.p);
+    u.p.vocab_only = 1;
+    s = tsr_model_load(NULL, "/nonexistent/tsr-params-abi.gguf", &u.p, &m);
+    CHECK(s == TSR_E_IO && m == NULL, "vocab_only with a NULL backend should reach the file: %s",
+          tsr_status_string(s));
+}
+
 int main(void)
 {
     model_params_old();
+    model_load_old_params();
     tsr_backend *be = backend_old_params();
     if (be) {
         kv_cache_old_params(be);

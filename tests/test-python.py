@@ -519,6 +519,25 @@ def test_model_metadata_and_tokenizer():
     assert tsr._grow("token_piece", tsr.C.model_token_piece, m._h, ids[0], 0, cap=1) == b"Hello"
 
 
+def test_model_vocab_only():
+    m = model_or_skip("vocab_only")
+    if m is None:
+        return
+    with tsr.Model(MODEL, vocab_only=True) as v:
+        assert v.arch == m.arch and v.n_vocab == m.n_vocab and v.n_ctx_train == m.n_ctx_train
+        assert tsr.C.backend_n_weights(v.backend._handle()) == 0
+        for text in ("Hello, world! How are you today?", "caf\u00e9 \u65e5\u672c", ""):
+            assert v.tokenize(text) == m.tokenize(text) and v.detokenize(v.tokenize(text)) == text
+        msgs = [{"role": "user", "content": "Hi"}]
+        assert v.chat_format(msgs) == m.chat_format(msgs)
+        try:
+            v.session(64)
+        except tsr.Error as e:
+            assert e.status == tsr.TSR_E_STATE, e
+        else:
+            raise AssertionError("a session on a vocab_only model")
+
+
 def test_model_chat_format():
     m = model_or_skip("chat_format")
     if m is None:

@@ -20,6 +20,9 @@
 
 #include "tsrtest.h"
 
+#include "data/split-refs.h"
+#include "fuzz/fuzz-vocab.h"
+
 /* ---- helpers ------------------------------------------------------------- */
 
 /* Strict UTF-8 validity (no overlongs, surrogates or values past U+10FFFF). */
@@ -324,6 +327,99 @@ static const char *default_model(char *buf, size_t n)
     return buf;
 }
 
+/* Every row of tests/data/split-refs.h: the pre-tokenizer's pieces are
+ * those the Python regex oracle found. */
+static void test_split_refs(void)
+{
+    int bad = 0;
+    for (size_t r = 0; r < sizeof split_refs / sizeof split_refs[0]; r++) {
+        const struct split_ref *ref = &split_refs[r];
+        size_t len = strlen(ref->text), n = 0, pos = 0, n_words, k = 0;
+        uint32_t cps[256];
+        size_t lens[256];
+        int same;
+        while (pos < len && n < 256) cps[n++] = tku_decode(ref->text, len, &pos);
+        n_words = tku_split(ref->pre, cps, n, lens);
+        for (same = 1; same && k < n_words; k++) same = ref->lens[k] == lens[k];
+        same = same && ref->lens[n_words] == 0;
+        CHECK(same, "pre-tokenizer %d splits '%s' unlike the regexes (row %zu)", (int)ref->pre, ref->text, r);
+        if (!same && bad++ < 10) {
+            fprintf(stderr, "    want:");
+            for (k = 0; ref->lens[k]; k++) fprintf(stderr, " %u", ref->lens[k]);
+            fprintf(stderr, "\n    got: ");
+            for (k = 0; k < n_words; k++) fprintf(stderr, " %zu", lens[k]);
+            fprintf(stderr, "\n");
+        }
+    }
+}
+
+/* The last warning the library logged (its msg and the value of "pre"). */
+static char warned[256], warned_pre[64];
+
+static void catch_log(tsr_log_level level, const char *msg, const tsr_log_field *f, size_t n, void *user)
+{
+    (void)user;
+    if (level != TSR_LOG_WARN)
+        return;
+    snprintf(warned, sizeof warned, "%s", msg);
+    warned_pre[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(f[i].key, "pre") == 0)
+            snprintf(warned_pre, sizeof warned_pre, "%s", f[i].value);
+}
+
+/* A tiny BPE vocabulary (fuzz-vocab.h) with tokenizer.ggml.pre = pre (""
+ * counts as missing, as in llama.cpp) and tokenizer.ggml.model = model
+ * (NULL: gpt2), loaded from memory. */
+static tsr_status load_tiny(const char *pre, const char *model, tok_vocab **v)
+{
+    tsr_gguf_writer *w = NULL;
+    tsr_gguf *g = NULL;
+    void *mem = NULL;
+    size_t n;
+    tsr_status st = tsr_gguf_writer_new(&w);
+    if (st == TSR_OK)
+        fuzz_vocab_bpe(w, pre);
+    if (st == TSR_OK && model)
+        st = tsr_gguf_writer_set_str(w, "tokenizer.ggml.model", model);
+    if (st == TSR_OK)
+        st = tsr_gguf_writer_write_memory(w, &mem, &n);
+    if (st == TSR_OK)
+        st = tsr_gguf_open_memory(mem, n, "tiny.gguf", 1, &g);
+    tsr_gguf_writer_free(w);
+    warned[0] = warned_pre[0] = '\0';
+    if (st == TSR_OK)
+        st = tok_vocab_load(g, v);
+    tsr_gguf_close(g);
+    tsr_free(mem);
+    return st;
+}
+
+/* An unknown or missing tokenizer.ggml.pre loads with the default splitting
+ * and a warning naming it; a known one without a warning; an unknown
+ * tokenizer model is refused, named. */
+static void test_pre_fallback(void)
+{
+    tok_vocab *v = NULL;
+    (void)fuzz_vocab_spm; /* fuzz-vocab.h's other vocabulary, unused here */
+    tsr_log_set(catch_log, NULL);
+    CHECK_OK(load_tiny("no-such-pre", NULL, &v));
+    CHECK(v && tok_vocab_pre(v) == TKU_PRE_DEFAULT, "unknown pre: splitting %d", v ? tok_vocab_pre(v) : -1);
+    CHECK(strstr(warned, "unknown pre-tokenizer") && strcmp(warned_pre, "no-such-pre") == 0,
+          "warning '%s' pre='%s'", warned, warned_pre);
+    tok_vocab_free(v), v = NULL;
+    CHECK_OK(load_tiny("", NULL, &v));
+    CHECK(v && tok_vocab_pre(v) == TKU_PRE_DEFAULT && strstr(warned, "no tokenizer.ggml.pre"), "missing pre: '%s'",
+          warned);
+    tok_vocab_free(v), v = NULL;
+    CHECK_OK(load_tiny("qwen2", NULL, &v));
+    CHECK(v && tok_vocab_pre(v) == TKU_PRE_QWEN2 && warned[0] == '\0', "qwen2: '%s'", warned);
+    tok_vocab_free(v), v = NULL;
+    CHECK_STATUS(load_tiny("gpt-2", "t5", &v), TSR_E_UNSUPPORTED);
+    CHECK(v == NULL && strstr(tsr_last_error(), "'t5'"), "%s", tsr_last_error());
+    tsr_log_set(NULL, NULL);
+}
+
 int main(int argc, char **argv)
 {
     char refs[4096], model[4096];
@@ -332,6 +428,8 @@ int main(int argc, char **argv)
 
     test_stream();
     test_unicode();
+    test_split_refs();
+    test_pre_fallback();
     if (argc >= 3) {
         for (int i = 1; i + 1 < argc; i += 2)
             run_refs(argv[i], argv[i + 1]);

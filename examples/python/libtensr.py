@@ -110,7 +110,7 @@ class _LoadParams(ctypes.Structure):
                 ("tensor_split", _PTR(ctypes.c_float)),
                 ("overrides", _PTR(_BuftOverride)), ("use_mmap", _I),
                 ("n_io_threads", _I), ("progress", _PROGRESS_FN), ("progress_user", _P),
-                ("verify", _I), ("plan_only", _I)]
+                ("verify", _I), ("plan_only", _I), ("vocab_only", _I)]
 
 
 class _KVCacheParams(ctypes.Structure):
@@ -1100,13 +1100,14 @@ class Context(_Handle):
 
 @contextlib.contextmanager
 def _load_params(what, n_gpu_layers=0, main_gpu=0, tensor_split=None, overrides=None,
-                 use_mmap=False, n_io_threads=0, progress=None, verify=False):
+                 use_mmap=False, n_io_threads=0, progress=None, verify=False, vocab_only=False):
     """A tsr_load_params for the with block: overrides ('regex=BUFT,...') parsed
     by tsr_buft_overrides_parse and freed at the end, progress(done, total) ->
     True to cancel (kept alive as long as the block runs)."""
     p = _init_params(_LoadParams, C.load_params_init)
     p.n_gpu_layers, p.main_gpu = int(n_gpu_layers), int(main_gpu)
     p.use_mmap, p.n_io_threads, p.verify = int(bool(use_mmap)), int(n_io_threads), int(verify)
+    p.vocab_only = int(bool(vocab_only))
     if tensor_split is not None:
         p.tensor_split = (ctypes.c_float * len(tensor_split))(*tensor_split)
     ov = _PTR(_BuftOverride)()
@@ -1752,19 +1753,22 @@ class Model(_Handle):
             print(piece, end="", flush=True)
 
     n_gpu_layers and overrides ('regex=BUFT,...', tsr_buft_overrides_parse)
-    go to tsr_load_params. Closing the model (with, close(), garbage
+    go to tsr_load_params. vocab_only=True loads the vocabulary and chat
+    template alone (tsr_load_params.vocab_only): tokenize, detokenize and
+    chat formatting work, session() raises. Closing the model (with, close(), garbage
     collection) frees its sessions and samplers first, then the model, then
     its backend; a session or sampler keeps its model alive."""
     _what, _free = "model", "model_free"
     _cells = None
     _backend = None
 
-    def __init__(self, path, n_threads=0, n_gpu_layers=0, overrides=None):
+    def __init__(self, path, n_threads=0, n_gpu_layers=0, overrides=None, vocab_only=False):
         self._cells = {}
         p = _path(path, "Model")
         self._backend = _ModelBackend(n_threads=n_threads)
         try:
-            with _load_params("Model", n_gpu_layers=n_gpu_layers, overrides=overrides) as lp:
+            with _load_params("Model", n_gpu_layers=n_gpu_layers, overrides=overrides,
+                              vocab_only=vocab_only) as lp:
                 h = _call_out("model_load", C.model_load, self._backend._handle(), p,
                               ctypes.byref(lp))
         except BaseException:

@@ -38,6 +38,32 @@ static void load_template(tsr_model *m) {
     tsr_clear_error();
 }
 
+/* vocab_only, read up to the caller's size (an older caller has no such field). */
+static int want_vocab_only(const tsr_load_params *lp) {
+    return lp && lp->size >= offsetof(tsr_load_params, vocab_only) + sizeof lp->vocab_only && lp->vocab_only;
+}
+
+/* A vocabulary-only model: the architecture's name and context length (any
+ * architecture: a front end counts tokens for models it does not run), the
+ * vocabulary and the chat template; no weights, nothing from the backend. */
+static tsr_status load_vocab_only(tsr_model *m, const char *path) {
+    const char *arch;
+    tsr_status st = tsr_gguf_open(path, &m->gguf);
+    if (st != TSR_OK)
+        return st;
+    if (tsr_gguf_get_str(m->gguf, "general.architecture", &arch, NULL) != TSR_OK)
+        return tsr__error(TSR_E_MALFORMED, "%s: no general.architecture string", path);
+    snprintf(m->hp.arch, sizeof m->hp.arch, "%s", arch);
+    if ((st = llm_key_i64(m->gguf, &m->hp, "context_length", 0, &m->hp.n_ctx_train)) != TSR_OK)
+        return st;
+    if ((st = tok_vocab_load(m->gguf, &m->vocab)) != TSR_OK)
+        return st;
+    m->hp.n_vocab = tok_n_vocab(m->vocab);
+    m->vocab_only = 1;
+    load_template(m);
+    return TSR_OK;
+}
+
 static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp) {
     tsr_status st = tsr_gguf_open(path, &m->gguf);
     if (st != TSR_OK)
@@ -58,18 +84,19 @@ static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp
 }
 
 tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_params *lp, tsr_model **out) {
+    int vocab_only = want_vocab_only(lp);
     if (out)
         *out = NULL;
-    if (!b || !path || !out)
-        return tsr__error(TSR_E_INVALID, "tsr_model_load: NULL %s", !b ? "backend" : !path ? "path" : "out");
-    if (tsr_backend_n_weights(b) > 0)
+    if ((!b && !vocab_only) || !path || !out)
+        return tsr__error(TSR_E_INVALID, "tsr_model_load: NULL %s", !path ? "path" : !out ? "out" : "backend");
+    if (!vocab_only && tsr_backend_n_weights(b) > 0)
         return tsr__error(TSR_E_STATE, "tsr_model_load: the backend already holds %zu weights (one model per backend)",
                           tsr_backend_n_weights(b));
     tsr_model *m = tsr__calloc(1, sizeof *m);
     if (!m)
         return tsr__error(TSR_E_NOMEM, "tsr_model_load: out of host memory");
-    m->be = b;
-    tsr_status st = load(m, path, lp);
+    m->be = vocab_only ? NULL : b;
+    tsr_status st = vocab_only ? load_vocab_only(m, path) : load(m, path, lp);
     if (st != TSR_OK) {
         llm_model_destroy(m);
         return st;

@@ -26,6 +26,10 @@ tsr_status tsr__error(tsr_status s, const char *fmt, ...)
 #endif
     ;
 
+/* A log record through the library's log callback: n_fields pairs of
+ * (key, value) strings follow msg (log.c). */
+void tsr__log(tsr_log_level level, const char *msg, size_t n_fields, ...);
+
 /* The core's allocation wrappers (counted; the test hook can fail the Nth). */
 void *tsr__malloc(size_t size);
 void *tsr__calloc(size_t n, size_t size);

@@ -131,6 +131,7 @@ struct tsr_model {
     char tmpl_error[256];
     size_t n_sessions; /* open sessions: they keep the model alive */
     int freed;         /* tsr_model_free was called while sessions were open */
+    int vocab_only;    /* loaded without weights: no sessions */
 };
 
 /* One micro-batch to build: n tokens (ids, positions, sequences), the rows

@@ -161,6 +161,8 @@ tsr_status tsr_session_new(tsr_model *m, const tsr_session_params *p, tsr_sessio
         *out = NULL;
     if (!m || !out)
         return tsr__error(TSR_E_INVALID, "tsr_session_new: NULL %s", m ? "out" : "model");
+    if (m->vocab_only)
+        return tsr__error(TSR_E_STATE, "tsr_session_new: the model was loaded with vocab_only (no weights)");
     tsr_session *s = tsr__calloc(1, sizeof *s);
     if (!s)
         return tsr__error(TSR_E_NOMEM, "tsr_session_new: out of host memory");

@@ -14,7 +14,25 @@
 typedef enum tku_pre {
     TKU_PRE_GPT2 = 0,   /* 's|'t|... ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     TKU_PRE_SMOLLM = 1, /* every \p{N} codepoint alone, then the gpt2 rules */
-    TKU_PRE_LLAMA3 = 2  /* llama-3 rules (\p{N}{1,3}, [^\r\n\p{L}\p{N}]?\p{L}+, ...) */
+    TKU_PRE_LLAMA3 = 2, /* llama-3 rules (\p{N}{1,3}, [^\r\n\p{L}\p{N}]?\p{L}+, ...) */
+    TKU_PRE_DEFAULT,    /* llama.cpp's fallback: punctuation runs, the gpt2 rules, digits by 3 */
+    TKU_PRE_FALCON,     /* punctuation runs (with `), the gpt2 rules, ASCII digits by 3 */
+    TKU_PRE_QWEN2,      /* llama-3 rules with every \p{N} alone */
+    TKU_PRE_QWEN35,     /* qwen2 rules with marks (\p{M}) in the letter words */
+    TKU_PRE_DEEPSEEK_LLM,
+    TKU_PRE_DEEPSEEK_CODER,
+    TKU_PRE_DEEPSEEK3,  /* deepseek-v3: \p{N}{1,3}, CJK runs, then its word rules */
+    TKU_PRE_BLOOM,      /*  ?[^(\s|.,!?...)]+ */
+    TKU_PRE_VIKING,     /* bloom, then every \p{N} alone */
+    TKU_PRE_TEKKEN,     /* cased letter words, \p{N} alone */
+    TKU_PRE_GPT4O,      /* cased letter words with contractions, \p{N}{1,3} */
+    TKU_PRE_KIMI_K2,    /* Han runs, then llama-3 rules for the other letters */
+    TKU_PRE_GEMMA4,     /* runs of newlines and runs of anything else */
+    TKU_PRE_SEED_CODER, /* qwen2 rules, no newlines after punctuation */
+    TKU_PRE_UFAKZEKA,   /* qwen2 rules without the contractions */
+    TKU_PRE_LAGUNA,     /* newline runs, then the qwen2 rules */
+    TKU_PRE_MINICPM5,   /* \p{N}{1,3}, then llama-3 rules with \p{N}+ */
+    TKU_PRE_COUNT
 } tku_pre;
 
 /* Decodes the codepoint at s[*pos] (len bytes in all) and advances *pos.
@@ -29,6 +47,15 @@ size_t tku_len_utf8(unsigned char b);
 int tku_is_letter(uint32_t cp);
 int tku_is_number(uint32_t cp);
 int tku_is_whitespace(uint32_t cp);
+int tku_is_punct(uint32_t cp);   /* \p{P} */
+int tku_is_symbol(uint32_t cp);  /* \p{S} */
+int tku_is_mark(uint32_t cp);    /* \p{M} */
+int tku_is_control(uint32_t cp); /* Cc, Cf, Co, Cs (not unassigned) */
+/* Simple lowercase mapping (cp itself when it has none). */
+uint32_t tku_tolower(uint32_t cp);
+/* The first codepoint of cp's canonical decomposition (NFD), as llama.cpp's
+ * WordPiece normalizer uses it to strip accents. */
+uint32_t tku_nfd_first(uint32_t cp);
 
 /* GPT-2 byte-level coding: the codepoint standing for byte b, and back
  * (returns -1 when cp stands for no byte). */

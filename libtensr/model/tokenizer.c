@@ -81,6 +81,10 @@ struct tok_vocab {
     int32_t eog[MAX_EOG];
     int n_eog;
     int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
+    int raw;                      /* BPE on raw UTF-8 with spaces as U+2581 and <0xXX> bytes (gemma4) */
+    int32_t sep;                  /* WordPiece: [SEP], added at the end */
+    int lowercase, strip_accents; /* WordPiece normalizer */
+    size_t max_token_len;         /* WordPiece: longest token text, bytes */
 };
 
 static const char *token_key(const void *owner, int32_t i, size_t *len) {
@@ -125,6 +129,7 @@ void tok_vocab_free(tok_vocab *v) {
 }
 
 tok_type tok_vocab_type(const tok_vocab *v) { return v->type; }
+int tok_vocab_pre(const tok_vocab *v) { return (int)v->pre; }
 int32_t tok_n_vocab(const tok_vocab *v) { return v->n_vocab; }
 int32_t tok_bos(const tok_vocab *v) { return v->bos; }
 int32_t tok_eos(const tok_vocab *v) { return v->eos; }
@@ -184,8 +189,12 @@ static tsr_status load_str_array(const tsr_gguf *g, const char *key, char **aren
 }
 
 static tsr_status load_merges(tok_vocab *v, const tsr_gguf *g) {
-    uint64_t n;
-    tsr_status st = load_str_array(g, "tokenizer.ggml.merges", &v->merges, &v->merge_off, &n);
+    uint64_t n = 0;
+    tsr_gguf_type et;
+    tsr_status st = TSR_OK;
+    /* kimi-k2 files may have no merges (llama.cpp accepts that for it alone) */
+    if (v->pre != TKU_PRE_KIMI_K2 || tsr_gguf_get_arr_info(g, "tokenizer.ggml.merges", &et, &n) == TSR_OK)
+        st = load_str_array(g, "tokenizer.ggml.merges", &v->merges, &v->merge_off, &n);
     if (st != TSR_OK)
         return st;
     v->n_merges = (int32_t)n;
@@ -240,24 +249,134 @@ static tsr_status load_numeric(tok_vocab *v, const tsr_gguf *g) {
     return TSR_OK;
 }
 
+/* Flags llama.cpp sets with the pre-tokenizer (llama-vocab.cpp). */
+enum {
+    PRE_CLEAN = 1,  /* clean_spaces: tidy spaces when detokenizing */
+    PRE_IGNORE = 2, /* ignore_merges: a word that is a token is taken whole */
+    PRE_BOS = 4,    /* add_bos (unless tokenizer.ggml.add_bos_token says otherwise) */
+    PRE_NO_BOS = 8, /* no BOS token unless tokenizer.ggml.bos_token_id names one */
+    PRE_RAW = 16    /* SentencePiece-style BPE: no byte coding, spaces as U+2581, BOS always */
+};
+
 typedef struct pre_name {
     const char *name;
     tku_pre pre;
+    unsigned flags;
 } pre_name;
 
-/* The tokenizer.ggml.pre names whose splitting we implement, grouped as
- * llama.cpp groups them. */
+/* Every tokenizer.ggml.pre of a gpt2 vocabulary whose splitting we
+ * implement, with llama.cpp's flags; rows in llama.cpp's order. */
 static const pre_name pre_names[] = {
-    {"smollm", TKU_PRE_SMOLLM},     {"starcoder", TKU_PRE_SMOLLM}, {"refact", TKU_PRE_SMOLLM},
-    {"command-r", TKU_PRE_SMOLLM},  {"codeshell", TKU_PRE_SMOLLM}, {"exaone", TKU_PRE_SMOLLM},
-    {"minerva-7b", TKU_PRE_SMOLLM}, {"mpt", TKU_PRE_GPT2},         {"olmo", TKU_PRE_GPT2},
-    {"jais", TKU_PRE_GPT2},         {"trillion", TKU_PRE_GPT2},    {"llama3", TKU_PRE_LLAMA3},
-    {"llama-v3", TKU_PRE_LLAMA3},   {"llama-bpe", TKU_PRE_LLAMA3}, {"falcon3", TKU_PRE_LLAMA3},
-    {"pixtral", TKU_PRE_LLAMA3},
+    {"default", TKU_PRE_DEFAULT, PRE_CLEAN},
+    {"llama3", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"llama-v3", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"llama-bpe", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"falcon3", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"falcon-h1", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"pixtral", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"midm-2.0", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"lfm2", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"jina-v5-nano", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_IGNORE | PRE_BOS},
+    {"deepseek-llm", TKU_PRE_DEEPSEEK_LLM, 0},
+    {"deepseek-coder", TKU_PRE_DEEPSEEK_CODER, 0},
+    {"deepseek-v3", TKU_PRE_DEEPSEEK3, 0},
+    {"hunyuan-dense", TKU_PRE_DEEPSEEK3, 0},
+    {"joyai-llm", TKU_PRE_DEEPSEEK3, 0},
+    {"hy_v4", TKU_PRE_DEEPSEEK3, 0},
+    {"falcon", TKU_PRE_FALCON, PRE_CLEAN},
+    {"mpt", TKU_PRE_GPT2, PRE_CLEAN},
+    {"starcoder", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"gpt-2", TKU_PRE_GPT2, PRE_CLEAN},
+    {"phi-2", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-es", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-de", TKU_PRE_GPT2, PRE_CLEAN},
+    {"gigachat", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-v2-es", TKU_PRE_GPT2, PRE_CLEAN},
+    {"jina-v2-de", TKU_PRE_GPT2, PRE_CLEAN},
+    {"a.x-4.0", TKU_PRE_GPT2, PRE_CLEAN},
+    {"mellum", TKU_PRE_GPT2, PRE_CLEAN},
+    {"modern-bert", TKU_PRE_GPT2, PRE_CLEAN},
+    {"refact", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"command-r", TKU_PRE_SMOLLM, 0},
+    {"qwen2", TKU_PRE_QWEN2, 0},
+    {"deepseek-r1-qwen", TKU_PRE_QWEN2, 0},
+    {"kormo", TKU_PRE_QWEN2, 0},
+    {"f2llmv2", TKU_PRE_QWEN2, 0},
+    {"qwen35", TKU_PRE_QWEN35, 0},
+    {"stablelm2", TKU_PRE_QWEN2, PRE_CLEAN},
+    {"olmo", TKU_PRE_GPT2, PRE_CLEAN},
+    {"dbrx", TKU_PRE_LLAMA3, PRE_CLEAN},
+    {"smaug-bpe", TKU_PRE_LLAMA3, PRE_CLEAN},
+    {"poro-chat", TKU_PRE_BLOOM, 0},
+    {"chatglm-bpe", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_NO_BOS},
+    {"glm4", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_NO_BOS | PRE_IGNORE},
+    {"glm5", TKU_PRE_LLAMA3, PRE_CLEAN | PRE_NO_BOS | PRE_IGNORE},
+    {"viking", TKU_PRE_VIKING, 0},
+    {"jais", TKU_PRE_GPT2, PRE_CLEAN},
+    {"tekken", TKU_PRE_TEKKEN, PRE_IGNORE | PRE_BOS},
+    {"smollm", TKU_PRE_SMOLLM, 0},
+    {"codeshell", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"bloom", TKU_PRE_BLOOM, PRE_CLEAN},
+    {"gpt3-finnish", TKU_PRE_BLOOM, PRE_CLEAN},
+    {"exaone", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"exaone4", TKU_PRE_GPT2, PRE_CLEAN},
+    {"minerva-7b", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"megrez", TKU_PRE_QWEN2, PRE_CLEAN},
+    {"gpt-4o", TKU_PRE_GPT4O, 0},
+    {"llama4", TKU_PRE_GPT4O, 0},
+    {"kanana2", TKU_PRE_GPT4O, 0},
+    {"talkie", TKU_PRE_GPT4O, 0},
+    {"minimax-m2", TKU_PRE_GPT4O, 0},
+    {"trillion", TKU_PRE_GPT2, 0},
+    {"granite-docling", TKU_PRE_GPT2, 0},
+    {"bailingmoe", TKU_PRE_QWEN2, 0},
+    {"bailingmoe2", TKU_PRE_QWEN2, 0},
+    {"llada-moe", TKU_PRE_QWEN2, 0},
+    {"hunyuan", TKU_PRE_QWEN2, 0},
+    {"kimi-k2", TKU_PRE_KIMI_K2, 0},
+    {"grok-2", TKU_PRE_QWEN2, 0},
+    {"solar-open", TKU_PRE_QWEN2, 0},
+    {"seed-coder", TKU_PRE_SEED_CODER, 0},
+    {"ufakzeka", TKU_PRE_UFAKZEKA, 0},
+    {"minicpm5", TKU_PRE_MINICPM5, PRE_CLEAN | PRE_IGNORE},
+    {"laguna", TKU_PRE_LAGUNA, 0},
+    {"mellum2", TKU_PRE_SMOLLM, PRE_CLEAN},
+    {"gemma4", TKU_PRE_GEMMA4, PRE_CLEAN | PRE_RAW},
+    {"granite-embed-multi-311m", TKU_PRE_GEMMA4, PRE_CLEAN | PRE_RAW},
 };
 
+/* tokenizer.ggml.pre: an unknown or missing name gets llama.cpp's default
+ * splitting with a warning, as llama.cpp does for a missing one. */
+static void load_pre(tok_vocab *v, const tsr_gguf *g, const char *pre) {
+    unsigned flags = PRE_CLEAN;
+    size_t i, n = sizeof pre_names / sizeof pre_names[0];
+
+    v->pre = TKU_PRE_DEFAULT;
+    if (!pre && tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL) != TSR_OK)
+        pre = NULL;
+    if (pre && !*pre) /* llama.cpp: an empty name is a missing one */
+        pre = NULL;
+    for (i = 0; pre && i < n && strcmp(pre, pre_names[i].name) != 0; i++) continue;
+    if (pre && i < n) {
+        v->pre = pre_names[i].pre;
+        flags = pre_names[i].flags;
+    } else {
+        tsr__log(TSR_LOG_WARN,
+                 pre ? "tokenizer: unknown pre-tokenizer, using the default splitting"
+                     : "tokenizer: no tokenizer.ggml.pre, using the default splitting; "
+                       "generation quality will be degraded",
+                 1, "pre", pre ? pre : "");
+    }
+    v->clean_spaces = (flags & PRE_CLEAN) != 0;
+    v->ignore_merges = (flags & PRE_IGNORE) != 0;
+    v->add_bos = (flags & PRE_BOS) != 0;
+    v->raw = (flags & PRE_RAW) != 0;
+    if (flags & PRE_NO_BOS)
+        v->bos = -1;
+}
+
 static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
-    const char *model, *pre = "";
+    const char *model;
     tsr_status st = tsr_gguf_get_str(g, "tokenizer.ggml.model", &model, NULL);
 
     if (st != TSR_OK)
@@ -268,26 +387,25 @@ static tsr_status load_type(tok_vocab *v, const tsr_gguf *g) {
         v->add_bos = 1, v->add_space_prefix = 1;
         return TSR_OK;
     }
+    if (strcmp(model, "bert") == 0) { /* llama.cpp's defaults for BERT files */
+        v->type = TOK_TYPE_WPM;
+        v->bos = 101, v->eos = -1, v->unk = 100, v->sep = 102;
+        v->add_bos = 1, v->clean_spaces = 1;
+        return TSR_OK;
+    }
+    if (strcmp(model, "gemma4") == 0) { /* BPE whose ids come from the file alone */
+        v->type = TOK_TYPE_BPE;
+        v->bos = v->eos = v->unk = -1;
+        load_pre(v, g, "gemma4");
+        return TSR_OK;
+    }
     if (strcmp(model, "gpt2") != 0)
-        return tsr__error(TSR_E_UNSUPPORTED, "tokenizer: tokenizer.ggml.model '%s' is not supported (gpt2, llama)",
-                          model);
+        return tsr__error(TSR_E_UNSUPPORTED,
+                          "tokenizer: tokenizer.ggml.model '%s' is not supported (bert, gemma4, gpt2, llama)", model);
     v->type = TOK_TYPE_BPE;
     v->bos = 11, v->eos = 11, v->unk = -1;
-    tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre, NULL);
-    for (size_t i = 0; i < sizeof pre_names / sizeof pre_names[0]; i++) {
-        if (strcmp(pre, pre_names[i].name) == 0) {
-            v->pre = pre_names[i].pre;
-            v->ignore_merges = v->add_bos = v->pre == TKU_PRE_LLAMA3;
-            /* llama.cpp tidies spaces when detokenizing BPE, except for these */
-            v->clean_spaces = strcmp(pre, "smollm") != 0 && strcmp(pre, "command-r") != 0;
-            return TSR_OK;
-        }
-    }
-    return tsr__error(TSR_E_UNSUPPORTED,
-                      "tokenizer: pre-tokenizer tokenizer.ggml.pre='%s' is not supported "
-                      "(supported: smollm, starcoder, refact, command-r, codeshell, exaone, minerva-7b, "
-                      "mpt, olmo, jais, trillion, llama3, llama-bpe, falcon3, pixtral)",
-                      pre);
+    load_pre(v, g, NULL);
+    return TSR_OK;
 }
 
 static void load_special_ids(tok_vocab *v, const tsr_gguf *g) {
@@ -309,6 +427,25 @@ static void load_special_ids(tok_vocab *v, const tsr_gguf *g) {
         v->add_eos = b;
     if (tsr_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == TSR_OK)
         v->add_space_prefix = b;
+}
+
+/* WordPiece: [SEP], the normalizer's switches, the longest token. */
+static void load_wpm(tok_vocab *v, const tsr_gguf *g) {
+    uint32_t id;
+    int b;
+    if (tsr_gguf_get_u32(g, "tokenizer.ggml.seperator_token_id", &id) == TSR_OK) /* sic */
+        v->sep = id < (uint32_t)v->n_vocab ? (int32_t)id : -1;
+    v->lowercase = 1;
+    if (tsr_gguf_get_bool(g, "tokenizer.ggml.normalizer.lowercase", &b) == TSR_OK)
+        v->lowercase = b;
+    v->strip_accents = v->lowercase;
+    if (tsr_gguf_get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &b) == TSR_OK)
+        v->strip_accents = b;
+    for (int32_t i = 0; i < v->n_vocab; i++) {
+        size_t len = v->text_off[i + 1] - v->text_off[i] - 1;
+        if (len > v->max_token_len)
+            v->max_token_len = len;
+    }
 }
 
 static void add_eog(tok_vocab *v, int32_t id) {
@@ -391,7 +528,7 @@ static size_t decode_token(const tok_vocab *v, int32_t i, char *dst) {
     if (a != TOK_ATTR_NORMAL)
         return 0;
     while (pos < len) {
-        if (v->type == TOK_TYPE_SPM) {
+        if (v->type != TOK_TYPE_BPE || v->raw) {
             if (pos + 3 <= len && memcmp(t + pos, "\xe2\x96\x81", 3) == 0) {
                 dst[n++] = ' ';
                 pos += 3;
@@ -445,6 +582,12 @@ static tsr_status load_all(tok_vocab *v, const tsr_gguf *g) {
     if (v->type == TOK_TYPE_BPE && (st = load_merges(v, g)) != TSR_OK)
         return st;
     load_special_ids(v, g);
+    if (v->type == TOK_TYPE_WPM)
+        load_wpm(v, g);
+    if (v->raw && !v->add_bos) { /* as llama.cpp does for gemma4 */
+        tsr__log(TSR_LOG_WARN, "tokenizer: BOS added although tokenizer.ggml.add_bos_token is false (gemma4)", 0);
+        v->add_bos = 1;
+    }
     find_eog(v, g);
     if ((st = build_specials(v)) != TSR_OK)
         return st;
@@ -515,18 +658,29 @@ static int32_t pair_rank(const tok_vocab *v, const char *w, const sym *s, int i,
     return merge_rank(v, w + s[i].off, s[i].len, w + s[j].off, s[j].len, scratch);
 }
 
-/* Emits the ids of one symbol: the token, or else its single bytes. */
+/* Emits the ids of one symbol: the token, or else its single bytes (byte
+ * coded, or <0xXX> tokens for raw vocabularies). */
 static tsr_status emit_symbol(const tok_vocab *v, const char *t, size_t len, idbuf *out) {
     int32_t id = tok_find(v, t, len);
     tsr_status st = TSR_OK;
     if (id >= 0)
         return push_id(out, id);
     for (size_t k = 0; k < len && st == TSR_OK; k++) {
-        int32_t b = tok_find(v, t + k, 1);
+        char hex[8];
+        int32_t b;
+        snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)t[k]);
+        b = v->raw ? tok_find(v, hex, 6) : tok_find(v, t + k, 1);
         if (b >= 0)
             st = push_id(out, b);
     }
     return st;
+}
+
+static int all_newlines(const char *w, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (w[i] != '\n')
+            return 0;
+    return 1;
 }
 
 /* Merges the byte-encoded word w (n bytes) by rank and emits its ids. s and
@@ -535,7 +689,7 @@ static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, 
     int ns = 0;
     tsr_status st = TSR_OK;
 
-    if (v->ignore_merges && tok_find(v, w, n) >= 0)
+    if ((v->ignore_merges || (v->raw && all_newlines(w, n))) && tok_find(v, w, n) >= 0)
         return push_id(out, tok_find(v, w, n));
     for (size_t off = 0; off < n; ns++) {
         size_t l = tku_len_utf8((unsigned char)w[off]);
@@ -593,12 +747,20 @@ static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len,
         st = tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
         goto done;
     }
+    for (size_t k = 0; v->raw && k < n_cps; k++) /* spaces written as U+2581 */
+        if (cps[k] == ' ')
+            cps[k] = 0x2581;
     n_words = tku_split(v->pre, cps, n_cps, lens);
     for (size_t w = 0; w < n_words && st == TSR_OK; w++) {
         size_t wn = 0;
         for (size_t k = 0; k < lens[w]; k++) {
             char u[4];
             size_t nu = tku_encode(cps[pos + k], u);
+            if (v->raw) {
+                memcpy(word + wn, u, nu);
+                wn += nu;
+                continue;
+            }
             for (size_t b = 0; b < nu; b++) wn += tku_encode(tku_byte_to_cp((unsigned char)u[b]), word + wn);
         }
         pos += lens[w];
@@ -700,6 +862,75 @@ static tsr_status spm_fragment(const tok_vocab *v, const char *text, size_t len,
     return st;
 }
 
+/* ---- WordPiece ------------------------------------------------------------ */
+
+/* One word: a U+2581 prefix, then the longest token at each position; a
+ * word with a position no token starts at is the unknown token alone. */
+static tsr_status wpm_word(const tok_vocab *v, char *w, size_t n, idbuf *out) {
+    size_t start = out->n;
+    tsr_status st = TSR_OK;
+    for (size_t i = 0; i < n && st == TSR_OK;) {
+        size_t j = i + v->max_token_len + 1 < n ? i + v->max_token_len + 1 : n;
+        int32_t id = -1;
+        for (; j > i && (id = tok_find(v, w + i, j - i)) < 0; j--) continue;
+        if (id < 0) {
+            out->n = start;
+            break;
+        }
+        st = push_id(out, id);
+        i = j;
+    }
+    if (st == TSR_OK && out->n == start && v->unk >= 0)
+        st = push_id(out, v->unk);
+    return st;
+}
+
+/* CJK ideographs as BERT's tokenizer isolates them. */
+static int is_cjk(uint32_t cp) {
+    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
+           (cp >= 0x2A700 && cp <= 0x2B81F) || (cp >= 0x2B920 && cp <= 0x2CEAF) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+           (cp >= 0x2F800 && cp <= 0x2FA1F);
+}
+
+/* BERT's normalizer and word splitting: whitespace ends a word, control
+ * characters (and accents) vanish, punctuation, ASCII symbols and CJK
+ * ideographs are words of their own; each word goes to wpm_word. */
+static tsr_status wpm_fragment(const tok_vocab *v, const char *text, size_t len, idbuf *out) {
+    size_t n_cps, n = 3;
+    uint32_t *cps = to_cps(text, len, &n_cps);
+    char *w = tsr__malloc(4 * len + 8);
+    tsr_status st = TSR_OK;
+    if (!cps || !w) {
+        st = tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", len);
+        goto done;
+    }
+    memcpy(w, "\xe2\x96\x81", 3);
+    for (size_t i = 0; i <= n_cps && st == TSR_OK; i++) {
+        uint32_t cp = i < n_cps ? cps[i] : ' ', c;
+        int alone;
+        cp = v->strip_accents ? tku_nfd_first(cp) : cp;
+        if (cp == 0 || cp == 0xFFFD || tku_is_control(cp) || (v->strip_accents && tku_is_mark(cp)))
+            continue;
+        alone = tku_is_punct(cp) || (cp < 0x7F && tku_is_symbol(cp)) || is_cjk(cp);
+        if ((tku_is_whitespace(cp) || alone) && n > 3) { /* the word so far */
+            st = wpm_word(v, w, n, out);
+            n = 3;
+        }
+        if (tku_is_whitespace(cp) || st != TSR_OK)
+            continue;
+        c = v->lowercase ? tku_tolower(cp) : cp;
+        n += tku_encode(c, w + n);
+        if (alone) {
+            st = wpm_word(v, w, n, out);
+            n = 3;
+        }
+    }
+done:
+    tsr__free(cps);
+    tsr__free(w);
+    return st;
+}
+
 /* ---- special tokens in text ---------------------------------------------- */
 
 /* A fragment of the input: raw text [off, off+len) or a token (id >= 0). */
@@ -786,6 +1017,8 @@ static tsr_status tokenize_frags(const tok_vocab *v, const char *text, const fra
         } else if (v->type == TOK_TYPE_SPM) {
             st = spm_fragment(v, text + f->off, f->len, v->add_space_prefix && prev_special, out);
             prev_special = 0;
+        } else if (v->type == TOK_TYPE_WPM) {
+            st = wpm_fragment(v, text + f->off, f->len, out);
         } else {
             st = bpe_fragment(v, text + f->off, f->len, out);
         }
@@ -808,6 +1041,8 @@ tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int ad
         st = partition(v, text, len, parse_special, &frags);
     if (st == TSR_OK)
         st = tokenize_frags(v, text, &frags, &ids);
+    if (st == TSR_OK && add_special && v->type == TOK_TYPE_WPM && v->sep >= 0)
+        st = push_id(&ids, v->sep);
     if (st == TSR_OK && add_special && v->add_eos && v->eos >= 0)
         st = push_id(&ids, v->eos);
     if (st == TSR_OK && !ids.ids) /* a valid pointer even for no ids */

@@ -2,9 +2,14 @@
  * metadata through libtensr's public GGUF API (libtensr/model).
  *
  * Supports byte-level BPE vocabularies (tokenizer.ggml.model = "gpt2") with
- * the gpt2, smollm and llama3 families of pre-tokenizers, and SentencePiece
+ * every pre-tokenizer (tokenizer.ggml.pre) of llama.cpp's table in
+ * tokenizer.c (gpt2, llama3, qwen2, qwen35, deepseek-llm/-coder/-v3, falcon,
+ * tekken, gpt-4o, kimi-k2, bloom, ... ; an unknown or missing one gets
+ * llama.cpp's default splitting with a logged warning), and SentencePiece
  * vocabularies (tokenizer.ggml.model = "llama": scores, <0xXX> byte
- * fallback, U+2581 as the space marker). Results are meant to equal
+ * fallback, U+2581 as the space marker), gemma4's SentencePiece-style BPE
+ * and WordPiece (tokenizer.ggml.model = "bert": lowercased, accents
+ * stripped, longest-match words, [CLS] ... [SEP] as the special tokens). Results are meant to equal
  * llama.cpp's llama_tokenize / llama_token_to_piece for the same model.
  *
  * A tok_vocab is immutable after loading: using one from several threads is
@@ -26,7 +31,8 @@ typedef struct tok_vocab tok_vocab;
 
 typedef enum tok_type {
     TOK_TYPE_BPE = 1, /* byte-level BPE ("gpt2") */
-    TOK_TYPE_SPM = 2  /* SentencePiece ("llama") */
+    TOK_TYPE_SPM = 2, /* SentencePiece ("llama") */
+    TOK_TYPE_WPM = 3  /* WordPiece ("bert") */
 } tok_type;
 
 /* Token attributes, from tokenizer.ggml.token_type (GGUF numbering). */
@@ -48,6 +54,8 @@ tsr_status tok_vocab_load_file(const char *path, tok_vocab **out);
 void tok_vocab_free(tok_vocab *v); /* NULL is a no-op */
 
 tok_type tok_vocab_type(const tok_vocab *v);
+/* The pre-tokenizer splitting in use (a tku_pre of tok-unicode.h). */
+int tok_vocab_pre(const tok_vocab *v);
 int32_t tok_n_vocab(const tok_vocab *v);
 int32_t tok_bos(const tok_vocab *v); /* -1 when none */
 int32_t tok_eos(const tok_vocab *v); /* -1 when none */

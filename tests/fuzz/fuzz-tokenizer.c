@@ -19,10 +19,14 @@
  * - BPE llama-bpe cleans up tokenization spaces (" ." -> "."), like
  *   llama.cpp: no round trip asserted.
  *
+ * Every pre-tokenizer's splitting (tku_split) also runs on the text's
+ * codepoints: its pieces must be non-empty and cover the text exactly.
+ *
  * make fuzz builds it with libFuzzer against a sanitized static library;
  * make check replays tests/fuzz/corpus-tokenizer/ (fuzz-replay.h).
  */
 #include "libtensr.h"
+#include "libtensr/model/tok-unicode.h"
 #include "libtensr/model/tokenizer.h"
 
 #include "fuzz-vocab.h"
@@ -98,12 +102,32 @@ static void check_stream(const tok_vocab *v, const int32_t *ids, size_t n, int s
     tok_stream_free(&s);
 }
 
+/* Every splitter: pieces non-empty, adding up to the text. */
+static void check_splits(const char *text, size_t len) {
+    uint32_t *cps = malloc((len + 1) * sizeof *cps);
+    size_t *lens = malloc((len + 1) * sizeof *lens), n = 0, pos = 0;
+    if (!cps || !lens) abort();
+    while (pos < len) cps[n++] = tku_decode(text, len, &pos);
+    for (int pre = 0; pre < TKU_PRE_COUNT; pre++) {
+        size_t n_words = tku_split((tku_pre)pre, cps, n, lens), total = 0;
+        if (n_words > n) abort();
+        for (size_t w = 0; w < n_words; w++) {
+            if (lens[w] == 0) abort();
+            total += lens[w];
+        }
+        if (total != n) abort();
+    }
+    free(cps);
+    free(lens);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int which = data[0] % 3, add_special = data[0] >> 2 & 1, parse_special = data[0] >> 3 & 1;
     int special = data[0] >> 4 & 1, remove_special = data[0] >> 5 & 1;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
+    check_splits(text, len);
     if (!vocabs[which]) vocabs[which] = load_vocab(which);
     const tok_vocab *v = vocabs[which];
 
