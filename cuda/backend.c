@@ -1012,7 +1012,11 @@ static tsr_status cu_capture(cu_stream *s, cu_graph *e, tsr_tensor *const *nodes
         if (st == TSR_OK)
             st = cu_blas_fail(c, bs, "cublasSetStream/cublasSetWorkspace");
     }
+#if CUDART_VERSION >= 12000
     if (st == TSR_OK && (err = cudaGraphInstantiate(&e->exec, g, 0)) != cudaSuccess) {
+#else /* CUDA 11.x: the error node and log buffer arguments */
+    if (st == TSR_OK && (err = cudaGraphInstantiate(&e->exec, g, NULL, NULL, 0)) != cudaSuccess) {
+#endif
         e->exec = NULL;
         st = cu_fail(c, err, "cudaGraphInstantiate");
     }
