@@ -923,6 +923,12 @@ static void cases_mul_mat(void) {
     add_case(TSR_OP_MUL_MAT, TSR_TYPE_F16, 5e-4, 2, P(S(TSR_TYPE_F16, 32, 5, 2, 1), 0, 2, 1, 3),
              P(S(TSR_TYPE_F32, 32, 4, 6, 1), 0, 2, 1, 3));
     add_case(TSR_OP_MUL_MAT, TSR_TYPE_F32, 5e-4, 2, S(TSR_TYPE_F32, 31, 5, 1, 1), S(TSR_TYPE_F32, 31, 3, 1, 1));
+    /* no matrices (ne[2] or ne[3] 0): nothing to do, on the GEMM and the
+     * matrix-vector paths (a device's host code must not divide by them) */
+    add_case(TSR_OP_MUL_MAT, TSR_TYPE_F32, 5e-4, 2, S(TSR_TYPE_F32, 32, 5, 0, 1), S(TSR_TYPE_F32, 32, 12, 0, 1));
+    add_case(TSR_OP_MUL_MAT, TSR_TYPE_F16, 5e-4, 2, S(TSR_TYPE_F16, 32, 5, 1, 0), S(TSR_TYPE_F32, 32, 12, 1, 0));
+    add_case(TSR_OP_MUL_MAT, TSR_TYPE_Q8_0, 5e-4, 2, S(TSR_TYPE_Q8_0, 32, 5, 0, 1), S(TSR_TYPE_F32, 32, 12, 0, 1));
+    add_case(TSR_OP_MUL_MAT, TSR_TYPE_F32, 5e-4, 2, S(TSR_TYPE_F32, 32, 5, 0, 1), S(TSR_TYPE_F32, 32, 3, 0, 1));
 }
 
 static void cases_rows(void) {
