@@ -7,10 +7,17 @@
 # result must match the reference and the CPU element by element (test-ops
 # -d). A kernel that indexes past a buffer (under ASan), misses a barrier,
 # reaches a barrier in divergent code or computes a wrong value fails here.
-# First tests/test-cuda-emu.c: the module's host-side rules on the same
+# First tests/test-cuda-emu.c (the module's host-side rules) and
+# tests/test-cuda-module.c's device cases (memory, pinned buffers, CUDA
+# graphs captured and replayed, a bad expert id in a replay) on the same
 # CUDA0. Arguments go to test-ops (e.g. -o rms_norm).
 top=${top_builddir:-.}
 mod=$top/tests/.libs/libtensr-cuda-emu.so
 [ -f "$mod" ] || { echo "FAIL: $mod is not built"; exit 1; }
 TSR_BACKEND_PATH=$mod "$top/tests/test-cuda-emu" || exit 1
+log=$(mktemp "${TMPDIR:-/tmp}/tsr-cuda-emu.XXXXXX") || exit 99
+TSR_TEST_CUDA_MODULE=$mod "$top/tests/test-cuda-module" > "$log" 2>&1 ||
+    { tail -n 30 "$log"; rm -f "$log"; echo "FAIL: test-cuda-module on the emulated module"; exit 1; }
+tail -n 1 "$log"
+rm -f "$log"
 TSR_BACKEND_PATH=$mod exec "$top/tests/test-ops" -d CUDA0 "$@"
