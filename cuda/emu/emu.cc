@@ -150,8 +150,9 @@ struct exec {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static exec *g_exec;
 static ctx g_sched;
-static std::vector<fiber *> g_pool;
-static bool g_pool_dirty; /* a failed launch left frames on fiber stacks */
+static std::vector<fiber *> &g_pool =
+    *new std::vector<fiber *>(); /* never destroyed: the fibers stay reachable (LSan) */
+static bool g_pool_dirty;        /* a failed launch left frames on fiber stacks */
 #ifdef TCU_EMU_ASAN
 static const void *g_sched_bottom;
 static size_t g_sched_size;
@@ -453,6 +454,8 @@ static cudaError_t execute(const launch_rec &r) {
                     report(msg);
                     free(dyn);
                     g_exec = nullptr;
+                    t_thread = nullptr;
+                    t_block = nullptr;
                     pthread_mutex_unlock(&g_lock);
                     return cudaErrorLaunchOutOfResources;
                 }
