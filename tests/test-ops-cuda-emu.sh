@@ -20,4 +20,14 @@ TSR_TEST_CUDA_MODULE=$mod "$top/tests/test-cuda-module" > "$log" 2>&1 ||
     { tail -n 30 "$log"; rm -f "$log"; echo "FAIL: test-cuda-module on the emulated module"; exit 1; }
 tail -n 1 "$log"
 rm -f "$log"
+# The kernels with barriers and warp exchanges again, each block's threads
+# run last first (TCU_EMU_REVERSE=1): a missing barrier hides when the
+# writer runs before the reader, and in one of the two orders it does not.
+if [ $# -eq 0 ]; then
+    for op in rms_norm norm softmax set_rows argmax sum_rows argsort top_k flash_attn mul_mat_id; do
+        TCU_EMU_REVERSE=1 TSR_BACKEND_PATH=$mod "$top/tests/test-ops" -d CUDA0 -o $op > /dev/null 2>&1 ||
+            { echo "FAIL: $op with each block's threads in reverse order (TCU_EMU_REVERSE=1 test-ops -d CUDA0 -o $op)"; exit 1; }
+    done
+    echo "again with threads in reverse order: rms_norm norm softmax set_rows argmax sum_rows argsort top_k flash_attn mul_mat_id"
+fi
 TSR_BACKEND_PATH=$mod exec "$top/tests/test-ops" -d CUDA0 "$@"

@@ -367,11 +367,12 @@ static void run_block(exec *e) {
     }
     e->bar_arrived = 0;
     for (warp_sync &w : e->warps) w.arrived = 0;
+    static const bool reverse = getenv("TCU_EMU_REVERSE") && getenv("TCU_EMU_REVERSE")[0] == '1';
     for (;;) {
         bool progress = false;
         int done = 0;
-        for (int i = 0; i < e->n; i++) {
-            fiber *f = g_pool[i];
+        for (int k = 0; k < e->n; k++) {
+            fiber *f = g_pool[reverse ? e->n - 1 - k : k]; /* TCU_EMU_REVERSE=1: the last thread first */
             if (f->state == F_READY) {
                 to_fiber(f);
                 progress = true;
