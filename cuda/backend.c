@@ -383,6 +383,25 @@ static bool cu_is_contiguous(const tsr_tensor *t) {
     return true;
 }
 
+/* The kernels read and write elements with plain loads of their size (F32,
+ * I32 4 bytes, I64 8, F16, BF16 and the quantized blocks' fields 2): an
+ * address or a stride off that alignment faults on the GPU (misaligned
+ * address, and the context is lost). A view at such an offset (data, or
+ * its offset when not yet allocated) is left to the CPU. */
+static bool cu_aligned(const tsr_tensor *t) {
+    if (!t)
+        return true;
+    const size_t es = t->type == TSR_TYPE_F32 || t->type == TSR_TYPE_I32 ? 4 : t->type == TSR_TYPE_I64 ? 8 : 2;
+    const uintptr_t at = t->data ? (uintptr_t)t->data : (uintptr_t)t->view_offs;
+    return ((at | t->nb[0] | t->nb[1] | t->nb[2] | t->nb[3]) & (es - 1)) == 0;
+}
+
+static bool cu_sources_aligned(const tsr_tensor *op) {
+    bool ok = cu_aligned(op);
+    for (int j = 0; j < TSR_MAX_SRC; j++) ok = ok && cu_aligned(op->src[j]);
+    return ok;
+}
+
 static bool cu_sup_cpy(const tsr_tensor *dst, const tsr_tensor *src) {
     if (src->type == dst->type && cu_is_contiguous(src) && cu_is_contiguous(dst))
         return tsr__type_traits(dst->type) != NULL; /* a byte copy */
@@ -401,6 +420,11 @@ static bool cu_supports(const tsr_device *d, const tsr_tensor *op) {
     switch (op->op) {
     case TSR_OP_NONE:
     case TSR_OP_VIEW: return true;
+    default: break;
+    }
+    if (!cu_sources_aligned(op))
+        return false;
+    switch (op->op) {
     case TSR_OP_ADD:
     case TSR_OP_SUB:
     case TSR_OP_MUL:
@@ -684,8 +708,8 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
         CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y));
         return TSR_OK;
     }
-    if (m == 0 || n == 0)
-        return TSR_OK;
+    if (m == 0 || n == 0 || b->ne[2] == 0 || b->ne[3] == 0 || a->ne[2] == 0 || a->ne[3] == 0)
+        return TSR_OK; /* no matrices: nothing to do, and no broadcast ratio to divide by */
     const bool direct = cu_gemm_direct(a), f32 = direct && a->type == TSR_TYPE_F32;
     const size_t es = f32 ? 4 : 2;
     char *bconv = s->arena, *aconv = bconv + tsr__pad((size_t)(k * n) * es, CU_ALIGN);
@@ -1012,7 +1036,11 @@ static tsr_status cu_capture(cu_stream *s, cu_graph *e, tsr_tensor *const *nodes
         if (st == TSR_OK)
             st = cu_blas_fail(c, bs, "cublasSetStream/cublasSetWorkspace");
     }
+#if CUDART_VERSION >= 12000
     if (st == TSR_OK && (err = cudaGraphInstantiate(&e->exec, g, 0)) != cudaSuccess) {
+#else /* CUDA 11.x: the error node and log buffer arguments */
+    if (st == TSR_OK && (err = cudaGraphInstantiate(&e->exec, g, NULL, NULL, 0)) != cudaSuccess) {
+#endif
         e->exec = NULL;
         st = cu_fail(c, err, "cudaGraphInstantiate");
     }

@@ -57,8 +57,10 @@ __device__ __forceinline__ bool tcu_before(float vi, int ii, float vj, int ij, i
 }
 
 /* Rows of n = a.ne[0] <= blockDim.x (a power of two) values; the first k
- * indices of each sorted row into dst (I32). */
-__global__ void k_argsort(tcu_tensor dst, tcu_tensor a, int desc, int k) {
+ * indices of each sorted row into dst (I32). Blocks of up to TCU_SORT_MAX
+ * (1024) threads: the bound caps the registers so that such a block can
+ * launch (without it, the launch may fail with too many resources). */
+__global__ void __launch_bounds__(TCU_SORT_MAX) k_argsort(tcu_tensor dst, tcu_tensor a, int desc, int k) {
     __shared__ float sv[TCU_SORT_MAX];
     __shared__ int si[TCU_SORT_MAX];
     const int n = (int)a.ne[0], t = threadIdx.x, size = blockDim.x;

@@ -338,6 +338,33 @@ static tsr_buffer_type *tsr_default_buft(const tsr_placement *pl, int role, int 
     }
 }
 
+/* Whether bt's device multiplies a matrix of w's type (supports_op on a
+ * type-only probe: nb[0] 0). A quantized weight it cannot multiply (a type
+ * without a kernel there, e.g. Q2_K on CUDA) stays in system memory: on the
+ * device it would be copied back to the CPU by every compute. */
+static bool tsr_device_multiplies(const tsr_buffer_type *bt, const tsr_tensor *w) {
+    const tsr_type_traits *tr = tsr__type_traits(w->type);
+    if (bt->is_host || !bt->device || !tr || tr->block_size <= 1 || w->n_dims < 2)
+        return true;
+    tsr_tensor a = *w, x = {0}, probe = {0}; /* the product of w and one column */
+    a.data = NULL;
+    x.type = probe.type = TSR_TYPE_F32;
+    for (int i = 0; i < 4; i++) x.ne[i] = probe.ne[i] = i < 2 ? 1 : w->ne[i];
+    x.ne[0] = w->ne[0];
+    probe.ne[0] = w->ne[1];
+    x.nb[0] = probe.nb[0] = sizeof(float);
+    for (int i = 1; i < 4; i++) {
+        x.nb[i] = x.nb[i - 1] * (size_t)x.ne[i - 1];
+        probe.nb[i] = probe.nb[i - 1] * (size_t)probe.ne[i - 1];
+    }
+    x.n_dims = probe.n_dims = w->n_dims;
+    probe.op = TSR_OP_MUL_MAT;
+    probe.src[0] = &a;
+    probe.src[1] = &x;
+    const tsr_device *d = bt->device;
+    return d->iface->supports_op && d->iface->supports_op(d, &probe);
+}
+
 static void tsr_log_override(const tsr_tensor *t, const tsr_buffer_type *bt) {
     if (!tsr__log_enabled(TSR_LOG_DEBUG))
         return;
@@ -373,6 +400,13 @@ static tsr_status tsr_decide(tsr_placement *pl) {
             tsr_log_override(w, bt);
         } else {
             bt = tsr_default_buft(pl, role, il);
+            if (!tsr_device_multiplies(bt, w)) {
+                char buf[32];
+                tsr__log(TSR_LOG_INFO, "weight kept in system memory: its device has no kernel for its type", 3,
+                         "tensor", w->name, "type", tsr_type_name(w->type), "device",
+                         tsr__fmt(buf, sizeof buf, "%s", bt->device->name));
+                bt = b->devices[tsr__backend_host_index(b)]->buft;
+            }
         }
         pl->t[pl->n] = w;
         pl->buft[pl->n++] = bt;
