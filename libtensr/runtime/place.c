@@ -207,8 +207,10 @@ tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params
     if (n_gpu == 0 && k > 0 && !b->told_no_gpu) { /* once per backend, not silently */
         char buf[16];
         b->told_no_gpu = true;
-        tsr__log(TSR_LOG_WARN, "n_gpu_layers asks for GPU layers, but the backend has no GPU device: every layer "
-                 "stays on the CPU", 1, "n_gpu_layers", tsr__fmt(buf, sizeof buf, "%d", p.n_gpu_layers));
+        tsr__log(TSR_LOG_WARN,
+                 "n_gpu_layers asks for GPU layers, but the backend has no GPU device: every layer "
+                 "stays on the CPU",
+                 1, "n_gpu_layers", tsr__fmt(buf, sizeof buf, "%d", p.n_gpu_layers));
     }
     if (n_gpu == 0)
         k = 0;
