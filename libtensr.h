@@ -572,6 +572,22 @@ TSR_API tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c);
  * (every cell read) for sizing compute buffers with tsr_reserve or
  * tsr_measure; the cells are not touched. Do not tsr_compute such a graph. */
 TSR_API tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens);
+/* Copies the cells of sequence src with p0 <= pos < p1 (p1 < 0: to the
+ * end) to sequence dst, whose cells are all forgotten first: dst then
+ * holds src's keys and values at the same positions (a prompt prefix
+ * decoded once, shared). src == dst does nothing. TSR_E_FULL, with nothing
+ * changed, when the free cells and dst's own are too few; TSR_E_INVALID
+ * for a sequence out of range. Same thread model as begin. */
+TSR_API tsr_status tsr_kv_cache_seq_copy(tsr_kv_cache *c, int src, int dst, int32_t p0, int32_t p1);
+/* Writes every cell of sequence seq (positions, keys, values) to buf, a
+ * self-contained state in host memory. *size is the state's bytes, also
+ * when cap is too small (TSR_E_RANGE; buf may be NULL when cap is 0). */
+TSR_API tsr_status tsr_kv_cache_seq_save(const tsr_kv_cache *c, int seq, void *buf, size_t cap, size_t *size);
+/* Replaces sequence seq with a state saved by tsr_kv_cache_seq_save from a
+ * cache of the same shapes and types (TSR_E_INVALID otherwise;
+ * TSR_E_MALFORMED for bytes that are no such state). TSR_E_FULL, with
+ * nothing changed, when the free cells and seq's own are too few. */
+TSR_API tsr_status tsr_kv_cache_seq_load(tsr_kv_cache *c, int seq, const void *buf, size_t size);
 
 /* Attention over the cache for layer il: q [head_dim_k, n_head, n_tokens],
  * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]
@@ -770,10 +786,9 @@ TSR_API void tsr_session_free(tsr_session *s); /* NULL is a no-op */
  * want_logits[i] != 0 (NULL: the last token only). Tokens of several
  * sequences may share one call; the mask keeps them apart. The tokens go
  * through graphs of n_ubatch; the logits rows one graph keeps may not
- * exceed n_outputs_max (TSR_E_RANGE). TSR_E_FULL when the cache has no room
- * (nothing changes); TSR_E_INVALID for a token or sequence id out of range
- * or n > n_batch. On a failure in the middle, the cells this call took are
- * forgotten again. */
+ * exceed n_outputs_max (TSR_E_RANGE). TSR_E_FULL when the cache has fewer
+ * free cells than n (checked first, before n_batch: nothing changes); TSR_E_INVALID for a token or sequence id out of
+ * range or n > n_batch. On a failure in the middle, the cells this call took are forgotten again. */
 TSR_API tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
                                       const int32_t *seq, const int8_t *want_logits);
 /* n_vocab logits of token i of the last decode; NULL when none were asked
@@ -786,7 +801,27 @@ TSR_API tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, i
 TSR_API int32_t tsr_session_n_past(const tsr_session *s, int32_t seq);
 /* KV cells of the session. */
 TSR_API int64_t tsr_session_n_ctx(const tsr_session *s);
+/* Copies sequence src's cells with p0 <= pos < p1 (p1 < 0: to the end) to
+ * sequence dst, whose cells are all forgotten first (tsr_kv_cache_seq_copy):
+ * a shared prompt prefix decoded once. TSR_E_FULL with nothing changed when
+ * the cells are too few; TSR_E_INVALID for a sequence out of range. */
+TSR_API tsr_status tsr_session_seq_copy(tsr_session *s, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+/* Saves sequence seq's state (its cells' positions, keys and values) to
+ * host memory: *size is the bytes, also when cap is too small (TSR_E_RANGE;
+ * buf may be NULL when cap is 0). */
+TSR_API tsr_status tsr_session_seq_save(const tsr_session *s, int32_t seq, void *buf, size_t cap, size_t *size);
+/* Replaces sequence seq with a state saved by tsr_session_seq_save from a
+ * session of the same model and cache types (TSR_E_INVALID otherwise,
+ * TSR_E_MALFORMED for other bytes); TSR_E_FULL with nothing changed when
+ * the cells are too few. Decoding then continues after its last position. */
+TSR_API tsr_status tsr_session_seq_load(tsr_session *s, int32_t seq, const void *buf, size_t size);
 
+/* A bias added to one token's logit before any other step (OpenAI's
+ * logit_bias); -INFINITY bans the token. */
+typedef struct tsr_logit_bias {
+    int32_t token;
+    float bias;
+} tsr_logit_bias;
 typedef struct tsr_sampler_params {
     size_t size;           /* sizeof(tsr_sampler_params), set by _init */
     float temp;            /* 0 = greedy; default 0.8; finite, >= 0 */
@@ -795,12 +830,18 @@ typedef struct tsr_sampler_params {
     float repeat_penalty;  /* 1 = off (default); finite, > 0 */
     int32_t repeat_last_n; /* default 64; 0..1048576 */
     uint64_t seed;         /* default 0x5EED */
+    /* appended with LIBTENSR_4: */
+    float freq_penalty;     /* subtracted count times from a token's logit (repeat_last_n window); default 0 */
+    float presence_penalty; /* subtracted once from a token's logit that occurs in the window; default 0 */
+    const tsr_logit_bias *logit_bias; /* n_logit_bias entries added to the logits first (copied); NULL = none */
+    size_t n_logit_bias;
 } tsr_sampler_params;
 TSR_API void tsr_sampler_params_init(tsr_sampler_params *p, size_t size);
-/* llama.cpp's order: repetition penalty, top-k, top-p, min-p, temperature,
+/* llama.cpp's order: logit bias, penalties (repetition, frequency, presence), top-k, top-p, min-p, temperature,
  * then a draw (a seeded splitmix64: reproducible for a seed, not llama.cpp's
  * draws). p may be NULL (defaults). TSR_E_INVALID for a NULL model or out,
- * or a parameter outside its range (NaN included). */
+ * or a parameter outside its range (NaN included; penalties finite; a bias
+ * not NaN nor +inf, on a token of the vocabulary). */
 TSR_API tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out);
 TSR_API void tsr_sampler_free(tsr_sampler *s); /* NULL is a no-op */
 /* Picks a token from n_vocab logits and remembers it for the penalties; -1
@@ -812,6 +853,15 @@ TSR_API void tsr_sampler_reset(tsr_sampler *s);
  * as llama.cpp's penalties see them). TSR_E_INVALID for a NULL sampler or a
  * token outside the vocabulary. */
 TSR_API tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token);
+/* Log-probabilities of the model's distribution: the log-softmax of
+ * logits[n_vocab] with the sampler's logit_bias added (before penalties,
+ * filters and temperature, as OpenAI reports them). *logprob (may be NULL)
+ * is token's; top_tokens/top_logprobs (may be NULL when n_top is 0) get the
+ * n_top most likely, most likely first, ties by lower id (n_top above
+ * n_vocab: n_vocab). Changes nothing in the sampler. TSR_E_INVALID for NULL
+ * arguments or a token outside the vocabulary (token -1: none asked). */
+TSR_API tsr_status tsr_sampler_logprobs(const tsr_sampler *s, const float *logits, int32_t token, float *logprob,
+                                        size_t n_top, int32_t *top_tokens, float *top_logprobs);
 
 /* Frees memory the library returned to the caller. */
 TSR_API void tsr_free(void *p);

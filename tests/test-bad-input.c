@@ -1269,7 +1269,7 @@ static void c_session_use(void) {
     ERR(tsr_session_decode(s, 2, toks, pos, bad_seq, NULL), TSR_E_INVALID);
     ERR(tsr_session_decode(s, 2, toks, pos, neg_seq, NULL), TSR_E_INVALID);
     ERR(tsr_session_decode(s, 5, toks, NULL, NULL, NULL), TSR_E_INVALID); /* > n_batch */
-    ERR(tsr_session_decode(s, SIZE_MAX, toks, NULL, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_session_decode(s, SIZE_MAX, toks, NULL, NULL, NULL), TSR_E_FULL); /* more than the cells: full first */
     VAL(tsr_session_n_past(s, 0), 0); /* nothing changed */
     CHECK_OK(tsr_session_decode(s, 2, toks, pos, NULL, NULL));
     for (int i = 0; i < 3; i++) /* 8 cells: 2 + 4 + 2 fill it, then full */
@@ -1287,6 +1287,58 @@ static void c_session_use(void) {
     VAL(tsr_session_n_past(s, -1), -1);
     VAL(tsr_session_n_ctx(NULL), 0);
     tsr_session_free(s);
+}
+
+/* Sequences copied, saved and loaded, in the session and the cache. */
+static void c_session_seq(void) {
+    tsr_session_params sp;
+    tsr_session *s = NULL;
+    const int32_t toks[2] = {5, 6};
+    char junk[64] = {0};
+    size_t size = 0;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 8;
+    sp.n_seq_max = 2;
+    CHECK_OK(tsr_session_new(model, &sp, &s));
+    if (!s)
+        return;
+    CHECK_OK(tsr_session_decode(s, 2, toks, NULL, NULL, NULL));
+    ERR(tsr_session_seq_copy(NULL, 0, 1, 0, -1), TSR_E_INVALID);
+    ERR(tsr_session_seq_copy(s, 0, 2, 0, -1), TSR_E_INVALID);
+    ERR(tsr_session_seq_copy(s, -1, 1, 0, -1), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(NULL, 0, NULL, 0, &size), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 0, NULL, 0, NULL), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 0, NULL, 16, &size), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 5, junk, sizeof junk, &size), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 0, junk, 4, &size), TSR_E_RANGE);
+    ERR(tsr_session_seq_load(NULL, 0, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_session_seq_load(s, 0, NULL, 8), TSR_E_INVALID);
+    ERR(tsr_session_seq_load(s, 2, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_session_seq_load(s, 0, junk, sizeof junk), TSR_E_MALFORMED);
+    ERR(tsr_session_seq_load(s, 0, junk, 3), TSR_E_MALFORMED);
+    VAL(tsr_session_n_past(s, 0), 2); /* nothing changed */
+    ERR(tsr_kv_cache_seq_copy(NULL, 0, 0, 0, -1), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_copy(cache, 0, 7, 0, -1), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_save(NULL, 0, NULL, 0, &size), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_save(cache, -1, NULL, 0, &size), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_load(NULL, 0, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_load(cache, 9, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_load(cache, 0, junk, sizeof junk), TSR_E_MALFORMED);
+    tsr_session_free(s);
+}
+
+static void c_sampler_logprobs(void) {
+    tsr_sampler *smp = NULL;
+    float *logits = calloc((size_t)tsr_model_n_vocab(model), sizeof *logits), lp = 0;
+    int32_t top[2];
+    CHECK_OK(tsr_sampler_new(model, NULL, &smp));
+    ERR(tsr_sampler_logprobs(NULL, logits, 0, &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, NULL, 0, &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, logits, tsr_model_n_vocab(model), &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, logits, -2, &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, logits, 0, &lp, 2, top, NULL), TSR_E_INVALID);
+    tsr_sampler_free(smp);
+    free(logits);
 }
 
 /* A model freed while a session is open lives until the session closes. */
@@ -1420,6 +1472,10 @@ static const struct bad_case {
     {"tsr_model_chat_format", c_chat},
     {"tsr_session_params_init tsr_session_new tsr_session_free", c_session_new},
     {"tsr_session_decode tsr_session_logits tsr_session_remove tsr_session_n_past tsr_session_n_ctx", c_session_use},
+    {"tsr_session_seq_copy tsr_session_seq_save tsr_session_seq_load tsr_kv_cache_seq_copy tsr_kv_cache_seq_save "
+     "tsr_kv_cache_seq_load",
+     c_session_seq},
+    {"tsr_sampler_logprobs", c_sampler_logprobs},
     {"tsr_model_free", c_model_free_busy},
     {"tsr_sampler_params_init tsr_sampler_new tsr_sampler_free tsr_sampler_sample tsr_sampler_reset "
      "tsr_sampler_accept",
