@@ -532,6 +532,12 @@ typedef struct tsr_kv_cache_params {
      * whole sequence as without a window. */
     int64_t n_swa;
     const uint8_t *swa_layers;
+    /* appended with LIBTENSR_5: 1 = sequence s takes cells only from its own
+     * range, cells [s * n_ctx / n_seq, (s + 1) * n_ctx / n_seq), lowest first,
+     * so a sequence's cells lie together whatever the others do and the
+     * attention's sums do not depend on them (batch invariance); 0 (the
+     * default) = any free cell. */
+    int per_seq_cells;
 } tsr_kv_cache_params;
 
 TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);
@@ -773,6 +779,8 @@ typedef struct tsr_session_params {
     int32_t n_seq_max;       /* sequence ids 0 .. n_seq_max-1; default 1 */
     int64_t n_outputs_max;   /* most logits rows of one micro-batch; 0 (the default) = n_seq_max */
     tsr_type type_k, type_v; /* KV cache types; default F16 */
+    int32_t per_seq_cells;   /* appended with LIBTENSR_5: 1 = each sequence its own n_ctx / n_seq_max cells
+                              * (tsr_kv_cache_params.per_seq_cells); default 0 */
 } tsr_session_params;
 TSR_API void tsr_session_params_init(tsr_session_params *p, size_t size);
 /* Allocates the KV cache and reserves the worst-case compute buffers:
@@ -862,6 +870,123 @@ TSR_API tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token);
  * arguments or a token outside the vocabulary (token -1: none asked). */
 TSR_API tsr_status tsr_sampler_logprobs(const tsr_sampler *s, const float *logits, int32_t token, float *logprob,
                                         size_t n_top, int32_t *top_tokens, float *top_logprobs);
+
+/* ------------------------------------------------------------------------ */
+/* Batching scheduler: continuous batching of requests over one session      */
+/* ------------------------------------------------------------------------ */
+/* A batcher owns a session of n_slots sequences (one per running request)
+ * and a queue. Each tsr_batcher_step() runs ONE tsr_session_decode holding
+ * the next token of every request in its decode phase and a chunk (at most
+ * n_ubatch tokens) of each prompt in prefill, within n_batch tokens, so a
+ * long prompt never stalls the others. A slot keeps its cells when its
+ * request ends: the next request admitted to it keeps the longest common
+ * prefix of its prompt and the slot's tokens (reported as n_cached); a
+ * request waiting for a slot takes the free one with the longest such
+ * prefix. Batch invariance: at temperature 0 (or for a seed) a request's
+ * tokens do not depend on the other requests or on its slot (exactly on
+ * the flash-attention path; see tsr_session_seq_copy(3) for the plain one).
+ *
+ * Threads: tsr_batcher_submit, _cancel, _poll, _text, _release and
+ * _counts may be called from any thread, concurrently with a step (a
+ * mutex guards the queue and the requests); tsr_model_tokenize,
+ * tsr_model_token_piece, tsr_model_detokenize and tsr_model_chat_format
+ * read the loaded model only and may be called from any thread as well.
+ * tsr_batcher_step and tsr_batcher_free belong to one stepping thread (the
+ * one that drives the model's backend). Callbacks run on the stepping
+ * thread, inside tsr_batcher_step, with the batcher locked: a callback
+ * must not call the batcher (return non-zero to cancel its request). */
+typedef struct tsr_batcher tsr_batcher;
+
+typedef struct tsr_batcher_params {
+    size_t size;         /* sizeof(tsr_batcher_params), set by _init */
+    int32_t n_slots;     /* requests decoded side by side; default 4 */
+    int64_t n_ctx_slot;  /* KV cells of each slot (prompt + generation); default 2048, at most the training context */
+    int64_t n_batch;     /* most tokens of one step (one decode); default 512, at least n_slots */
+    int64_t n_ubatch;    /* most prompt tokens of one request in one step, and tokens per graph; default 512 */
+    int64_t n_queue_max; /* requests waiting for a slot; beyond it submit is TSR_E_FULL; 0 = no bound (default) */
+    tsr_type type_k, type_v; /* KV cache types; default F16 */
+} tsr_batcher_params;
+TSR_API void tsr_batcher_params_init(tsr_batcher_params *p, size_t size);
+
+typedef enum tsr_finish {
+    TSR_FINISH_NONE = 0,      /* still queued or running */
+    TSR_FINISH_STOP = 1,      /* an end-of-generation token or a stop string */
+    TSR_FINISH_LENGTH = 2,    /* max_tokens reached, or the slot's cells */
+    TSR_FINISH_CANCELLED = 3, /* tsr_batcher_cancel, or a callback's non-zero return */
+    TSR_FINISH_ERROR = 4      /* the decode failed (tsr_batcher_step's status says why) */
+} tsr_finish;
+
+/* What a callback receives: one per generated token, and a last one with
+ * finish set (token -1 unless a token came with it). Valid during the
+ * callback only; fields may be appended (size). */
+typedef struct tsr_batch_event {
+    size_t size;      /* sizeof(tsr_batch_event) of the library */
+    uint64_t id;      /* the request */
+    int32_t token;    /* the token generated; -1 for none */
+    float logprob;    /* its log-probability (tsr_sampler_logprobs) */
+    const char *text; /* new text since the last event: whole UTF-8 characters, text that may begin */
+    size_t text_len;  /* a stop string held back until it is known (not NUL-terminated) */
+    int finish;       /* tsr_finish */
+    int64_t n_prompt; /* prompt tokens */
+    int64_t n_cached; /* of them, kept in the slot from an earlier request (not decoded again) */
+    int64_t n_generated;
+} tsr_batch_event;
+typedef int (*tsr_batch_callback)(void *user, const tsr_batch_event *ev);
+
+typedef struct tsr_request_params {
+    size_t size;           /* sizeof(tsr_request_params), set by _init */
+    const int32_t *tokens; /* the prompt as token ids (copied), or NULL and text: */
+    size_t n_tokens;
+    const char *text;                   /* tokenized with TSR_TOKENIZE_ADD_SPECIAL | TSR_TOKENIZE_PARSE_SPECIAL */
+    const tsr_sampler_params *sampling; /* copied; NULL: greedy (temp 0) */
+    int64_t max_tokens;                 /* most tokens generated; <= 0: until the slot is full (default) */
+    const char *const *stop;            /* n_stop stop strings (copied): the text ends before the first */
+    size_t n_stop;
+    tsr_batch_callback callback; /* NULL: read the results with tsr_batcher_poll / _text */
+    void *user;
+} tsr_request_params;
+TSR_API void tsr_request_params_init(tsr_request_params *p, size_t size);
+
+/* Creates a batcher over model m (p NULL: defaults): the session of
+ * n_slots x n_ctx_slot cells and its compute are allocated here, so
+ * out-of-memory shows now, never under load. TSR_E_INVALID for bad
+ * parameters. */
+TSR_API tsr_status tsr_batcher_new(tsr_model *m, const tsr_batcher_params *p, tsr_batcher **out);
+/* Frees the batcher and every request (no more events). NULL is a no-op. */
+TSR_API void tsr_batcher_free(tsr_batcher *b);
+/* Queues a request; *id names it (never 0). TSR_E_INVALID for bad
+ * parameters (no prompt, an empty one, a token outside the vocabulary, bad
+ * sampling), TSR_E_RANGE when the prompt leaves no cell of n_ctx_slot for
+ * a generated token, TSR_E_FULL when n_queue_max requests already wait.
+ * Any thread. */
+TSR_API tsr_status tsr_batcher_submit(tsr_batcher *b, const tsr_request_params *r, uint64_t *id);
+/* Cancels a request in any phase (queued, prefill, decode): it ends with
+ * TSR_FINISH_CANCELLED at the next step, which leaves it out of its decode.
+ * A finished request is left as it is. TSR_E_NOT_FOUND for an unknown (or
+ * released) id. Any thread. */
+TSR_API tsr_status tsr_batcher_cancel(tsr_batcher *b, uint64_t id);
+/* One step: admits queued requests to free slots, ends cancelled ones,
+ * runs one decode and samples a token for each request whose prompt is
+ * done. *n_active (may be NULL): requests queued or running after it (0:
+ * nothing to do; a step with nothing to do returns at once). The stepping
+ * thread only. A failed decode ends the requests in it with
+ * TSR_FINISH_ERROR and returns its status. */
+TSR_API tsr_status tsr_batcher_step(tsr_batcher *b, size_t *n_active);
+/* The tokens generated so far (at most cap written; *n_tokens is the
+ * count) and the request's tsr_finish in *finish (may be NULL).
+ * TSR_E_NOT_FOUND for an unknown id. Any thread. */
+TSR_API tsr_status tsr_batcher_poll(tsr_batcher *b, uint64_t id, int32_t *tokens, size_t cap, size_t *n_tokens,
+                                    int *finish);
+/* The text generated so far (stop string excluded): *len bytes, NUL-terminated
+ * when len < cap, else TSR_E_RANGE. Any thread. */
+TSR_API tsr_status tsr_batcher_text(tsr_batcher *b, uint64_t id, char *buf, size_t cap, size_t *len);
+/* Forgets a finished request (a request with a callback is forgotten after
+ * its last event by itself). TSR_E_STATE while it runs (cancel it first),
+ * TSR_E_NOT_FOUND for an unknown id. Any thread. */
+TSR_API tsr_status tsr_batcher_release(tsr_batcher *b, uint64_t id);
+/* Requests running in slots and waiting in the queue, and KV cells in use
+ * (any pointer may be NULL). Any thread. */
+TSR_API void tsr_batcher_counts(tsr_batcher *b, size_t *running, size_t *waiting, int64_t *cells_used);
 
 /* Frees memory the library returned to the caller. */
 TSR_API void tsr_free(void *p);

@@ -170,17 +170,21 @@ static tsr_status check_state(const tsr_kv_cache *c, const void *buf, size_t siz
  * data: TSR_E_FULL with nothing changed when the free cells and the
  * sequence's own are too few. */
 static tsr_status put_cells(tsr_kv_cache *c, int seq, int64_t n, const char *pos, const char *data) {
-    int64_t own = 0;
-    for (int64_t i = 0; i < c->p.n_ctx; i++) own += c->cell_pos[i] >= 0 && c->cell_seq[i] == seq;
-    if (n > c->p.n_ctx - c->n_used + own)
+    int64_t own = 0, free_cells = 0, c0, c1;
+    tsr__kv_seq_range(c, seq, &c0, &c1);
+    for (int64_t i = c0; i < c1; i++) {
+        own += c->cell_pos[i] >= 0 && c->cell_seq[i] == seq;
+        free_cells += c->cell_pos[i] < 0;
+    }
+    if (n > free_cells + own)
         return tsr__error(TSR_E_FULL, "%lld cells needed; %lld are free and sequence %d holds %lld", (long long)n,
-                          (long long)(c->p.n_ctx - c->n_used), seq, (long long)own);
+                          (long long)free_cells, seq, (long long)own);
     int64_t *cells = tsr__malloc((size_t)(n > 0 ? n : 1) * sizeof *cells);
     if (!cells)
         return tsr__error(TSR_E_NOMEM, "out of host memory");
     tsr_kv_cache_remove(c, seq, 0, -1);
     int64_t found = 0;
-    for (int64_t i = 0; i < c->p.n_ctx && found < n; i++)
+    for (int64_t i = c0; i < c1 && found < n; i++)
         if (c->cell_pos[i] < 0)
             cells[found++] = i;
     tsr_status s = move_cells(c, cells, n, (char *)data, false);

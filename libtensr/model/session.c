@@ -103,6 +103,7 @@ static tsr_status make_cache(tsr_session *s) {
     kp.type_v = s->p.type_v;
     kp.n_seq = s->p.n_seq_max;
     kp.n_batch_max = s->p.n_ubatch;
+    kp.per_seq_cells = s->p.per_seq_cells != 0;
     /* the model's sliding window (gemma3); llama/mistral files may name one
      * (attention.sliding_window), but llama.cpp does not apply it there and
      * neither do we: hp->n_swa stays 0 for them */
