@@ -140,5 +140,51 @@ check(len(toks) >= 2, f"tokens {toks}")
 back = httpx.post(base + "/detokenize", json={"tokens": toks}, headers=h).json()["content"]
 check(back == "Hello world", f"detokenize {back!r}")
 
+
+
+def gauge(name):
+    for line in httpx.get(base + "/metrics", headers=h).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_idle():
+    for _ in range(100):
+        if gauge("tensr_requests_running") == 0 and gauge("tensr_requests_waiting") == 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+check(wait_idle(), "requests still running before the disconnect tests")
+# a client that disconnects mid-stream, or while it waits for a whole answer, cancels its request
+with httpx.stream("POST", base + "/v1/chat/completions", headers=h, timeout=30,
+                  json={"messages": msgs, "max_tokens": 500, "temperature": 0, "stream": True}) as s:
+    lines = s.iter_lines()
+    next(lines)
+    next(lines)
+    check(gauge("tensr_requests_running") == 1, "the stream is not running")
+check(wait_idle(), "a stream closed mid-way was not cancelled")
+try:
+    httpx.post(base + "/v1/completions", headers=h, timeout=0.5,
+               json={"prompt": prompt, "max_tokens": 500, "temperature": 0})
+except httpx.TimeoutException:
+    pass
+check(wait_idle(), "a non-streamed request whose client left was not cancelled")
+
+# overload: 4 slots and at most 8 waiting; the rest get 503 with Retry-After, the admitted finish
+def post(i):
+    return httpx.post(base + "/v1/completions", headers=h, timeout=120,
+                      json={"prompt": f"Count to {i}:", "max_tokens": 8, "temperature": 0})
+
+
+with concurrent.futures.ThreadPoolExecutor(20) as ex:
+    rs = list(ex.map(post, range(20)))
+codes = [r.status_code for r in rs]
+busy = [r for r in rs if r.status_code == 503]
+check(all(c in (200, 503) for c in codes) and busy and codes.count(200) >= 8, f"overload: {codes}")
+check(all(r.headers.get("Retry-After") and r.json()["error"]["message"] for r in busy), "503 without Retry-After")
+
 print(f"server-client.py: {failures} failed")
 sys.exit(1 if failures else 0)

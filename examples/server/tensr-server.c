@@ -10,12 +10,14 @@
  * says otherwise; with --api-key every route but /health needs
  * "Authorization: Bearer KEY" (compared in constant time).
  */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <libtensr.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -45,7 +47,9 @@ static pthread_cond_t step_cv = PTHREAD_COND_INITIALIZER;
 static int stopping;
 
 /* ---- a request's results, shared by the stepping thread (events) and the
- * connection's thread (waits for them) ------------------------------------ */
+ * connection's thread (waits for them). Lock order: the batcher's lock,
+ * then j->mu (on_event runs inside the step); so no batcher call is made
+ * while j->mu is held. ---------------------------------------------------- */
 
 typedef struct job {
     pthread_mutex_t mu;
@@ -520,8 +524,28 @@ static enum MHD_Result completion(struct MHD_Connection *c, json_t *body, int ch
         MHD_destroy_response(resp);
         return ret;
     }
+    /* wait, watching the socket: a client that goes away cancels */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     pthread_mutex_lock(&j->mu);
-    while (!j->finish) pthread_cond_wait(&j->cv, &j->mu);
+    while (!j->finish) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && ci) {
+            struct pollfd pfd = {ci->connect_fd, POLLRDHUP, 0};
+            if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                /* never call the batcher holding j->mu: its step holds the
+                 * batcher's lock when it takes j->mu (on_event) */
+                pthread_mutex_unlock(&j->mu);
+                tsr_batcher_cancel(batcher, j->id);
+                pthread_mutex_lock(&j->mu);
+            }
+        }
+    }
     json_t *v = envelope(j, json_pack("[o]", choice(j, j->text, j->n_text, 1)));
     json_object_set_new(v, "usage", usage(j));
     pthread_mutex_unlock(&j->mu);
@@ -586,6 +610,28 @@ static enum MHD_Result models(struct MHD_Connection *c) {
                                "model", "created", (json_int_t)0, "owned_by", "libtensr"));
 }
 
+/* Prometheus text: the gauges an endpoint picker reads (waiting and
+ * running requests, KV-cache use). */
+static enum MHD_Result metrics(struct MHD_Connection *c) {
+    size_t running = 0, waiting = 0;
+    int64_t cells = 0;
+    tsr_batcher_counts(batcher, &running, &waiting, &cells);
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "# HELP tensr_requests_running Requests in a slot (prefill or decode).\n"
+                     "# TYPE tensr_requests_running gauge\ntensr_requests_running %zu\n"
+                     "# HELP tensr_requests_waiting Requests queued for a slot.\n"
+                     "# TYPE tensr_requests_waiting gauge\ntensr_requests_waiting %zu\n"
+                     "# HELP tensr_kv_cache_usage_ratio KV cells held by the slots over all cells.\n"
+                     "# TYPE tensr_kv_cache_usage_ratio gauge\ntensr_kv_cache_usage_ratio %.6f\n",
+                     running, waiting, (double)cells / (double)(o.n_ctx / o.n_slots * o.n_slots));
+    struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, buf, MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
     int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
     if (get && strcmp(url, "/health") == 0)
@@ -594,6 +640,8 @@ static enum MHD_Result route(struct MHD_Connection *c, const char *url, const ch
         return send_error(c, 401, "invalid_request_error", NULL, "Invalid API key");
     if (get && strcmp(url, "/v1/models") == 0)
         return models(c);
+    if (get && strcmp(url, "/metrics") == 0)
+        return metrics(c);
     int known = post && (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
                          strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0);
     if (!known)
