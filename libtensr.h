@@ -537,6 +537,12 @@ typedef struct tsr_kv_cache_params {
      * layer's V is the first head_dim_v (<= head_dim_k) values of each K
      * row; tsr_attention then takes v NULL. Default 0. */
     int v_in_k;
+    /* appended with LIBTENSR_5: 1 = sequence s takes cells only from its own
+     * range, cells [s * n_ctx / n_seq, (s + 1) * n_ctx / n_seq), lowest first,
+     * so a sequence's cells lie together whatever the others do and the
+     * attention's sums do not depend on them (batch invariance); 0 (the
+     * default) = any free cell. */
+    int per_seq_cells;
 } tsr_kv_cache_params;
 
 TSR_API void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size);
@@ -577,6 +583,22 @@ TSR_API tsr_tensor *tsr_kv_cache_mask(const tsr_kv_cache *c);
  * (every cell read) for sizing compute buffers with tsr_reserve or
  * tsr_measure; the cells are not touched. Do not tsr_compute such a graph. */
 TSR_API tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens);
+/* Copies the cells of sequence src with p0 <= pos < p1 (p1 < 0: to the
+ * end) to sequence dst, whose cells are all forgotten first: dst then
+ * holds src's keys and values at the same positions (a prompt prefix
+ * decoded once, shared). src == dst does nothing. TSR_E_FULL, with nothing
+ * changed, when the free cells and dst's own are too few; TSR_E_INVALID
+ * for a sequence out of range. Same thread model as begin. */
+TSR_API tsr_status tsr_kv_cache_seq_copy(tsr_kv_cache *c, int src, int dst, int32_t p0, int32_t p1);
+/* Writes every cell of sequence seq (positions, keys, values) to buf, a
+ * self-contained state in host memory. *size is the state's bytes, also
+ * when cap is too small (TSR_E_RANGE; buf may be NULL when cap is 0). */
+TSR_API tsr_status tsr_kv_cache_seq_save(const tsr_kv_cache *c, int seq, void *buf, size_t cap, size_t *size);
+/* Replaces sequence seq with a state saved by tsr_kv_cache_seq_save from a
+ * cache of the same shapes and types (TSR_E_INVALID otherwise;
+ * TSR_E_MALFORMED for bytes that are no such state). TSR_E_FULL, with
+ * nothing changed, when the free cells and seq's own are too few. */
+TSR_API tsr_status tsr_kv_cache_seq_load(tsr_kv_cache *c, int seq, const void *buf, size_t size);
 
 /* Attention over the cache for layer il: q [head_dim_k, n_head, n_tokens],
  * k [head_dim_k, n_head_kv, n_tokens], v [head_dim_v, n_head_kv, n_tokens]
@@ -769,6 +791,8 @@ typedef struct tsr_session_params {
     int32_t n_seq_max;       /* sequence ids 0 .. n_seq_max-1; default 1 */
     int64_t n_outputs_max;   /* most logits rows of one micro-batch; 0 (the default) = n_seq_max */
     tsr_type type_k, type_v; /* KV cache types; default F16 */
+    int32_t per_seq_cells;   /* appended with LIBTENSR_5: 1 = each sequence its own n_ctx / n_seq_max cells
+                              * (tsr_kv_cache_params.per_seq_cells); default 0 */
 } tsr_session_params;
 TSR_API void tsr_session_params_init(tsr_session_params *p, size_t size);
 /* Allocates the KV cache and reserves the worst-case compute buffers:
@@ -782,10 +806,9 @@ TSR_API void tsr_session_free(tsr_session *s); /* NULL is a no-op */
  * want_logits[i] != 0 (NULL: the last token only). Tokens of several
  * sequences may share one call; the mask keeps them apart. The tokens go
  * through graphs of n_ubatch; the logits rows one graph keeps may not
- * exceed n_outputs_max (TSR_E_RANGE). TSR_E_FULL when the cache has no room
- * (nothing changes); TSR_E_INVALID for a token or sequence id out of range
- * or n > n_batch. On a failure in the middle, the cells this call took are
- * forgotten again. */
+ * exceed n_outputs_max (TSR_E_RANGE). TSR_E_FULL when the cache has fewer
+ * free cells than n (checked first, before n_batch: nothing changes); TSR_E_INVALID for a token or sequence id out of
+ * range or n > n_batch. On a failure in the middle, the cells this call took are forgotten again. */
 TSR_API tsr_status tsr_session_decode(tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
                                       const int32_t *seq, const int8_t *want_logits);
 /* n_vocab logits of token i of the last decode; NULL when none were asked
@@ -798,7 +821,27 @@ TSR_API tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, i
 TSR_API int32_t tsr_session_n_past(const tsr_session *s, int32_t seq);
 /* KV cells of the session. */
 TSR_API int64_t tsr_session_n_ctx(const tsr_session *s);
+/* Copies sequence src's cells with p0 <= pos < p1 (p1 < 0: to the end) to
+ * sequence dst, whose cells are all forgotten first (tsr_kv_cache_seq_copy):
+ * a shared prompt prefix decoded once. TSR_E_FULL with nothing changed when
+ * the cells are too few; TSR_E_INVALID for a sequence out of range. */
+TSR_API tsr_status tsr_session_seq_copy(tsr_session *s, int32_t src, int32_t dst, int32_t p0, int32_t p1);
+/* Saves sequence seq's state (its cells' positions, keys and values) to
+ * host memory: *size is the bytes, also when cap is too small (TSR_E_RANGE;
+ * buf may be NULL when cap is 0). */
+TSR_API tsr_status tsr_session_seq_save(const tsr_session *s, int32_t seq, void *buf, size_t cap, size_t *size);
+/* Replaces sequence seq with a state saved by tsr_session_seq_save from a
+ * session of the same model and cache types (TSR_E_INVALID otherwise,
+ * TSR_E_MALFORMED for other bytes); TSR_E_FULL with nothing changed when
+ * the cells are too few. Decoding then continues after its last position. */
+TSR_API tsr_status tsr_session_seq_load(tsr_session *s, int32_t seq, const void *buf, size_t size);
 
+/* A bias added to one token's logit before any other step (OpenAI's
+ * logit_bias); -INFINITY bans the token. */
+typedef struct tsr_logit_bias {
+    int32_t token;
+    float bias;
+} tsr_logit_bias;
 typedef struct tsr_sampler_params {
     size_t size;           /* sizeof(tsr_sampler_params), set by _init */
     float temp;            /* 0 = greedy; default 0.8; finite, >= 0 */
@@ -807,12 +850,18 @@ typedef struct tsr_sampler_params {
     float repeat_penalty;  /* 1 = off (default); finite, > 0 */
     int32_t repeat_last_n; /* default 64; 0..1048576 */
     uint64_t seed;         /* default 0x5EED */
+    /* appended with LIBTENSR_4: */
+    float freq_penalty;     /* subtracted count times from a token's logit (repeat_last_n window); default 0 */
+    float presence_penalty; /* subtracted once from a token's logit that occurs in the window; default 0 */
+    const tsr_logit_bias *logit_bias; /* n_logit_bias entries added to the logits first (copied); NULL = none */
+    size_t n_logit_bias;
 } tsr_sampler_params;
 TSR_API void tsr_sampler_params_init(tsr_sampler_params *p, size_t size);
-/* llama.cpp's order: repetition penalty, top-k, top-p, min-p, temperature,
+/* llama.cpp's order: logit bias, penalties (repetition, frequency, presence), top-k, top-p, min-p, temperature,
  * then a draw (a seeded splitmix64: reproducible for a seed, not llama.cpp's
  * draws). p may be NULL (defaults). TSR_E_INVALID for a NULL model or out,
- * or a parameter outside its range (NaN included). */
+ * or a parameter outside its range (NaN included; penalties finite; a bias
+ * not NaN nor +inf, on a token of the vocabulary). */
 TSR_API tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out);
 TSR_API void tsr_sampler_free(tsr_sampler *s); /* NULL is a no-op */
 /* Picks a token from n_vocab logits and remembers it for the penalties; -1
@@ -824,6 +873,132 @@ TSR_API void tsr_sampler_reset(tsr_sampler *s);
  * as llama.cpp's penalties see them). TSR_E_INVALID for a NULL sampler or a
  * token outside the vocabulary. */
 TSR_API tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token);
+/* Log-probabilities of the model's distribution: the log-softmax of
+ * logits[n_vocab] with the sampler's logit_bias added (before penalties,
+ * filters and temperature, as OpenAI reports them). *logprob (may be NULL)
+ * is token's; top_tokens/top_logprobs (may be NULL when n_top is 0) get the
+ * n_top most likely, most likely first, ties by lower id (n_top above
+ * n_vocab: n_vocab). Changes nothing in the sampler. TSR_E_INVALID for NULL
+ * arguments or a token outside the vocabulary (token -1: none asked). */
+TSR_API tsr_status tsr_sampler_logprobs(const tsr_sampler *s, const float *logits, int32_t token, float *logprob,
+                                        size_t n_top, int32_t *top_tokens, float *top_logprobs);
+
+/* ------------------------------------------------------------------------ */
+/* Batching scheduler: continuous batching of requests over one session      */
+/* ------------------------------------------------------------------------ */
+/* A batcher owns a session of n_slots sequences (one per running request)
+ * and a queue. Each tsr_batcher_step() runs ONE tsr_session_decode holding
+ * the next token of every request in its decode phase and a chunk (at most
+ * n_ubatch tokens) of each prompt in prefill, within n_batch tokens, so a
+ * long prompt never stalls the others. A slot keeps its cells when its
+ * request ends: the next request admitted to it keeps the longest common
+ * prefix of its prompt and the slot's tokens (reported as n_cached); a
+ * request waiting for a slot takes the free one with the longest such
+ * prefix. Batch invariance: at temperature 0 (or for a seed) a request's
+ * tokens do not depend on the other requests or on its slot (exactly on
+ * the flash-attention path; see tsr_session_seq_copy(3) for the plain one).
+ *
+ * Threads: tsr_batcher_submit, _cancel, _poll, _text, _release and
+ * _counts may be called from any thread, concurrently with a step (a
+ * mutex guards the queue and the requests); tsr_model_tokenize,
+ * tsr_model_token_piece, tsr_model_detokenize and tsr_model_chat_format
+ * read the loaded model only and may be called from any thread as well.
+ * tsr_batcher_step and tsr_batcher_free belong to one stepping thread (the
+ * one that drives the model's backend). Callbacks run on the stepping
+ * thread, inside tsr_batcher_step, with the batcher locked: a callback
+ * must not call the batcher (return non-zero to cancel its request). */
+typedef struct tsr_batcher tsr_batcher;
+
+typedef struct tsr_batcher_params {
+    size_t size;         /* sizeof(tsr_batcher_params), set by _init */
+    int32_t n_slots;     /* requests decoded side by side; default 4 */
+    int64_t n_ctx_slot;  /* KV cells of each slot (prompt + generation); default 2048, at most the training context */
+    int64_t n_batch;     /* most tokens of one step (one decode); default 512, at least n_slots */
+    int64_t n_ubatch;    /* most prompt tokens of one request in one step, and tokens per graph; default 512 */
+    int64_t n_queue_max; /* requests waiting for a slot; beyond it submit is TSR_E_FULL; 0 = no bound (default) */
+    tsr_type type_k, type_v; /* KV cache types; default F16 */
+} tsr_batcher_params;
+TSR_API void tsr_batcher_params_init(tsr_batcher_params *p, size_t size);
+
+typedef enum tsr_finish {
+    TSR_FINISH_NONE = 0,      /* still queued or running */
+    TSR_FINISH_STOP = 1,      /* an end-of-generation token or a stop string */
+    TSR_FINISH_LENGTH = 2,    /* max_tokens reached, or the slot's cells */
+    TSR_FINISH_CANCELLED = 3, /* tsr_batcher_cancel, or a callback's non-zero return */
+    TSR_FINISH_ERROR = 4      /* the decode failed (tsr_batcher_step's status says why) */
+} tsr_finish;
+
+/* What a callback receives: one per generated token, and a last one with
+ * finish set (token -1 unless a token came with it). Valid during the
+ * callback only; fields may be appended (size). */
+typedef struct tsr_batch_event {
+    size_t size;      /* sizeof(tsr_batch_event) of the library */
+    uint64_t id;      /* the request */
+    int32_t token;    /* the token generated; -1 for none */
+    float logprob;    /* its log-probability (tsr_sampler_logprobs) */
+    const char *text; /* new text since the last event: whole UTF-8 characters, text that may begin */
+    size_t text_len;  /* a stop string held back until it is known (not NUL-terminated) */
+    int finish;       /* tsr_finish */
+    int64_t n_prompt; /* prompt tokens */
+    int64_t n_cached; /* of them, kept in the slot from an earlier request (not decoded again) */
+    int64_t n_generated;
+} tsr_batch_event;
+typedef int (*tsr_batch_callback)(void *user, const tsr_batch_event *ev);
+
+typedef struct tsr_request_params {
+    size_t size;           /* sizeof(tsr_request_params), set by _init */
+    const int32_t *tokens; /* the prompt as token ids (copied), or NULL and text: */
+    size_t n_tokens;
+    const char *text;                   /* tokenized with TSR_TOKENIZE_ADD_SPECIAL | TSR_TOKENIZE_PARSE_SPECIAL */
+    const tsr_sampler_params *sampling; /* copied; NULL: greedy (temp 0) */
+    int64_t max_tokens;                 /* most tokens generated; <= 0: until the slot is full (default) */
+    const char *const *stop;            /* n_stop stop strings (copied): the text ends before the first */
+    size_t n_stop;
+    tsr_batch_callback callback; /* NULL: read the results with tsr_batcher_poll / _text */
+    void *user;
+} tsr_request_params;
+TSR_API void tsr_request_params_init(tsr_request_params *p, size_t size);
+
+/* Creates a batcher over model m (p NULL: defaults): the session of
+ * n_slots x n_ctx_slot cells and its compute are allocated here, so
+ * out-of-memory shows now, never under load. TSR_E_INVALID for bad
+ * parameters. */
+TSR_API tsr_status tsr_batcher_new(tsr_model *m, const tsr_batcher_params *p, tsr_batcher **out);
+/* Frees the batcher and every request (no more events). NULL is a no-op. */
+TSR_API void tsr_batcher_free(tsr_batcher *b);
+/* Queues a request; *id names it (never 0). TSR_E_INVALID for bad
+ * parameters (no prompt, an empty one, a token outside the vocabulary, bad
+ * sampling), TSR_E_RANGE when the prompt leaves no cell of n_ctx_slot for
+ * a generated token, TSR_E_FULL when n_queue_max requests already wait.
+ * Any thread. */
+TSR_API tsr_status tsr_batcher_submit(tsr_batcher *b, const tsr_request_params *r, uint64_t *id);
+/* Cancels a request in any phase (queued, prefill, decode): it ends with
+ * TSR_FINISH_CANCELLED at the next step, which leaves it out of its decode.
+ * A finished request is left as it is. TSR_E_NOT_FOUND for an unknown (or
+ * released) id. Any thread. */
+TSR_API tsr_status tsr_batcher_cancel(tsr_batcher *b, uint64_t id);
+/* One step: admits queued requests to free slots, ends cancelled ones,
+ * runs one decode and samples a token for each request whose prompt is
+ * done. *n_active (may be NULL): requests queued or running after it (0:
+ * nothing to do; a step with nothing to do returns at once). The stepping
+ * thread only. A failed decode ends the requests in it with
+ * TSR_FINISH_ERROR and returns its status. */
+TSR_API tsr_status tsr_batcher_step(tsr_batcher *b, size_t *n_active);
+/* The tokens generated so far (at most cap written; *n_tokens is the
+ * count) and the request's tsr_finish in *finish (may be NULL).
+ * TSR_E_NOT_FOUND for an unknown id. Any thread. */
+TSR_API tsr_status tsr_batcher_poll(tsr_batcher *b, uint64_t id, int32_t *tokens, size_t cap, size_t *n_tokens,
+                                    int *finish);
+/* The text generated so far (stop string excluded): *len bytes, NUL-terminated
+ * when len < cap, else TSR_E_RANGE. Any thread. */
+TSR_API tsr_status tsr_batcher_text(tsr_batcher *b, uint64_t id, char *buf, size_t cap, size_t *len);
+/* Forgets a finished request (a request with a callback is forgotten after
+ * its last event by itself). TSR_E_STATE while it runs (cancel it first),
+ * TSR_E_NOT_FOUND for an unknown id. Any thread. */
+TSR_API tsr_status tsr_batcher_release(tsr_batcher *b, uint64_t id);
+/* Requests running in slots and waiting in the queue, and KV cells in use
+ * (any pointer may be NULL). Any thread. */
+TSR_API void tsr_batcher_counts(tsr_batcher *b, size_t *running, size_t *waiting, int64_t *cells_used);
 
 /* Frees memory the library returned to the caller. */
 TSR_API void tsr_free(void *p);

@@ -1269,7 +1269,7 @@ static void c_session_use(void) {
     ERR(tsr_session_decode(s, 2, toks, pos, bad_seq, NULL), TSR_E_INVALID);
     ERR(tsr_session_decode(s, 2, toks, pos, neg_seq, NULL), TSR_E_INVALID);
     ERR(tsr_session_decode(s, 5, toks, NULL, NULL, NULL), TSR_E_INVALID); /* > n_batch */
-    ERR(tsr_session_decode(s, SIZE_MAX, toks, NULL, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_session_decode(s, SIZE_MAX, toks, NULL, NULL, NULL), TSR_E_FULL); /* more than the cells: full first */
     VAL(tsr_session_n_past(s, 0), 0); /* nothing changed */
     CHECK_OK(tsr_session_decode(s, 2, toks, pos, NULL, NULL));
     for (int i = 0; i < 3; i++) /* 8 cells: 2 + 4 + 2 fill it, then full */
@@ -1287,6 +1287,132 @@ static void c_session_use(void) {
     VAL(tsr_session_n_past(s, -1), -1);
     VAL(tsr_session_n_ctx(NULL), 0);
     tsr_session_free(s);
+}
+
+/* Sequences copied, saved and loaded, in the session and the cache. */
+static void c_session_seq(void) {
+    tsr_session_params sp;
+    tsr_session *s = NULL;
+    const int32_t toks[2] = {5, 6};
+    char junk[64] = {0};
+    size_t size = 0;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 8;
+    sp.n_seq_max = 2;
+    CHECK_OK(tsr_session_new(model, &sp, &s));
+    if (!s)
+        return;
+    CHECK_OK(tsr_session_decode(s, 2, toks, NULL, NULL, NULL));
+    ERR(tsr_session_seq_copy(NULL, 0, 1, 0, -1), TSR_E_INVALID);
+    ERR(tsr_session_seq_copy(s, 0, 2, 0, -1), TSR_E_INVALID);
+    ERR(tsr_session_seq_copy(s, -1, 1, 0, -1), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(NULL, 0, NULL, 0, &size), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 0, NULL, 0, NULL), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 0, NULL, 16, &size), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 5, junk, sizeof junk, &size), TSR_E_INVALID);
+    ERR(tsr_session_seq_save(s, 0, junk, 4, &size), TSR_E_RANGE);
+    ERR(tsr_session_seq_load(NULL, 0, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_session_seq_load(s, 0, NULL, 8), TSR_E_INVALID);
+    ERR(tsr_session_seq_load(s, 2, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_session_seq_load(s, 0, junk, sizeof junk), TSR_E_MALFORMED);
+    ERR(tsr_session_seq_load(s, 0, junk, 3), TSR_E_MALFORMED);
+    VAL(tsr_session_n_past(s, 0), 2); /* nothing changed */
+    ERR(tsr_kv_cache_seq_copy(NULL, 0, 0, 0, -1), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_copy(cache, 0, 7, 0, -1), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_save(NULL, 0, NULL, 0, &size), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_save(cache, -1, NULL, 0, &size), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_load(NULL, 0, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_load(cache, 9, junk, sizeof junk), TSR_E_INVALID);
+    ERR(tsr_kv_cache_seq_load(cache, 0, junk, sizeof junk), TSR_E_MALFORMED);
+    tsr_session_free(s);
+}
+
+static void c_sampler_logprobs(void) {
+    tsr_sampler *smp = NULL;
+    float *logits = calloc((size_t)tsr_model_n_vocab(model), sizeof *logits), lp = 0;
+    int32_t top[2];
+    CHECK_OK(tsr_sampler_new(model, NULL, &smp));
+    ERR(tsr_sampler_logprobs(NULL, logits, 0, &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, NULL, 0, &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, logits, tsr_model_n_vocab(model), &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, logits, -2, &lp, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_sampler_logprobs(smp, logits, 0, &lp, 2, top, NULL), TSR_E_INVALID);
+    tsr_sampler_free(smp);
+    free(logits);
+}
+
+static void c_batcher(void) {
+    tsr_batcher_params bp;
+    tsr_batcher *b = NULL;
+    tsr_batcher_params_init(NULL, sizeof bp);
+    tsr_request_params_init(NULL, 64);
+    ERR(tsr_batcher_new(NULL, NULL, &b), TSR_E_INVALID);
+    ERR(tsr_batcher_new(model, NULL, NULL), TSR_E_INVALID);
+    const int64_t bad[4][4] = {{0, 16, 8, 0}, {2, 1, 8, 0}, {4, 16, 2, 0}, {2, 16, 8, -1}};
+    for (int i = 0; i < 4; i++) {
+        tsr_batcher_params_init(&bp, sizeof bp);
+        bp.n_slots = (int32_t)bad[i][0];
+        bp.n_ctx_slot = bad[i][1];
+        bp.n_batch = bad[i][2];
+        bp.n_queue_max = bad[i][3];
+        ERR(tsr_batcher_new(model, &bp, &b), TSR_E_INVALID);
+        VAL(b, NULL);
+    }
+    tsr_batcher_params_init(&bp, sizeof bp);
+    bp.n_slots = 2;
+    bp.n_ctx_slot = 16;
+    bp.n_batch = 8;
+    CHECK_OK(tsr_batcher_new(model, &bp, &b));
+    if (!b)
+        return;
+    tsr_request_params rp;
+    uint64_t id = 0;
+    size_t n = 0;
+    char buf[4];
+    const int32_t toks[3] = {5, 6, 7}, bad_tok[1] = {100000}, long_toks[16] = {0};
+    const char *stops[1] = {""};
+    tsr_request_params_init(&rp, sizeof rp);
+    ERR(tsr_batcher_submit(NULL, &rp, &id), TSR_E_INVALID);
+    ERR(tsr_batcher_submit(b, NULL, &id), TSR_E_INVALID);
+    ERR(tsr_batcher_submit(b, &rp, NULL), TSR_E_INVALID);
+    ERR(tsr_batcher_submit(b, &rp, &id), TSR_E_INVALID); /* no prompt */
+    rp.tokens = toks;
+    ERR(tsr_batcher_submit(b, &rp, &id), TSR_E_INVALID); /* empty */
+    rp.tokens = bad_tok;
+    rp.n_tokens = 1;
+    ERR(tsr_batcher_submit(b, &rp, &id), TSR_E_INVALID);
+    rp.tokens = long_toks;
+    rp.n_tokens = 16;
+    ERR(tsr_batcher_submit(b, &rp, &id), TSR_E_RANGE);
+    rp.tokens = toks;
+    rp.n_tokens = 3;
+    rp.n_stop = 1;
+    ERR(tsr_batcher_submit(b, &rp, &id), TSR_E_INVALID); /* NULL stop */
+    rp.stop = stops;
+    ERR(tsr_batcher_submit(b, &rp, &id), TSR_E_INVALID); /* empty stop */
+    rp.n_stop = 0;
+    ERR(tsr_batcher_cancel(NULL, 1), TSR_E_INVALID);
+    ERR(tsr_batcher_cancel(b, 12345), TSR_E_NOT_FOUND);
+    ERR(tsr_batcher_step(NULL, &n), TSR_E_INVALID);
+    ERR(tsr_batcher_poll(NULL, 1, NULL, 0, &n, NULL), TSR_E_INVALID);
+    ERR(tsr_batcher_poll(b, 1, NULL, 0, NULL, NULL), TSR_E_INVALID);
+    ERR(tsr_batcher_poll(b, 1, NULL, 4, &n, NULL), TSR_E_INVALID);
+    ERR(tsr_batcher_poll(b, 12345, NULL, 0, &n, NULL), TSR_E_NOT_FOUND);
+    ERR(tsr_batcher_text(NULL, 1, buf, sizeof buf, &n), TSR_E_INVALID);
+    ERR(tsr_batcher_text(b, 12345, buf, sizeof buf, &n), TSR_E_NOT_FOUND);
+    ERR(tsr_batcher_release(NULL, 1), TSR_E_INVALID);
+    ERR(tsr_batcher_release(b, 12345), TSR_E_NOT_FOUND);
+    rp.max_tokens = 6;
+    CHECK_OK(tsr_batcher_submit(b, &rp, &id));
+    ERR(tsr_batcher_release(b, id), TSR_E_STATE); /* still running */
+    n = 1;
+    for (int i = 0; i < 50 && n; i++) CHECK_OK(tsr_batcher_step(b, &n));
+    ERR(tsr_batcher_text(b, id, buf, 0, &n), TSR_E_RANGE);
+    tsr_batcher_counts(NULL, NULL, NULL, NULL);
+    tsr_batcher_counts(b, NULL, NULL, NULL);
+    CHECK_OK(tsr_batcher_release(b, id));
+    tsr_batcher_free(b);
+    tsr_batcher_free(NULL);
 }
 
 /* A model freed while a session is open lives until the session closes. */
@@ -1420,6 +1546,13 @@ static const struct bad_case {
     {"tsr_model_chat_format", c_chat},
     {"tsr_session_params_init tsr_session_new tsr_session_free", c_session_new},
     {"tsr_session_decode tsr_session_logits tsr_session_remove tsr_session_n_past tsr_session_n_ctx", c_session_use},
+    {"tsr_session_seq_copy tsr_session_seq_save tsr_session_seq_load tsr_kv_cache_seq_copy tsr_kv_cache_seq_save "
+     "tsr_kv_cache_seq_load",
+     c_session_seq},
+    {"tsr_sampler_logprobs", c_sampler_logprobs},
+    {"tsr_batcher_params_init tsr_request_params_init tsr_batcher_new tsr_batcher_free tsr_batcher_submit "
+     "tsr_batcher_cancel tsr_batcher_step tsr_batcher_poll tsr_batcher_text tsr_batcher_release tsr_batcher_counts",
+     c_batcher},
     {"tsr_model_free", c_model_free_busy},
     {"tsr_sampler_params_init tsr_sampler_new tsr_sampler_free tsr_sampler_sample tsr_sampler_reset "
      "tsr_sampler_accept",

@@ -722,7 +722,7 @@ def test_model_errors_raise():
         expect_error(lambda: s.decode([1], pos=[-1]), tsr.TSR_E_INVALID)
         expect_error(lambda: s.decode([1, 2, 3], logits=True), tsr.TSR_E_RANGE)  # 2 rows reserved
         expect_error(lambda: s.decode([1, 2], logits=[True]), tsr.TSR_E_INVALID)
-        expect_error(lambda: s.decode([1] * 33), tsr.TSR_E_INVALID)  # more than n_batch (= n_ctx)
+        expect_error(lambda: s.decode([1] * 33), tsr.TSR_E_FULL)  # more than the 32 cells: full, before n_batch
         s.decode([1] * 20)
         expect_error(lambda: s.decode([1] * 20), tsr.TSR_E_FULL)  # 12 cells left
         assert s.n_past(0) == 20  # nothing changed

@@ -453,21 +453,64 @@ static tsr_status tsr_build_inputs(tsr_kv_cache *c, tsr_context *ctx, int64_t n_
     return TSR_OK;
 }
 
-/* Lowest free cells first, so n_kv stays small. */
-static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, int64_t *cells) {
+void tsr__kv_seq_range(const tsr_kv_cache *c, int seq, int64_t *c0, int64_t *c1) {
+    *c0 = 0;
+    *c1 = c->p.n_ctx;
+    if (c->p.per_seq_cells && seq >= 0 && seq < c->p.n_seq) {
+        *c0 = c->p.n_ctx * seq / c->p.n_seq;
+        *c1 = c->p.n_ctx * (seq + 1) / c->p.n_seq;
+    }
+}
+
+/* Lowest free cells first, so n_kv stays small; with per_seq_cells each
+ * token's in its sequence's range (a cursor per sequence in next_buf, free
+ * once the positions are known). */
+static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int64_t *cells) {
     int64_t found = 0;
-    for (int64_t i = 0; i < c->p.n_ctx && found < n_tokens; i++)
-        if (c->cell_pos[i] < 0)
-            cells[found++] = i;
+    if (!c->p.per_seq_cells) {
+        for (int64_t i = 0; i < c->p.n_ctx && found < n_tokens; i++)
+            if (c->cell_pos[i] < 0)
+                cells[found++] = i;
+        return found;
+    }
+    int32_t *cur = c->next_buf;
+    for (int s = 0; s < c->p.n_seq; s++) cur[s] = -1;
+    for (; found < n_tokens; found++) {
+        int s = seq ? seq[found] : 0;
+        int64_t c0, c1, i;
+        tsr__kv_seq_range(c, s, &c0, &c1);
+        for (i = cur[s] < 0 ? c0 : cur[s]; i < c1 && c->cell_pos[i] >= 0; i++) {
+        }
+        if (i >= c1)
+            return found;
+        cells[found] = i;
+        cur[s] = (int32_t)(i + 1);
+    }
     return found;
 }
 
-/* TSR_E_FULL when fewer than n_tokens cells are free (then nothing changes). */
-static tsr_status tsr_check_room(const tsr_kv_cache *c, int64_t n_tokens) {
-    if (n_tokens <= c->p.n_ctx - c->n_used)
+/* TSR_E_FULL when fewer than n_tokens cells are free, or with
+ * per_seq_cells, fewer than a sequence's tokens in its range (then nothing
+ * changes). */
+static tsr_status tsr_check_room(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq) {
+    if (n_tokens > c->p.n_ctx - c->n_used)
+        return tsr__error(TSR_E_FULL,
+                          "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
+                          (long long)n_tokens, (long long)(c->p.n_ctx - c->n_used), (long long)c->p.n_ctx);
+    if (!c->p.per_seq_cells)
         return TSR_OK;
-    return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
-                      (long long)n_tokens, (long long)(c->p.n_ctx - c->n_used), (long long)c->p.n_ctx);
+    for (int s = 0; s < c->p.n_seq; s++) {
+        int64_t want = 0, free_cells = 0, c0, c1;
+        for (int64_t i = 0; i < n_tokens; i++) want += (seq ? seq[i] : 0) == s;
+        if (want == 0)
+            continue;
+        tsr__kv_seq_range(c, s, &c0, &c1);
+        for (int64_t i = c0; i < c1; i++) free_cells += c->cell_pos[i] < 0;
+        if (want > free_cells)
+            return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: sequence %d needs %lld cells; %lld of its %lld are free",
+                              s, (long long)want, (long long)free_cells, (long long)(c1 - c0));
+    }
+    return TSR_OK;
 }
 
 /* Cells for the batch (marked used), or TSR_E_FULL with nothing changed
@@ -475,7 +518,7 @@ static tsr_status tsr_check_room(const tsr_kv_cache *c, int64_t n_tokens) {
  * count of cells used were wrong). */
 static tsr_status tsr_take_cells(tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
                                  int64_t *cells) {
-    const int64_t found = tsr_find_cells(c, n_tokens, cells);
+    const int64_t found = tsr_find_cells(c, n_tokens, seq, cells);
     if (found < n_tokens)
         return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: batch of %lld tokens; %lld cells are free",
                           (long long)n_tokens, (long long)found);
@@ -499,7 +542,7 @@ static tsr_status tsr_check_begin(const tsr_kv_cache *c, const tsr_context *ctx,
 tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
                               const int32_t *seq) {
     tsr_status s = tsr_check_begin(c, ctx, n_tokens, pos, seq, "tsr_kv_cache_begin");
-    if (s != TSR_OK || (s = tsr_check_room(c, n_tokens)) != TSR_OK)
+    if (s != TSR_OK || (s = tsr_check_room(c, n_tokens, seq)) != TSR_OK)
         return s;
     if (!pos) {
         tsr_default_positions(c, n_tokens, seq, c->pos_buf);
@@ -532,7 +575,7 @@ tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n
     const int64_t n_rows = c->mask->ne[1];
     if ((n_tokens > 0 && !cells) || (n_rows > 0 && (!c->mask->data || (c->mask_swa && !c->mask_swa->data))))
         return tsr__error(TSR_E_STATE, "tsr_kv_cache_begin_again: the inputs of the last begin have no memory");
-    if ((s = tsr_check_room(c, n_tokens)) != TSR_OK)
+    if ((s = tsr_check_room(c, n_tokens, seq)) != TSR_OK)
         return s;
     if (!pos) {
         tsr_default_positions(c, n_tokens, seq, c->pos_buf);

@@ -51,6 +51,10 @@ struct tsr_kv_cache {
     tsr_tensor *mask_swa; /* the same with the window, for the l_swa layers; NULL when none */
 };
 
+/* The cells sequence seq may take: [*c0, *c1) (all of them unless
+ * per_seq_cells). */
+void tsr__kv_seq_range(const tsr_kv_cache *c, int seq, int64_t *c0, int64_t *c1);
+
 /* Attention of q [head_dim_k, n_head, n_tokens] over keys k
  * [head_dim_k, n_kv, n_head_kv] and values v: on the flash path v is
  * [head_dim_v, n_kv, n_head_kv] (rows contiguous); on the plain path v is

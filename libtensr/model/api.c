@@ -4,6 +4,7 @@
 #include "model.h"
 
 #include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +235,7 @@ tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msg
 struct tsr_sampler {
     smp_sampler *s;
     int32_t n_vocab;
+    float *row; /* [n_vocab]: the biased logits of tsr_sampler_logprobs */
 };
 
 void tsr_sampler_params_init(tsr_sampler_params *p, size_t size) {
@@ -250,9 +252,48 @@ void tsr_sampler_params_init(tsr_sampler_params *p, size_t size) {
     d.repeat_penalty = sp.repeat_penalty;
     d.repeat_last_n = sp.repeat_last_n;
     d.seed = sp.seed;
+    d.freq_penalty = sp.freq_penalty;
+    d.presence_penalty = sp.presence_penalty;
     d.size = size < sizeof d ? size : sizeof d;
     memcpy(p, &d, d.size);
     p->size = size;
+}
+
+/* Penalties finite; each bias on a token of the vocabulary, not NaN, not +inf. */
+static tsr_status check_bias(const tsr_sampler_params *q, int32_t n_vocab) {
+    if (!isfinite(q->freq_penalty) || !isfinite(q->presence_penalty))
+        return tsr__error(TSR_E_INVALID, "tsr_sampler_new: freq_penalty %g and presence_penalty %g must be finite",
+                          q->freq_penalty, q->presence_penalty);
+    if (q->n_logit_bias > 0 && !q->logit_bias)
+        return tsr__error(TSR_E_INVALID, "tsr_sampler_new: n_logit_bias %zu with a NULL logit_bias", q->n_logit_bias);
+    for (size_t i = 0; i < q->n_logit_bias; i++) {
+        const tsr_logit_bias *b = &q->logit_bias[i];
+        if (b->token < 0 || b->token >= n_vocab || isnan(b->bias) || b->bias == INFINITY)
+            return tsr__error(TSR_E_INVALID,
+                              "tsr_sampler_new: logit_bias[%zu]: token %d (vocabulary 0..%d), bias %g (not NaN nor "
+                              "+inf)",
+                              i, b->token, n_vocab - 1, b->bias);
+    }
+    return TSR_OK;
+}
+
+/* The biases into the sampler (two arrays, copied). */
+static tsr_status set_bias(tsr_sampler *s, const tsr_sampler_params *q) {
+    size_t n = q->n_logit_bias;
+    if (n == 0)
+        return TSR_OK;
+    int32_t *ids = tsr__malloc(n * sizeof *ids);
+    float *bias = tsr__malloc(n * sizeof *bias);
+    tsr_status st = ids && bias ? TSR_OK : tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
+    for (size_t i = 0; st == TSR_OK && i < n; i++) {
+        ids[i] = q->logit_bias[i].token;
+        bias[i] = q->logit_bias[i].bias;
+    }
+    if (st == TSR_OK)
+        st = smp_set_bias(s->s, ids, bias, n);
+    tsr__free(ids);
+    tsr__free(bias);
+    return st;
 }
 
 tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_sampler **out) {
@@ -274,8 +315,13 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
                           "tsr_sampler_new: temp %g must be finite and >= 0, top_p %g and min_p %g within 0..1, "
                           "repeat_penalty %g finite and > 0, repeat_last_n %d within 0..%d",
                           q.temp, q.top_p, q.min_p, q.repeat_penalty, q.repeat_last_n, TSR_SAMPLER_MAX_LAST_N);
+    tsr_status st = check_bias(&q, (int32_t)m->hp.n_vocab);
+    if (st != TSR_OK)
+        return st;
     smp_params sp;
     smp_params_default(&sp);
+    sp.freq_penalty = q.freq_penalty;
+    sp.presence_penalty = q.presence_penalty;
     sp.temp = q.temp;
     sp.top_k = q.top_k;
     sp.top_p = q.top_p;
@@ -287,9 +333,13 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     if (!s)
         return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
     s->n_vocab = (int32_t)m->hp.n_vocab;
-    tsr_status st = smp_new(&sp, s->n_vocab, &s->s);
+    st = smp_new(&sp, s->n_vocab, &s->s);
+    if (st == TSR_OK && !(s->row = tsr__malloc((size_t)s->n_vocab * sizeof *s->row)))
+        st = tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
+    if (st == TSR_OK)
+        st = set_bias(s, &q);
     if (st != TSR_OK) {
-        tsr__free(s);
+        tsr_sampler_free(s);
         return st;
     }
     *out = s;
@@ -300,6 +350,7 @@ void tsr_sampler_free(tsr_sampler *s) {
     if (!s)
         return;
     smp_free(s->s);
+    tsr__free(s->row);
     tsr__free(s);
 }
 
@@ -326,4 +377,46 @@ tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token) {
 void tsr_sampler_reset(tsr_sampler *s) {
     if (s)
         smp_reset(s->s);
+}
+
+/* Inserts (id, v) into the top list of n_top (sorted, most likely first,
+ * ties by lower id: ids arrive increasing, so a tie stays behind). */
+static void top_insert(int32_t *ids, float *vals, size_t *n, size_t n_top, int32_t id, float v) {
+    if (*n == n_top && !(v > vals[*n - 1]))
+        return;
+    size_t j = *n < n_top ? (*n)++ : n_top - 1;
+    while (j > 0 && v > vals[j - 1]) {
+        ids[j] = ids[j - 1];
+        vals[j] = vals[j - 1];
+        j--;
+    }
+    ids[j] = id;
+    vals[j] = v;
+}
+
+tsr_status tsr_sampler_logprobs(const tsr_sampler *s, const float *logits, int32_t token, float *logprob, size_t n_top,
+                                int32_t *top_tokens, float *top_logprobs) {
+    if (!s || !logits || (n_top > 0 && (!top_tokens || !top_logprobs)))
+        return tsr__error(TSR_E_INVALID, "tsr_sampler_logprobs: NULL %s",
+                          !s        ? "sampler"
+                          : !logits ? "logits"
+                                    : "top arrays");
+    if (token < -1 || token >= s->n_vocab)
+        return tsr__error(TSR_E_INVALID, "tsr_sampler_logprobs: token %d is outside the vocabulary (0..%d)", token,
+                          s->n_vocab - 1);
+    float *row = s->row; /* scratch: the sampler is used by one thread at a time */
+    smp_biased(s->s, logits, row);
+    float max = -INFINITY;
+    for (int32_t i = 0; i < s->n_vocab; i++) max = row[i] > max ? row[i] : max;
+    double sum = 0.0;
+    for (int32_t i = 0; i < s->n_vocab; i++) sum += exp((double)row[i] - (double)max);
+    const float lse = (float)((double)max + log(sum));
+    if (logprob)
+        *logprob = token >= 0 ? row[token] - lse : 0.0f;
+    if (n_top > (size_t)s->n_vocab)
+        n_top = (size_t)s->n_vocab;
+    size_t n = 0;
+    for (int32_t i = 0; i < s->n_vocab && n_top > 0; i++) top_insert(top_tokens, top_logprobs, &n, n_top, i, row[i]);
+    for (size_t j = 0; j < n; j++) top_logprobs[j] -= lse;
+    return TSR_OK;
 }

@@ -16,6 +16,9 @@ struct smp_sampler {
     int32_t *hist;   /* ring of the last repeat_last_n accepted ids */
     size_t n_hist, hist_pos;
     uint64_t rng;
+    int32_t *bias_ids; /* [n_bias]: logit_bias, applied first */
+    float *bias;
+    size_t n_bias;
 };
 
 void smp_params_default(smp_params *p) {
@@ -168,6 +171,8 @@ void smp_free(smp_sampler *s) {
     tsr__free(s->cands);
     tsr__free(s->counts);
     tsr__free(s->hist);
+    tsr__free(s->bias_ids);
+    tsr__free(s->bias);
     tsr__free(s);
 }
 
@@ -204,6 +209,7 @@ int32_t smp_sample(smp_sampler *s, const float *logits) {
     double u, cum = 0.0;
 
     for (int32_t i = 0; i < s->n_vocab; i++) s->cands[i] = (smp_cand){i, logits[i], 0.0f};
+    for (size_t i = 0; i < s->n_bias; i++) s->cands[s->bias_ids[i]].logit += s->bias[i];
     smp_apply_penalties(&c, s->n_hist ? s->counts : NULL, p->repeat_penalty, p->freq_penalty, p->presence_penalty);
     if (p->temp <= 0.0f) { /* greedy, after the penalties */
         smp_sort(&c);
@@ -221,4 +227,29 @@ int32_t smp_sample(smp_sampler *s, const float *logits) {
             return c.data[i].id;
     }
     return c.size ? c.data[c.size - 1].id : argmax(logits, s->n_vocab);
+}
+
+tsr_status smp_set_bias(smp_sampler *s, const int32_t *ids, const float *bias, size_t n) {
+    int32_t *ni = n ? tsr__malloc(n * sizeof *ni) : NULL;
+    float *nb = n ? tsr__malloc(n * sizeof *nb) : NULL;
+    if (n && (!ni || !nb)) {
+        tsr__free(ni);
+        tsr__free(nb);
+        return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory for %zu biases", n);
+    }
+    if (n) {
+        memcpy(ni, ids, n * sizeof *ni);
+        memcpy(nb, bias, n * sizeof *nb);
+    }
+    tsr__free(s->bias_ids);
+    tsr__free(s->bias);
+    s->bias_ids = ni;
+    s->bias = nb;
+    s->n_bias = n;
+    return TSR_OK;
+}
+
+void smp_biased(const smp_sampler *s, const float *logits, float *out) {
+    memcpy(out, logits, (size_t)s->n_vocab * sizeof *out);
+    for (size_t i = 0; i < s->n_bias; i++) out[s->bias_ids[i]] += s->bias[i];
 }

@@ -69,6 +69,11 @@ void smp_reset(smp_sampler *s);
  * with the token actually used (it feeds the repetition penalties). */
 int32_t smp_sample(smp_sampler *s, const float *logits);
 void smp_accept(smp_sampler *s, int32_t id);
+/* Sets the biases added to the logits before every other step (copied;
+ * ids within the vocabulary, checked by the caller). */
+tsr_status smp_set_bias(smp_sampler *s, const int32_t *ids, const float *bias, size_t n);
+/* logits[i] plus its bias (the row the sampler starts from) into out[n_vocab]. */
+void smp_biased(const smp_sampler *s, const float *logits, float *out);
 
 /* Next uniform number in [0, 1) of a splitmix64 state (exposed for tests). */
 double smp_uniform(uint64_t *state);

@@ -104,6 +104,7 @@ static tsr_status make_cache(tsr_session *s) {
     kp.n_seq = s->p.n_seq_max;
     kp.n_batch_max = s->p.n_ubatch;
     kp.v_in_k = hp->kv_v_in_k; /* deepseek2's latent cache */
+    kp.per_seq_cells = s->p.per_seq_cells != 0;
     /* the model's sliding window (gemma3); llama/mistral files may name one
      * (attention.sliding_window), but llama.cpp does not apply it there and
      * neither do we: hp->n_swa stays 0 for them */
@@ -227,6 +228,39 @@ tsr_status tsr_session_remove(tsr_session *s, int32_t seq, int32_t p0, int32_t p
     return st == TSR_OK ? TSR_OK : tsr__error(st, "tsr_session_remove: %s", tsr_last_error());
 }
 
+static tsr_status seq_check(const tsr_session *s, int32_t seq, const char *what) {
+    if (!s)
+        return tsr__error(TSR_E_INVALID, "%s: NULL session", what);
+    if (seq < 0 || seq >= s->p.n_seq_max)
+        return tsr__error(TSR_E_INVALID, "%s: sequence %d is outside 0..%d", what, seq, s->p.n_seq_max - 1);
+    return TSR_OK;
+}
+
+tsr_status tsr_session_seq_copy(tsr_session *s, int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    tsr_status st = seq_check(s, src, "tsr_session_seq_copy");
+    if (st == TSR_OK)
+        st = seq_check(s, dst, "tsr_session_seq_copy");
+    if (st == TSR_OK && (st = tsr_kv_cache_seq_copy(s->cache, src, dst, p0, p1)) != TSR_OK)
+        st = tsr__error(st, "tsr_session_seq_copy: %s", tsr_last_error());
+    return st;
+}
+
+tsr_status tsr_session_seq_save(const tsr_session *s, int32_t seq, void *buf, size_t cap, size_t *size) {
+    tsr_status st = seq_check(s, seq, "tsr_session_seq_save");
+    if (st == TSR_OK && !size)
+        st = tsr__error(TSR_E_INVALID, "tsr_session_seq_save: NULL size");
+    if (st == TSR_OK && (st = tsr_kv_cache_seq_save(s->cache, seq, buf, cap, size)) != TSR_OK)
+        st = tsr__error(st, "tsr_session_seq_save: %s", tsr_last_error());
+    return st;
+}
+
+tsr_status tsr_session_seq_load(tsr_session *s, int32_t seq, const void *buf, size_t size) {
+    tsr_status st = seq_check(s, seq, "tsr_session_seq_load");
+    if (st == TSR_OK && (st = tsr_kv_cache_seq_load(s->cache, seq, buf, size)) != TSR_OK)
+        st = tsr__error(st, "tsr_session_seq_load: %s", tsr_last_error());
+    return st;
+}
+
 const float *tsr_session_logits(const tsr_session *s, size_t i) {
     if (!s || i >= s->n_last || s->row_of[i] < 0)
         return NULL;
@@ -238,6 +272,13 @@ static int wants(const int8_t *want, size_t n, size_t i) { return want ? want[i]
 /* Every check that can fail before anything changes. */
 static tsr_status check_batch(const tsr_session *s, size_t n, const int32_t *tokens, const int32_t *pos,
                               const int32_t *seq, const int8_t *want) {
+    /* first: a batch larger than the free cells is TSR_E_FULL, whatever
+     * n_batch (capped at n_ctx) says, so that a caller can tell "make room"
+     * from "split the call" */
+    int64_t free_cells = s->p.n_ctx - tsr_kv_cache_used(s->cache);
+    if ((uint64_t)n > (uint64_t)free_cells)
+        return tsr__error(TSR_E_FULL, "tsr_session_decode: the cache has %lld free cells of %lld, the batch needs %zu",
+                          (long long)free_cells, (long long)s->p.n_ctx, n);
     if (n > (size_t)s->p.n_batch)
         return tsr__error(TSR_E_INVALID, "tsr_session_decode: %zu tokens, the session takes at most n_batch %lld", n,
                           (long long)s->p.n_batch);
@@ -260,10 +301,6 @@ static tsr_status check_batch(const tsr_session *s, size_t n, const int32_t *tok
                               "n_outputs_max %lld were reserved",
                               rows, (long long)s->p.n_ubatch, (long long)s->p.n_outputs_max);
     }
-    int64_t free_cells = s->p.n_ctx - tsr_kv_cache_used(s->cache);
-    if ((int64_t)n > free_cells)
-        return tsr__error(TSR_E_FULL, "tsr_session_decode: the cache has %lld free cells of %lld, the batch needs %zu",
-                          (long long)free_cells, (long long)s->p.n_ctx, n);
     return TSR_OK;
 }
 

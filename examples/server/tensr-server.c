@@ -1,0 +1,881 @@
+/*
+ * tensr-server - an OpenAI-compatible HTTP server over libtensr's batching
+ * scheduler (tsr_batcher): HTTP by GNU libmicrohttpd (a thread per
+ * connection), JSON by jansson. One stepping thread drives the batcher;
+ * connection threads submit requests and wait for their events.
+ *
+ * Endpoints: POST /v1/chat/completions, POST /v1/completions (SSE when
+ * "stream": true), GET /v1/models, POST /tokenize, POST /detokenize,
+ * GET /health. Errors in OpenAI's shape. Bound to 127.0.0.1 unless --host
+ * says otherwise; with --api-key every route but /health needs
+ * "Authorization: Bearer KEY" (compared in constant time).
+ */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <libtensr.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BODY_MAX (8u << 20)
+#define MAX_STOP 4
+
+typedef struct opts {
+    const char *model, *host, *api_key, *overrides;
+    int port, n_threads, n_slots, flash_attn, n_gpu_layers, verbose;
+    int64_t n_ctx, n_batch, n_ubatch, max_queued, timeout_s;
+    size_t amb;
+} opts;
+
+static opts o;
+static tsr_backend *backend;
+static tsr_model *model;
+static tsr_batcher *batcher;
+static char model_id[256];
+static pthread_mutex_t step_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t step_cv = PTHREAD_COND_INITIALIZER;
+static int stopping;
+
+/* ---- a request's results, shared by the stepping thread (events) and the
+ * connection's thread (waits for them). Lock order: the batcher's lock,
+ * then j->mu (on_event runs inside the step); so no batcher call is made
+ * while j->mu is held. ---------------------------------------------------- */
+
+typedef struct job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs; /* the connection and the batcher (until its last event) */
+    uint64_t id;
+    char *text; /* text not yet sent (stream) or all of it */
+    size_t n_text, cap_text;
+    int finish;
+    int64_t n_prompt, n_cached, n_gen;
+    /* the response */
+    int chat, stream, include_usage;
+    char *out; /* SSE bytes not yet handed to the connection */
+    size_t n_out, cap_out, pos_out;
+    int sent_role, done;
+    time_t created;
+} job;
+
+static void job_unref(job *j) {
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left > 0)
+        return;
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j->text);
+    free(j->out);
+    free(j);
+}
+
+static int grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap)
+        return 1;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    char *n = realloc(*buf, c);
+    if (!n)
+        return 0;
+    *buf = n;
+    *cap = c;
+    return 1;
+}
+
+/* The batcher's callback: on the stepping thread, with the batcher locked. */
+static int on_event(void *user, const tsr_batch_event *ev) {
+    job *j = user;
+    pthread_mutex_lock(&j->mu);
+    if (ev->text_len && grow(&j->text, &j->cap_text, j->n_text + ev->text_len)) {
+        memcpy(j->text + j->n_text, ev->text, ev->text_len);
+        j->n_text += ev->text_len;
+    }
+    j->n_prompt = ev->n_prompt;
+    j->n_cached = ev->n_cached;
+    j->n_gen = ev->n_generated;
+    if (ev->finish)
+        j->finish = ev->finish;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (ev->finish)
+        job_unref(j);
+    return 0;
+}
+
+/* ---- the stepping thread -------------------------------------------------- */
+
+static void wake_stepper(void) {
+    pthread_mutex_lock(&step_mu);
+    pthread_cond_signal(&step_cv);
+    pthread_mutex_unlock(&step_mu);
+}
+
+static void *stepper(void *arg) {
+    (void)arg;
+    for (;;) {
+        size_t active = 0;
+        if (tsr_batcher_step(batcher, &active) != TSR_OK)
+            fprintf(stderr, "tensr-server: step: %s\n", tsr_last_error());
+        if (active)
+            continue;
+        pthread_mutex_lock(&step_mu);
+        if (stopping) {
+            pthread_mutex_unlock(&step_mu);
+            return NULL;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&step_cv, &step_mu, &ts);
+        pthread_mutex_unlock(&step_mu);
+    }
+}
+
+/* ---- HTTP helpers ---------------------------------------------------------- */
+
+typedef struct conn {
+    char *body;
+    size_t n_body;
+    int too_big;
+} conn;
+
+static enum MHD_Result send_json(struct MHD_Connection *c, unsigned code, json_t *v) {
+    char *s = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    if (!s)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (code == 429 || code == 503)
+        MHD_add_response_header(r, "Retry-After", "1");
+    enum MHD_Result ret = MHD_queue_response(c, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, unsigned code, const char *type, const char *param,
+                                  const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *e = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", type, "param",
+                          param ? json_string(param) : json_null(), "code", json_null());
+    return send_json(c, code, e);
+}
+
+/* Constant-time comparison of the bearer token with the key. */
+static int key_ok(struct MHD_Connection *c) {
+    if (!o.api_key)
+        return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0)
+        return 0;
+    h += 7;
+    size_t lk = strlen(o.api_key), lh = strlen(h);
+    unsigned char diff = (unsigned char)(lk != lh);
+    for (size_t i = 0; i < lk; i++) diff |= (unsigned char)(o.api_key[i] ^ (i < lh ? h[i] : 0));
+    return diff == 0;
+}
+
+/* ---- request parsing ------------------------------------------------------- */
+
+typedef struct req {
+    tsr_sampler_params sp;
+    tsr_logit_bias bias[300];
+    const char *stop[MAX_STOP];
+    size_t n_stop;
+    int64_t max_tokens;
+    int stream, include_usage;
+    char *prompt; /* formatted text (malloc) */
+} req;
+
+/* A bad field: its name and what is wrong, for a 400. */
+typedef struct bad {
+    const char *param;
+    char msg[256];
+} bad;
+
+static int fail(bad *b, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->msg, sizeof b->msg, fmt, ap);
+    va_end(ap);
+    b->param = param;
+    return 0;
+}
+
+static int num(json_t *body, const char *key, double lo, double hi, double *out, bad *b) {
+    json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v))
+        return 1;
+    if (!json_is_number(v) || json_number_value(v) < lo || json_number_value(v) > hi)
+        return fail(b, key, "'%s' must be a number within %g..%g", key, lo, hi);
+    *out = json_number_value(v);
+    return 1;
+}
+
+static int parse_sampling(json_t *body, req *r, bad *b) {
+    double t = 1.0, top_p = 1.0, min_p = 0.0, rp = 1.0, pp = 0.0, fp = 0.0, top_k = 0, seed = -1, mt = -1, mct = -1,
+           n = 1;
+    if (!num(body, "temperature", 0, 2, &t, b) || !num(body, "top_p", 0, 1, &top_p, b) ||
+        !num(body, "min_p", 0, 1, &min_p, b) || !num(body, "repeat_penalty", 0.01, 100, &rp, b) ||
+        !num(body, "presence_penalty", -2, 2, &pp, b) || !num(body, "frequency_penalty", -2, 2, &fp, b) ||
+        !num(body, "top_k", 0, 1e6, &top_k, b) || !num(body, "seed", -1e18, 1e18, &seed, b) ||
+        !num(body, "max_tokens", 0, 1e9, &mt, b) || !num(body, "max_completion_tokens", 0, 1e9, &mct, b) ||
+        !num(body, "n", 1, 1, &n, b))
+        return 0;
+    tsr_sampler_params_init(&r->sp, sizeof r->sp);
+    r->sp.temp = (float)t;
+    r->sp.top_p = (float)top_p;
+    r->sp.min_p = (float)min_p;
+    r->sp.top_k = (int32_t)top_k;
+    r->sp.repeat_penalty = (float)rp;
+    r->sp.presence_penalty = (float)pp;
+    r->sp.freq_penalty = (float)fp;
+    if (seed >= 0)
+        r->sp.seed = (uint64_t)seed;
+    r->max_tokens = mct >= 0 ? (int64_t)mct : mt >= 0 ? (int64_t)mt : 0;
+    json_t *lb = json_object_get(body, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb) || json_object_size(lb) > sizeof r->bias / sizeof r->bias[0])
+            return fail(b, "logit_bias", "'logit_bias' must be an object of at most 300 token ids");
+        const char *k;
+        json_t *v;
+        json_object_foreach(lb, k, v) {
+            char *end = NULL;
+            long id = strtol(k, &end, 10);
+            if (!*k || *end || id < 0 || id >= tsr_model_n_vocab(model) || !json_is_number(v) ||
+                json_number_value(v) < -100 || json_number_value(v) > 100)
+                return fail(b, "logit_bias", "'logit_bias': '%s' is no token id, or its bias is not within -100..100",
+                            k);
+            r->bias[r->sp.n_logit_bias].token = (int32_t)id;
+            r->bias[r->sp.n_logit_bias++].bias = (float)json_number_value(v);
+        }
+        r->sp.logit_bias = r->bias;
+    }
+    return 1;
+}
+
+static int parse_common(json_t *body, req *r, bad *b) {
+    json_t *m = json_object_get(body, "model");
+    if (m && !json_is_null(m) && !json_is_string(m))
+        return fail(b, "model", "'model' must be a string");
+    if (json_object_get(body, "tools") && !json_is_null(json_object_get(body, "tools")))
+        return fail(b, "tools", "'tools' is not supported");
+    json_t *rf = json_object_get(body, "response_format");
+    if (rf && !json_is_null(rf) &&
+        (!json_is_object(rf) || !json_is_string(json_object_get(rf, "type")) ||
+         strcmp(json_string_value(json_object_get(rf, "type")), "text") != 0))
+        return fail(b, "response_format", "'response_format' other than text is not supported");
+    json_t *lp = json_object_get(body, "logprobs");
+    if (lp && !json_is_null(lp) && !(json_is_false(lp) || (json_is_integer(lp) && json_integer_value(lp) == 0)))
+        return fail(b, "logprobs", "'logprobs' is not supported yet");
+    if (!parse_sampling(body, r, b))
+        return 0;
+    json_t *st = json_object_get(body, "stream");
+    if (st && !json_is_null(st) && !json_is_boolean(st))
+        return fail(b, "stream", "'stream' must be a boolean");
+    r->stream = st && json_is_true(st);
+    json_t *so = json_object_get(body, "stream_options");
+    r->include_usage = so && json_is_object(so) && json_is_true(json_object_get(so, "include_usage"));
+    json_t *stop = json_object_get(body, "stop");
+    if (stop && json_is_string(stop) && json_string_length(stop) > 0) {
+        r->stop[r->n_stop++] = json_string_value(stop);
+    } else if (stop && json_is_array(stop)) {
+        if (json_array_size(stop) > MAX_STOP)
+            return fail(b, "stop", "'stop' holds at most %d strings", MAX_STOP);
+        size_t i;
+        json_t *v;
+        json_array_foreach(stop, i, v) {
+            if (!json_is_string(v) || json_string_length(v) == 0)
+                return fail(b, "stop", "'stop' must hold non-empty strings");
+            r->stop[r->n_stop++] = json_string_value(v);
+        }
+    } else if (stop && !json_is_null(stop) && !json_is_string(stop)) {
+        return fail(b, "stop", "'stop' must be a string or an array of strings");
+    }
+    return 1;
+}
+
+/* The chat's messages rendered with the model's template. */
+static int chat_prompt(json_t *body, req *r, bad *b) {
+    json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0 || json_array_size(msgs) > 4096)
+        return fail(b, "messages", "'messages' must be a non-empty array");
+    size_t n = json_array_size(msgs), len = 0;
+    tsr_chat_message *cm = calloc(n, sizeof *cm);
+    if (!cm)
+        return fail(b, "messages", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i), *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_string(role) || !json_is_string(content)) {
+            free(cm);
+            return fail(b, "messages", "messages[%zu] needs a string 'role' and a string 'content'", i);
+        }
+        cm[i].role = json_string_value(role);
+        cm[i].content = json_string_value(content);
+    }
+    tsr_status st = tsr_model_chat_format(model, cm, n, 1, NULL, 0, &len);
+    if (st == TSR_E_RANGE && (r->prompt = malloc(len + 1)) != NULL)
+        st = tsr_model_chat_format(model, cm, n, 1, r->prompt, len + 1, &len);
+    free(cm);
+    if (st != TSR_OK)
+        return fail(b, "messages", "the chat cannot be formatted: %s", tsr_last_error());
+    return 1;
+}
+
+static int text_prompt(json_t *body, req *r, bad *b) {
+    json_t *p = json_object_get(body, "prompt");
+    if (!json_is_string(p))
+        return fail(b, "prompt", "'prompt' must be a string");
+    r->prompt = strdup(json_string_value(p));
+    return r->prompt != NULL;
+}
+
+/* ---- completions ------------------------------------------------------------ */
+
+static const char *finish_name(int f) {
+    return f == TSR_FINISH_LENGTH ? "length" : f == TSR_FINISH_STOP ? "stop" : f == TSR_FINISH_CANCELLED ? "cancelled" : "error";
+}
+
+static json_t *usage(const job *j) {
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens",
+                     (json_int_t)j->n_gen, "total_tokens", (json_int_t)(j->n_prompt + j->n_gen),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)j->n_cached);
+}
+
+static json_t *choice(const job *j, const char *text, size_t len, int final) {
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    if (j->chat) {
+        json_t *m = json_object();
+        if (!j->stream || !j->sent_role)
+            json_object_set_new(m, "role", json_string("assistant"));
+        if (text)
+            json_object_set_new(m, "content", json_stringn(text, len));
+        json_object_set_new(c, j->stream ? "delta" : "message", m);
+    } else {
+        json_object_set_new(c, "text", json_stringn(text ? text : "", text ? len : 0));
+    }
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", final ? json_string(finish_name(j->finish)) : json_null());
+    return c;
+}
+
+static json_t *envelope(const job *j, json_t *choices) {
+    char id[64];
+    snprintf(id, sizeof id, "%s-%llu", j->chat ? "chatcmpl" : "cmpl", (unsigned long long)j->id);
+    const char *obj = j->chat ? (j->stream ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+    return json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", id, "object", obj, "created", (json_int_t)j->created, "model",
+                     model_id, "choices", choices);
+}
+
+/* Appends one SSE event "data: JSON\n\n" to the job's output. */
+static void sse(job *j, json_t *v) {
+    char *s = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+    if (!s)
+        return;
+    size_t n = strlen(s);
+    if (grow(&j->out, &j->cap_out, j->n_out + n + 8)) {
+        memcpy(j->out + j->n_out, "data: ", 6);
+        memcpy(j->out + j->n_out + 6, s, n);
+        memcpy(j->out + j->n_out + 6 + n, "\n\n", 2);
+        j->n_out += n + 8;
+    }
+    free(s);
+}
+
+static void sse_raw(job *j, const char *s) {
+    size_t n = strlen(s);
+    if (grow(&j->out, &j->cap_out, j->n_out + n))
+        memcpy(j->out + j->n_out, s, n), j->n_out += n;
+}
+
+/* Turns what the job has into SSE bytes (j->mu held). */
+static void sse_fill(job *j) {
+    if (j->chat && !j->sent_role) {
+        sse(j, envelope(j, json_pack("[o]", choice(j, "", 0, 0))));
+        j->sent_role = 1;
+    }
+    if (j->n_text) {
+        sse(j, envelope(j, json_pack("[o]", choice(j, j->text, j->n_text, 0))));
+        j->n_text = 0;
+    }
+    if (j->finish && !j->done) {
+        sse(j, envelope(j, json_pack("[o]", choice(j, NULL, 0, 1))));
+        if (j->include_usage) {
+            json_t *u = envelope(j, json_array());
+            json_object_set_new(u, "usage", usage(j));
+            sse(j, u);
+        }
+        sse_raw(j, "data: [DONE]\n\n");
+        j->done = 1;
+    }
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->pos_out < j->n_out) {
+            size_t n = j->n_out - j->pos_out < max ? j->n_out - j->pos_out : max;
+            memcpy(buf, j->out + j->pos_out, n);
+            j->pos_out += n;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)n;
+        }
+        j->n_out = j->pos_out = 0;
+        if (j->done) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (j->n_text || j->finish || (j->chat && !j->sent_role)) {
+            sse_fill(j);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 5;
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && !j->n_text && !j->finish)
+            sse_raw(j, ": keep-alive\n\n"); /* a long prefill: the client sees the connection live */
+    }
+}
+
+/* The connection ended (finished or the client went away): cancel the
+ * request; a finished one ignores it. */
+static void stream_end(void *cls) {
+    job *j = cls;
+    tsr_batcher_cancel(batcher, j->id);
+    job_unref(j);
+}
+
+static enum MHD_Result completion(struct MHD_Connection *c, json_t *body, int chat) {
+    req r;
+    memset(&r, 0, sizeof r);
+    bad b = {NULL, ""};
+    json_t *m = json_object_get(body, "model");
+    if (json_is_string(m) && strcmp(json_string_value(m), model_id) != 0)
+        return send_error(c, 404, "invalid_request_error", "model", "The model '%s' does not exist",
+                          json_string_value(m));
+    if (!parse_common(body, &r, &b) || !(chat ? chat_prompt(body, &r, &b) : text_prompt(body, &r, &b))) {
+        free(r.prompt);
+        return send_error(c, 400, "invalid_request_error", b.param, "%s", b.msg);
+    }
+    job *j = calloc(1, sizeof *j);
+    if (!j) {
+        free(r.prompt);
+        return send_error(c, 500, "server_error", NULL, "out of memory");
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 2;
+    j->chat = chat;
+    j->stream = r.stream;
+    j->include_usage = r.include_usage;
+    j->created = time(NULL);
+    tsr_request_params rp;
+    tsr_request_params_init(&rp, sizeof rp);
+    rp.text = r.prompt;
+    rp.sampling = &r.sp;
+    rp.max_tokens = r.max_tokens;
+    rp.stop = r.stop;
+    rp.n_stop = r.n_stop;
+    rp.callback = on_event;
+    rp.user = j;
+    tsr_status st = tsr_batcher_submit(batcher, &rp, &j->id);
+    free(r.prompt);
+    if (st != TSR_OK) {
+        j->refs = 1;
+        job_unref(j);
+        if (st == TSR_E_FULL)
+            return send_error(c, 503, "server_error", NULL, "all slots are busy and %lld requests wait",
+                              (long long)o.max_queued);
+        if (st == TSR_E_RANGE)
+            return send_error(c, 400, "exceed_context_size_error", chat ? "messages" : "prompt", "%s",
+                              tsr_last_error());
+        return send_error(c, 400, "invalid_request_error", NULL, "%s", tsr_last_error());
+    }
+    wake_stepper();
+    if (j->stream) {
+        struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, j, stream_end);
+        MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    /* wait, watching the socket: a client that goes away cancels */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    pthread_mutex_lock(&j->mu);
+    while (!j->finish) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && ci) {
+            struct pollfd pfd = {ci->connect_fd, POLLRDHUP, 0};
+            if (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR))) {
+                /* never call the batcher holding j->mu: its step holds the
+                 * batcher's lock when it takes j->mu (on_event) */
+                pthread_mutex_unlock(&j->mu);
+                tsr_batcher_cancel(batcher, j->id);
+                pthread_mutex_lock(&j->mu);
+            }
+        }
+    }
+    json_t *v = envelope(j, json_pack("[o]", choice(j, j->text, j->n_text, 1)));
+    json_object_set_new(v, "usage", usage(j));
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+    return send_json(c, 200, v);
+}
+
+/* ---- the other routes ------------------------------------------------------- */
+
+static enum MHD_Result tokenize(struct MHD_Connection *c, json_t *body) {
+    json_t *content = json_object_get(body, "content");
+    if (!json_is_string(content))
+        return send_error(c, 400, "invalid_request_error", "content", "'content' must be a string");
+    size_t len = json_string_length(content), n = 0;
+    unsigned fl = json_is_true(json_object_get(body, "add_special")) ? TSR_TOKENIZE_ADD_SPECIAL : 0;
+    if (json_is_true(json_object_get(body, "parse_special")))
+        fl |= TSR_TOKENIZE_PARSE_SPECIAL;
+    tsr_model_tokenize(model, json_string_value(content), len, fl, NULL, 0, &n);
+    int32_t *t = malloc((n ? n : 1) * sizeof *t);
+    if (!t || tsr_model_tokenize(model, json_string_value(content), len, fl, t, n, &n) != TSR_OK) {
+        free(t);
+        return send_error(c, 500, "server_error", NULL, "tokenize: %s", tsr_last_error());
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(t[i]));
+    free(t);
+    return send_json(c, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static enum MHD_Result detokenize(struct MHD_Connection *c, json_t *body) {
+    json_t *toks = json_object_get(body, "tokens");
+    if (!json_is_array(toks))
+        return send_error(c, 400, "invalid_request_error", "tokens", "'tokens' must be an array of token ids");
+    size_t n = json_array_size(toks), len = 0;
+    int32_t *t = malloc((n ? n : 1) * sizeof *t);
+    if (!t)
+        return send_error(c, 500, "server_error", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(toks, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= tsr_model_n_vocab(model)) {
+            free(t);
+            return send_error(c, 400, "invalid_request_error", "tokens", "tokens[%zu] is no token id", i);
+        }
+        t[i] = (int32_t)json_integer_value(v);
+    }
+    tsr_model_detokenize(model, t, n, 0, NULL, 0, &len);
+    char *s = malloc(len + 1);
+    if (!s || tsr_model_detokenize(model, t, n, 0, s, len + 1, &len) != TSR_OK) {
+        free(t);
+        free(s);
+        return send_error(c, 500, "server_error", NULL, "detokenize: %s", tsr_last_error());
+    }
+    free(t);
+    json_t *v = json_pack("{s:s%}", "content", s, len);
+    free(s);
+    return send_json(c, 200, v);
+}
+
+static enum MHD_Result models(struct MHD_Connection *c) {
+    return send_json(c, 200,
+                     json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id", model_id, "object",
+                               "model", "created", (json_int_t)0, "owned_by", "libtensr"));
+}
+
+/* Prometheus text: the gauges an endpoint picker reads (waiting and
+ * running requests, KV-cache use). */
+static enum MHD_Result metrics(struct MHD_Connection *c) {
+    size_t running = 0, waiting = 0;
+    int64_t cells = 0;
+    tsr_batcher_counts(batcher, &running, &waiting, &cells);
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf,
+                     "# HELP tensr_requests_running Requests in a slot (prefill or decode).\n"
+                     "# TYPE tensr_requests_running gauge\ntensr_requests_running %zu\n"
+                     "# HELP tensr_requests_waiting Requests queued for a slot.\n"
+                     "# TYPE tensr_requests_waiting gauge\ntensr_requests_waiting %zu\n"
+                     "# HELP tensr_kv_cache_usage_ratio KV cells held by the slots over all cells.\n"
+                     "# TYPE tensr_kv_cache_usage_ratio gauge\ntensr_kv_cache_usage_ratio %.6f\n",
+                     running, waiting, (double)cells / (double)(o.n_ctx / o.n_slots * o.n_slots));
+    struct MHD_Response *r = MHD_create_response_from_buffer((size_t)n, buf, MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result route(struct MHD_Connection *c, const char *url, const char *method, conn *cn) {
+    int get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    if (get && strcmp(url, "/health") == 0)
+        return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    if (!key_ok(c))
+        return send_error(c, 401, "invalid_request_error", NULL, "Invalid API key");
+    if (get && strcmp(url, "/v1/models") == 0)
+        return models(c);
+    if (get && strcmp(url, "/metrics") == 0)
+        return metrics(c);
+    int known = post && (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/v1/completions") == 0 ||
+                         strcmp(url, "/tokenize") == 0 || strcmp(url, "/detokenize") == 0);
+    if (!known)
+        return send_error(c, 404, "invalid_request_error", NULL, "%s %s: no such route", method, url);
+    if (cn->too_big)
+        return send_error(c, 413, "invalid_request_error", NULL, "the body is over %u bytes", BODY_MAX);
+    json_error_t je;
+    json_t *body = json_loadb(cn->body ? cn->body : "", cn->n_body, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(body)) {
+        json_decref(body);
+        return send_error(c, 400, "invalid_request_error", NULL, "the body is no JSON object: %s", je.text);
+    }
+    enum MHD_Result r = strcmp(url, "/tokenize") == 0     ? tokenize(c, body)
+                        : strcmp(url, "/detokenize") == 0 ? detokenize(c, body)
+                                                          : completion(c, body, strcmp(url, "/v1/chat/completions") == 0);
+    json_decref(body);
+    return r;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **ptr) {
+    (void)cls;
+    (void)version;
+    conn *cn = *ptr;
+    if (!cn) {
+        if (!(cn = calloc(1, sizeof *cn)))
+            return MHD_NO;
+        *ptr = cn;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cn->too_big && cn->n_body + *upload_size <= BODY_MAX) {
+            char *b = realloc(cn->body, cn->n_body + *upload_size);
+            if (!b)
+                return MHD_NO;
+            memcpy(b + cn->n_body, upload, *upload_size);
+            cn->body = b;
+            cn->n_body += *upload_size;
+        } else {
+            cn->too_big = 1;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(c, url, method, cn);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **ptr, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    conn *cn = *ptr;
+    if (cn) {
+        free(cn->body);
+        free(cn);
+    }
+    *ptr = NULL;
+}
+
+/* ---- command line ----------------------------------------------------------- */
+
+static void usage_exit(int code) {
+    fprintf(code ? stderr : stdout,
+            "usage: tensr-server -m MODEL [options]\n"
+            "  -m, --model FILE         GGUF model\n"
+            "  -c, --ctx-size N         KV cells in all (each of the -np slots gets N / np; default 4096)\n"
+            "  -np, --parallel N        slots: requests decoded side by side (default 4)\n"
+            "  -t, --threads N          CPU threads (default: the library's)\n"
+            "  -b, --batch-size N       most tokens of one step (default 512)\n"
+            "  -ub, --ubatch-size N     most prompt tokens of one request a step (default 512)\n"
+            "  -ngl, --n-gpu-layers N   layers on GPUs (default 0)\n"
+            "  -ot, --override-tensor P tensor buffer overrides, PATTERN=BUFT,...\n"
+            "  -fa, --flash-attn on|off|auto\n"
+            "  -amb, --attn-max-batch N attention max batch, MiB\n"
+            "  --host ADDR              IPv4 address to bind (default 127.0.0.1)\n"
+            "  --port N                 (default 8080)\n"
+            "  --api-key KEY, --api-key-file FILE\n"
+            "  --max-queued N           requests waiting for a slot before 503 (default 64)\n"
+            "  --timeout S              (accepted; connection timeout, default 600)\n"
+            "  -v, --verbose\n");
+    exit(code);
+}
+
+static const char *arg(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tensr-server: %s needs a value\n", argv[*i]);
+        exit(2);
+    }
+    return argv[++*i];
+}
+
+static int64_t int_arg(int argc, char **argv, int *i, int64_t lo, int64_t hi) {
+    const char *name = argv[*i], *v = arg(argc, argv, i);
+    char *end = NULL;
+    long long n = strtoll(v, &end, 10);
+    if (!*v || *end || n < lo || n > hi) {
+        fprintf(stderr, "tensr-server: %s %s: expected an integer within %lld..%lld\n", name, v, (long long)lo,
+                (long long)hi);
+        exit(2);
+    }
+    return n;
+}
+
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    char buf[1024];
+    if (!f || !fgets(buf, sizeof buf, f)) {
+        fprintf(stderr, "tensr-server: --api-key-file %s: %s\n", path, f ? "empty" : strerror(errno));
+        exit(2);
+    }
+    fclose(f);
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return strdup(buf);
+}
+
+#define IS(a, s, l) (strcmp(a, s) == 0 || strcmp(a, l) == 0)
+
+static void parse_args(int argc, char **argv) {
+    o.host = "127.0.0.1";
+    o.port = 8080;
+    o.n_slots = 4;
+    o.n_ctx = 4096;
+    o.n_batch = o.n_ubatch = 512;
+    o.max_queued = 64;
+    o.timeout_s = 600;
+    o.flash_attn = TSR_FLASH_ATTN_AUTO;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (IS(a, "-m", "--model")) o.model = arg(argc, argv, &i);
+        else if (IS(a, "-c", "--ctx-size")) o.n_ctx = int_arg(argc, argv, &i, 16, 1 << 24);
+        else if (IS(a, "-np", "--parallel")) o.n_slots = (int)int_arg(argc, argv, &i, 1, 1024);
+        else if (IS(a, "-t", "--threads")) o.n_threads = (int)int_arg(argc, argv, &i, 1, 1024);
+        else if (IS(a, "-b", "--batch-size")) o.n_batch = int_arg(argc, argv, &i, 1, 1 << 20);
+        else if (IS(a, "-ub", "--ubatch-size")) o.n_ubatch = int_arg(argc, argv, &i, 1, 1 << 20);
+        else if (IS(a, "-ngl", "--n-gpu-layers")) o.n_gpu_layers = (int)int_arg(argc, argv, &i, 0, 100000);
+        else if (IS(a, "-ot", "--override-tensor")) o.overrides = arg(argc, argv, &i);
+        else if (IS(a, "-amb", "--attn-max-batch")) o.amb = (size_t)int_arg(argc, argv, &i, 0, 1 << 20) << 20;
+        else if (IS(a, "-fa", "--flash-attn")) {
+            const char *v = arg(argc, argv, &i);
+            o.flash_attn = strcmp(v, "on") == 0 || strcmp(v, "1") == 0    ? TSR_FLASH_ATTN_ON
+                           : strcmp(v, "off") == 0 || strcmp(v, "0") == 0 ? TSR_FLASH_ATTN_OFF
+                           : strcmp(v, "auto") == 0                       ? TSR_FLASH_ATTN_AUTO
+                                                                          : (fprintf(stderr, "tensr-server: -fa %s: on, off or auto\n", v), exit(2), 0);
+        } else if (strcmp(a, "--host") == 0) o.host = arg(argc, argv, &i);
+        else if (strcmp(a, "--port") == 0) o.port = (int)int_arg(argc, argv, &i, 0, 65535);
+        else if (strcmp(a, "--api-key") == 0) o.api_key = arg(argc, argv, &i);
+        else if (strcmp(a, "--api-key-file") == 0) o.api_key = read_key_file(arg(argc, argv, &i));
+        else if (strcmp(a, "--max-queued") == 0) o.max_queued = int_arg(argc, argv, &i, 0, 1 << 20);
+        else if (strcmp(a, "--timeout") == 0) o.timeout_s = int_arg(argc, argv, &i, 1, 1 << 24);
+        else if (IS(a, "-v", "--verbose")) o.verbose = 1;
+        else if (IS(a, "-h", "--help")) usage_exit(0);
+        else {
+            fprintf(stderr, "tensr-server: unknown argument %s\n", a);
+            usage_exit(2);
+        }
+    }
+    if (!o.model)
+        usage_exit(2);
+}
+
+static int load(void) {
+    tsr_backend_params bp;
+    tsr_backend_params_init(&bp, sizeof bp);
+    if (o.n_threads)
+        bp.n_threads = o.n_threads;
+    bp.flash_attn = o.flash_attn;
+    bp.attn_max_batch = o.amb;
+    tsr_buft_override *ov = NULL;
+    if (tsr_backend_new(&bp, &backend) != TSR_OK || (o.overrides && tsr_buft_overrides_parse(o.overrides, &ov) != TSR_OK))
+        return fprintf(stderr, "tensr-server: %s\n", tsr_last_error()), 1;
+    tsr_load_params lp;
+    tsr_load_params_init(&lp, sizeof lp);
+    lp.n_gpu_layers = o.n_gpu_layers;
+    lp.overrides = ov;
+    tsr_status st = tsr_model_load(backend, o.model, &lp, &model);
+    tsr_buft_overrides_free(ov);
+    if (st != TSR_OK)
+        return fprintf(stderr, "tensr-server: %s: %s\n", o.model, tsr_last_error()), 1;
+    tsr_batcher_params p;
+    tsr_batcher_params_init(&p, sizeof p);
+    p.n_slots = o.n_slots;
+    p.n_ctx_slot = o.n_ctx / o.n_slots;
+    p.n_batch = o.n_batch < o.n_slots ? o.n_slots : o.n_batch;
+    p.n_ubatch = o.n_ubatch;
+    p.n_queue_max = o.max_queued;
+    if (tsr_batcher_new(model, &p, &batcher) != TSR_OK)
+        return fprintf(stderr, "tensr-server: %s\n", tsr_last_error()), 1;
+    const char *base = strrchr(o.model, '/');
+    snprintf(model_id, sizeof model_id, "%s", base ? base + 1 : o.model);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    parse_args(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* every thread; main waits for them */
+    if (load())
+        return 1;
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)o.port);
+    if (inet_pton(AF_INET, o.host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "tensr-server: --host %s: not an IPv4 address\n", o.host);
+        return 2;
+    }
+    pthread_t step_thread;
+    pthread_create(&step_thread, NULL, stepper, NULL);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, handler,
+        NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, completed, NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.timeout_s, MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "tensr-server: cannot listen on %s:%d\n", o.host, o.port);
+        return 1;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "tensr-server: %s on http://%s:%u (%d slots of %lld cells)\n", model_id, o.host,
+            info ? info->port : (unsigned)o.port, o.n_slots, (long long)(o.n_ctx / o.n_slots));
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "tensr-server: signal %d: stopping\n", sig);
+    MHD_stop_daemon(d);
+    pthread_mutex_lock(&step_mu);
+    stopping = 1;
+    pthread_cond_signal(&step_cv);
+    pthread_mutex_unlock(&step_mu);
+    pthread_join(step_thread, NULL);
+    tsr_batcher_free(batcher);
+    tsr_model_free(model);
+    tsr_backend_free(backend);
+    return 0;
+}
