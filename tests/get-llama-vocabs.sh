@@ -5,9 +5,8 @@
 # that folder. Does nothing but print it when it is already there.
 #
 # The files come from the llama.cpp source that the llama-cpp-python sdist
-# vendors (PyPI): the sdist is fetched once (pip download, else curl from
-# the address PyPI's JSON API gives), its SHA-256 checked, kept in the
-# cache, and only the vocabulary files are extracted.
+# vendors (PyPI): the sdist is fetched once (pip download), its SHA-256
+# checked, kept in the cache, and only the vocabulary files are extracted.
 #
 #   LLAMA_CPP_PYTHON_VERSION  the sdist's version (default below; another
 #                             version is taken without a checksum)
@@ -55,16 +54,9 @@ if ! sdist_ok "$sdist"; then
     elif command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then
         pip_cmd="python3 -m pip"
     fi
-    if [ -z "$pip_cmd" ] ||
-        ! $pip_cmd download --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$VERSION" >&2 ||
-        [ ! -f "$tmp/$SDIST" ]; then
-        command -v curl >/dev/null 2>&1 || die "neither pip nor curl can fetch llama-cpp-python $VERSION"
-        echo "get-llama-vocabs.sh: pip unavailable or failed; fetching the sdist with curl" >&2
-        url=$(curl -fsSL "https://pypi.org/pypi/llama-cpp-python/$VERSION/json" |
-            sed -n 's/.*"url": *"\([^"]*\.tar\.gz\)".*/\1/p' | head -n 1)
-        [ -n "$url" ] || die "no sdist of llama-cpp-python $VERSION found on PyPI"
-        curl -fL --retry 3 -o "$tmp/$SDIST" "$url" >&2 || die "download of $url failed"
-    fi
+    [ -n "$pip_cmd" ] || die "no pip to fetch llama-cpp-python $VERSION"
+    $pip_cmd download --no-deps --no-binary :all: -d "$tmp" "llama-cpp-python==$VERSION" >&2 &&
+        [ -f "$tmp/$SDIST" ] || die "pip could not fetch llama-cpp-python $VERSION's sdist"
     sdist_ok "$tmp/$SDIST" || die "$SDIST: SHA-256 $(sha_of "$tmp/$SDIST"), expected $DEFAULT_SHA256"
     mv "$tmp/$SDIST" "$sdist"
 fi
