@@ -82,7 +82,7 @@ static int on_event(void *user, const tsr_batch_event *ev) {
         r->got[r->n_got++] = ev->token;
     if (!utf8_whole(ev->text, ev->text_len))
         r->bad_utf8++;
-    if (r->n_text + ev->text_len < sizeof r->text) {
+    if (ev->text_len && r->n_text + ev->text_len < sizeof r->text) {
         memcpy(r->text + r->n_text, ev->text, ev->text_len);
         r->n_text += ev->text_len;
     }

@@ -453,6 +453,8 @@ static int64_t find_stop(const breq *r, size_t from) {
 }
 
 static int append_text(breq *r, const char *s, size_t n) {
+    if (n == 0) /* (an empty piece: nothing to copy, r->text may still be NULL) */
+        return 1;
     if (r->n_text + n > r->cap_text) {
         size_t cap = r->cap_text ? r->cap_text * 2 : 256;
         while (cap < r->n_text + n) cap *= 2;
@@ -477,7 +479,7 @@ static void emit(breq *r, int32_t token, float logprob) {
     }
     if (end < r->n_sent)
         end = r->n_sent;
-    tsr_batch_event ev = {sizeof ev,       r->id,     token,       logprob,     r->text + r->n_sent,
+    tsr_batch_event ev = {sizeof ev,       r->id,     token,       logprob,     r->text ? r->text + r->n_sent : "",
                           end - r->n_sent, r->finish, r->n_prompt, r->n_cached, r->n_gen};
     r->n_sent = end;
     if (r->cb && r->cb(r->user, &ev) != 0 && r->finish == TSR_FINISH_NONE)
