@@ -332,7 +332,9 @@ tsr_status tsr_batcher_poll(tsr_batcher *b, uint64_t id, int32_t *tokens, size_t
     breq *r = find(b, id);
     if (r) {
         *n_tokens = (size_t)r->n_gen;
-        memcpy(tokens, r->gen, ((size_t)r->n_gen < cap ? (size_t)r->n_gen : cap) * sizeof *tokens);
+        const size_t n = (size_t)r->n_gen < cap ? (size_t)r->n_gen : cap;
+        if (n) /* (tokens may be NULL with cap 0) */
+            memcpy(tokens, r->gen, n * sizeof *tokens);
         if (finish)
             *finish = r->finish;
     }
@@ -352,7 +354,8 @@ tsr_status tsr_batcher_text(tsr_batcher *b, uint64_t id, char *buf, size_t cap, 
         size_t n = r->state == REQ_DONE ? r->n_text : r->n_sent;
         *len = n;
         if (n < cap) {
-            memcpy(buf, r->text, n);
+            if (n) /* (no text yet: r->text may be NULL) */
+                memcpy(buf, r->text, n);
             buf[n] = '\0';
         } else {
             st = tsr__error(TSR_E_RANGE, "tsr_batcher_text: %zu bytes, the buffer holds %zu", n + 1, cap);
@@ -442,7 +445,7 @@ static int64_t find_stop(const breq *r, size_t from) {
     size_t start = from > r->max_stop ? from - r->max_stop : 0;
     for (size_t i = 0; i < r->n_stop; i++) {
         size_t l = strlen(r->stop[i]);
-        for (size_t p = start; p + l <= r->n_text; p++)
+        for (size_t p = start; l > 0 && p + l <= r->n_text; p++)
             if (memcmp(r->text + p, r->stop[i], l) == 0) {
                 if (at < 0 || (int64_t)p < at)
                     at = (int64_t)p;
