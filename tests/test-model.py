@@ -180,6 +180,18 @@ def first_divergence(ours, theirs):
     return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
 
 
+def write_checked(mtm, name, tmp):
+    """The tiny model name written into tmp, checked to be the file llama.cpp
+    saw: (its references, its path), or (None, path) after a failed check."""
+    ref = load_refs(f"model-{name}.json")
+    path = os.path.join(tmp, name + ".gguf")
+    mtm.write_model(name, path)
+    if sha256(path) != ref["model_sha256"]:
+        check(False, f"{name}: regenerated file differs from the one llama.cpp saw")
+        return None, path
+    return ref, path
+
+
 def test_tiny():
     sys.path.insert(0, os.path.join(SRC, "tests"))
     try:
@@ -192,11 +204,8 @@ def test_tiny():
         return
     with tempfile.TemporaryDirectory() as tmp:
         for name in mtm.MODELS:
-            ref = load_refs(f"model-{name}.json")
-            path = os.path.join(tmp, name + ".gguf")
-            mtm.write_model(name, path)
-            if sha256(path) != ref["model_sha256"]:
-                check(False, f"{name}: regenerated file differs from the one llama.cpp saw")
+            ref, path = write_checked(mtm, name, tmp)
+            if ref is None:
                 continue
             ev = Evaluator(path, 64)
             ours = ev.logits(ref["ids"])
@@ -237,11 +246,8 @@ def test_arch_models(mtm):
     the positions from the first one on are shown, not judged."""
     with tempfile.TemporaryDirectory() as tmp:
         for name in mtm.ARCH_MODELS:
-            ref = load_refs(f"model-{name}.json")
-            path = os.path.join(tmp, name + ".gguf")
-            mtm.write_model(name, path)
-            if sha256(path) != ref["model_sha256"]:
-                check(False, f"{name}: regenerated file differs from the one llama.cpp saw")
+            ref, path = write_checked(mtm, name, tmp)
+            if ref is None:
                 continue
             n = len(ref["ids"])
             judged = n
@@ -308,11 +314,8 @@ def test_deepseek2_models(mtm):
              (0, ["-amb", "1024"], "-amb 1024 (one score row per step)")]
     with tempfile.TemporaryDirectory() as tmp:
         for name in mtm.DS_MODELS:
-            ref = load_refs(f"model-{name}.json")
-            path = os.path.join(tmp, name + ".gguf")
-            mtm.write_model(name, path)
-            if sha256(path) != ref["model_sha256"]:
-                check(False, f"{name}: regenerated file differs from the one llama.cpp saw")
+            ref, path = write_checked(mtm, name, tmp)
+            if ref is None:
                 continue
             n = len(ref["ids"])
             # the float64 reference (the expanded, not absorbed, form) up to the first router near-tie
