@@ -18,6 +18,15 @@
  *    only the keys some mask row sees are split (live_keys).
  * The block kernels (gemm_f32, gemm_f32_nt, softmax_step) come from the
  * per-CPU kernel table, so the scalar table is the reference variant.
+ *
+ * A batch-invariant node (TSR_FLAG_BATCHINV) is planned from its keys
+ * alone, never from its query rows: a task is one token's heads of a KV
+ * group, and the keys are always split at fixed multiples of INV_SPLIT_KEYS,
+ * the partials merged in key order (merge_row). So a query row's bits do not
+ * depend on the other tokens of its batch. With few tasks (decode) the
+ * splits are spread over the threads as above; with many (prefill) each
+ * task runs its splits one after another into the thread's own partials
+ * and merges them itself, so the work buffer does not grow with the rows.
  */
 #include "cpu.h"
 
@@ -26,6 +35,8 @@
 #define RB_MAX 256 /* query rows per task: each converted K/V block serves them all */
 #define RB_MIN 64  /* ... but at least this many, when there are rows enough */
 #define BK 64      /* keys per block */
+
+#define INV_SPLIT_KEYS (4 * BK) /* batch invariant: keys per split */
 
 typedef struct plan {
     int64_t group;     /* query heads per KV head */
@@ -36,6 +47,7 @@ typedef struct plan {
     int64_t kv_split;  /* keys per range (a multiple of BK) */
     int64_t n_kv;      /* keys [0, n_kv) are looked at: past them every mask row is -inf */
     int64_t split_cap; /* n_split's bound for any n_kv up to this one (the work buffer's partials) */
+    bool local;        /* batch invariant, many tasks: each task merges its own splits (thread's partials) */
 } plan;
 
 /* Big row blocks (K/V traffic and conversion shrink with the rows served
@@ -64,11 +76,22 @@ static void make_plan(const tsr_tensor *dst, int64_t n_kv, plan *pl) {
     if (tq * g > RB_MAX) /* g not dividing RB_MAX: whole tokens, at most RB_MAX rows (g > RB_MAX: one token) */
         tq = RB_MAX / g > 0 ? RB_MAX / g : 1;
     rb = tq * g;
+    const bool inv = dst->flags & TSR_FLAG_BATCHINV;
+    if (inv) /* one token per task, whatever the batch */
+        rb = g;
     if (rb > pl->rows)
         rb = pl->rows;
     pl->rb = rb < 1 ? 1 : rb;
     pl->n_tasks = groups * ((pl->rows + pl->rb - 1) / pl->rb);
     pl->n_kv = n_kv;
+    pl->local = false;
+    if (inv) { /* fixed key ranges (more keys, never fewer splits: split_cap holds) */
+        pl->kv_split = INV_SPLIT_KEYS;
+        pl->n_split = n_kv > 0 ? (n_kv + INV_SPLIT_KEYS - 1) / INV_SPLIT_KEYS : 1;
+        pl->split_cap = pl->n_split;
+        pl->local = pl->n_split > 1 && pl->n_tasks >= (int64_t)nth;
+        return;
+    }
     const int64_t n_blk = (n_kv + BK - 1) / BK;
     pl->n_split = 1;
     if (pl->n_tasks > 0 && pl->n_tasks < (int64_t)nth && n_blk > 1) {
@@ -91,6 +114,7 @@ typedef struct scratch {
     float *o, *m, *l, *mtmp; /* rb x dv, rb, rb, rb x BK (converted mask rows) */
     const float **mrow;      /* rb: a row's mask in the block (load_mask) */
     bool *dead;              /* rb: the row is fully masked in the block */
+    float *part;             /* plan.local: split_cap partials of the task (partial_floats each) */
 } scratch;
 
 static size_t fbytes(int64_t n) { return tsr__pad((size_t)n * sizeof(float), TSR_ALIGN); }
@@ -114,6 +138,8 @@ static size_t per_thread(const tsr_tensor *dst, const plan *pl, scratch *sc, cha
     TAKE(mtmp, float *, fbytes(rb * BK));
     TAKE(mrow, const float **, tsr__pad((size_t)rb * sizeof(float *), TSR_ALIGN));
     TAKE(dead, bool *, tsr__pad((size_t)rb, TSR_ALIGN));
+    /* a task's partials, split after split (plan.local) */
+    TAKE(part, float *, pl->local ? fbytes(rb * (dst->src[2]->ne[0] + 2) * pl->split_cap) : 0);
 #undef TAKE
     return off;
 }
@@ -123,7 +149,9 @@ static size_t partial_floats(const tsr_tensor *dst, const plan *pl) {
     return (size_t)pl->rb * (size_t)(dst->src[2]->ne[0] + 2);
 }
 static size_t partials_of(const tsr_tensor *dst, const plan *pl, int64_t n_split) {
-    return n_split > 1 ? tsr__pad(partial_floats(dst, pl) * 4 * (size_t)(pl->n_tasks * n_split), TSR_ALIGN) : 0;
+    if (pl->local || n_split <= 1)
+        return 0;
+    return tsr__pad(partial_floats(dst, pl) * 4 * (size_t)(pl->n_tasks * n_split), TSR_ALIGN);
 }
 static size_t partial_bytes(const tsr_tensor *dst, const plan *pl) { return partials_of(dst, pl, pl->n_split); }
 
@@ -442,11 +470,10 @@ static void run_task(const tsr_compute_params *p, const tsr_tensor *dst, const p
     }
 }
 
-/* Row r of task it from its n_split partials. */
-static void merge_row(const tsr_tensor *dst, const plan *pl, const float *partials, int64_t it, int64_t r) {
+/* Row r of task it from its n_split partials (base: the task's first). */
+static void merge_row(const tsr_tensor *dst, const plan *pl, const float *base, int64_t it, int64_t r) {
     const int64_t dv = dst->src[2]->ne[0];
     const size_t pf = partial_floats(dst, pl);
-    const float *base = partials + (size_t)it * pl->n_split * pf;
     task t;
     task_at(dst, pl, it, &t); /* item it: task it, split 0 */
     float mx = -INFINITY, l = 0;
@@ -522,6 +549,24 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
     scratch sc;
     const size_t pt = per_thread(dst, &pl, NULL, NULL);
     per_thread(dst, &pl, &sc, (char *)p->work + pb + (size_t)p->ith * pt);
+    if (pl.local) { /* each task's splits in turn, merged by its thread (batch invariant) */
+        const bool tagged_l = pl.n_tasks < TSR_CPU_TAGGED_MAX;
+        if (!tagged_l) {
+            if (p->ith == 0)
+                atomic_store(&p->stream->chunk, p->nth);
+            tsr__tp_barrier(p->stream->tp);
+        }
+        for (int64_t it = p->ith; it < pl.n_tasks;
+             it = tagged_l ? tsr__cpu_next_task(p->stream, p->seq, p->nth) : atomic_fetch_add(&p->stream->chunk, 1)) {
+            task t;
+            for (int64_t sp = 0; sp < pl.n_split; sp++) {
+                task_at(dst, &pl, sp * pl.n_tasks + it, &t);
+                run_task(p, dst, &pl, &t, &sc, sc.part + (size_t)sp * pf);
+            }
+            for (int64_t r = 0; r < t.nr; r++) merge_row(dst, &pl, sc.part, it, r);
+        }
+        return;
+    }
     float *partials = pl.n_split > 1 ? (float *)p->work : NULL;
     const int64_t n_items = pl.n_tasks * pl.n_split;
     const bool tagged = n_items < TSR_CPU_TAGGED_MAX; /* (else the counter is reset, behind a barrier) */
@@ -557,6 +602,6 @@ void tsr__cpu_op_flash_attn(const tsr_compute_params *p, tsr_tensor *dst) {
         task t;
         task_at(dst, &pl, i / pl.rb, &t);
         if (i % pl.rb < t.nr)
-            merge_row(dst, &pl, partials, i / pl.rb, i % pl.rb);
+            merge_row(dst, &pl, partials + (size_t)(i / pl.rb) * pl.n_split * pf, i / pl.rb, i % pl.rb);
     }
 }

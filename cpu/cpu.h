@@ -264,6 +264,7 @@ struct tsr_stream {
     atomic_int error;
     char error_msg[256];
     tsr_cpu_node_plan *plan; /* the job's phases, a plan per node (grown only) */
+    bool invariant;          /* batch invariant: nodes planned here get TSR_FLAG_BATCHINV */
     size_t cap_plan;
     /* What the plan is of (cpu.c: plan_of): the nodes array and count, the
      * schedulers' plan count and a hash of the nodes and their data pointers

@@ -8,6 +8,12 @@
  * weight row is reused from cache across the columns of its tile. One
  * activation column (decode) is different: each thread converts it itself
  * and takes claims of weight rows (below), with no barrier inside the matmul.
+ * A batch-invariant node (TSR_FLAG_BATCHINV) takes one path whatever its
+ * column count, so that a column's bits do not depend on the others: the
+ * gemm where the weight type has one (each result the same whatever the
+ * tile: the kernel table's rule), else the dots one column at a time (the
+ * gemv's bits are the dot's); decode then pays the gemm's packing of the
+ * weight rows (SmolLM2 Q4_1, Zen 4, 2 threads: tg ~4x slower).
  */
 #include "cpu.h"
 
@@ -45,6 +51,11 @@ typedef enum { MM_DOT, MM_GEMM, MM_GEMV } mm_path;
 static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path *path) {
     const tsr_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t nr1 = b->ne[1] * b->ne[2] * b->ne[3];
+    const bool inv = dst->flags & TSR_FLAG_BATCHINV;
+    if (inv && k->gemm[a->type] && dst->nb[0] == sizeof(float)) { /* any column count */
+        *path = MM_GEMM;
+        return k->gemm_type[a->type];
+    }
     if (k->gemv[a->type] && nr1 == 1 && dst->nb[0] == sizeof(float)) {
         *path = MM_GEMV; /* one column: the multi-row matrix-vector products */
         return k->dot_type[a->type];
@@ -303,7 +314,8 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
                 j = je;
                 continue;
             }
-            if (dot4 && j + 4 <= j0e && i11 + 4 <= b->ne[1]) { /* four columns of the same matrix */
+            if (dot4 && !(dst->flags & TSR_FLAG_BATCHINV) && j + 4 <= j0e &&
+                i11 + 4 <= b->ne[1]) { /* four columns of the same matrix */
                 for (int64_t i = i0s; i < i0e; i++) {
                     float s4[4];
                     dot4(a->ne[0], s4, arow + i * (int64_t)a->nb[1], yrow, row_bytes);
@@ -356,6 +368,7 @@ typedef struct mmid_layout {
     int64_t n_expert, n_pairs; /* n_pairs = n_used * n_tokens */
     bool stage;                /* n_b == 1 < n_used: b's rows converted once, then copied per pair */
     bool gemm;                 /* experts of >= 2 columns through k->gemm */
+    bool inv;                  /* batch invariant: ... of any column count, and no dot4 */
     bool q8s;                  /* ... whose activation rows are tsr_cpu_q8s rows */
     tsr_type gemm_type;
 } mmid_layout;
@@ -366,7 +379,8 @@ static mmid_layout mmid_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst) {
     mmid_layout l;
     l.n_expert = as->ne[2];
     l.n_pairs = ids->ne[0] * ids->ne[1];
-    l.gemm = k->gemm[as->type] && dst->nb[0] == sizeof(float) && l.n_pairs >= 2;
+    l.inv = dst->flags & TSR_FLAG_BATCHINV;
+    l.gemm = k->gemm[as->type] && dst->nb[0] == sizeof(float) && (l.n_pairs >= 2 || l.inv);
     l.q8s = l.gemm && k->gemm_q8s[as->type];
     l.gemm_type = k->gemm_type[as->type];
     size_t rb = tsr_row_size(dt, b->ne[0]);
@@ -397,7 +411,7 @@ size_t tsr__cpu_mul_mat_id_work(const tsr_tensor *dst, int nth) {
 }
 
 /* An expert's columns through the gemm (in its format) or the dots. */
-static bool mmid_gemm(const mmid_layout *l, int64_t cols) { return l->gemm && cols >= 2; }
+static bool mmid_gemm(const mmid_layout *l, int64_t cols) { return l->gemm && (cols >= 2 || l->inv); }
 
 static int32_t mmid_id(const tsr_tensor *ids, int64_t slot, int64_t t) {
     int32_t v;
@@ -519,7 +533,7 @@ static void mmid_tile(const tsr_compute_params *p, const tsr_tensor *dst, const 
         return;
     }
     for (int64_t j = j0s; j < j0e;) {
-        const int nc = dot4 && j + 4 <= j0e ? 4 : 1;
+        const int nc = dot4 && !l->inv && j + 4 <= j0e ? 4 : 1;
         char *d[4];
         for (int c = 0; c < nc; c++) d[c] = mmid_out(dst, n_used, pairs[j + c]);
         const char *y = rows + (size_t)j * l->row_bytes;

@@ -161,6 +161,11 @@ const tsr_backend_reg *tsr__cpu_backend_reg(void); /* cpu/ */
  * cores; more than the cores = the cores, with a warning in the log. */
 int tsr__cpu_cores(void);
 int tsr__cpu_threads(int n_threads);
+/* Makes a CPU stream batch invariant (tsr_backend_params.batch_invariant):
+ * it marks the nodes it plans TSR_FLAG_BATCHINV, and the matmuls and the
+ * fused attention then compute each column or query row the same way
+ * whatever the batch (cpu/matmul.c, cpu/attn.c). */
+void tsr__cpu_stream_set_invariant(tsr_stream *s);
 const tsr_backend_reg *tsr__fake_backend_reg(void); /* cpu/fake.c: TSR_FAKE_DEVICES */
 /* module.c: loads the modules of TSR_BACKEND_PATH (or the module folder)
  * and adds their registrations through add() (which returns the number of

@@ -200,6 +200,7 @@ enum {
     TSR_FLAG_INPLACE = 1u << 4,  /* node writes into src[0]'s (SET_ROWS) or src[1]'s (CPY) memory */
     TSR_FLAG_IL8 = 1u << 5,      /* weight rows in the 8-row interleaved layout (quant/repack.c) */
     TSR_FLAG_NOREPACK = 1u << 6, /* weight used otherwise than as a CPU matmul's src0: keep the stored layout */
+    TSR_FLAG_BATCHINV = 1u << 7, /* node of a batch-invariant CPU stream: the same bits whatever the batch */
 };
 
 struct tsr_tensor {

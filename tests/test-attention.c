@@ -986,7 +986,138 @@ static void test_alloc_failures(void) {
     tsr_backend_free(b);
 }
 
+/* ---- batch invariance (tsr_backend_params.batch_invariant) ------------------------
+ * On a batch-invariant backend the first query row of a fused attention and
+ * the first column of a matmul (Q4_0, Q4_1, Q8_0, Q4_K, F16 and F32 weights,
+ * and an expert's through mul_mat_id) have the same bits whatever the
+ * number of other rows or columns computed with them: 1, 2, 3, 7, 16, 37 and
+ * 100 query tokens against 40, 300 and 700 keys (one, two and three key
+ * splits; padding cells masked), GQA. TSR_TEST_VARIANT=1 runs it on an
+ * ordinary backend: then the AVX2 and AVX-512 kernels fail it. */
+static float inv_val(uint64_t *st) { return (float)((tsrtest_rand_u64(st) >> 40) * (1.0 / 16777216.0)) - 0.5f; }
+
+static tsr_backend *inv_backend(void) {
+    tsr_backend_params p;
+    tsr_backend_params_init(&p, sizeof p);
+    p.n_threads = 2;
+    p.flash_attn = TSR_FLASH_ATTN_ON;
+    p.batch_invariant = !getenv("TSR_TEST_VARIANT");
+    tsr_backend *b = NULL;
+    CHECK_OK(tsr_backend_new(&p, &b));
+    return b;
+}
+
+static void inv_attention(tsr_backend *b, int64_t n_kv) {
+    enum { HD = 64, NH = 6, NKV = 2, MAXQ = 100 };
+    uint64_t st = 0xA77E + (uint64_t)n_kv;
+    float *q = malloc(sizeof(float) * HD * MAXQ * NH), *kf = malloc(sizeof(float) * HD * n_kv * NKV);
+    float *vf = malloc(sizeof(float) * HD * n_kv * NKV), *mask = malloc(sizeof(float) * n_kv * MAXQ);
+    uint16_t *k16 = malloc(2 * HD * n_kv * NKV), *v16 = malloc(2 * HD * n_kv * NKV);
+    float first[HD * NH], out[HD * NH];
+    for (int64_t i = 0; i < HD * MAXQ * NH; i++) q[i] = 2 * inv_val(&st);
+    for (int64_t i = 0; i < HD * n_kv * NKV; i++) {
+        kf[i] = inv_val(&st);
+        vf[i] = inv_val(&st);
+    }
+    for (int64_t i = 0; i < HD * n_kv * NKV; i++) {
+        k16[i] = tsr_fp32_to_fp16(kf[i]);
+        v16[i] = tsr_fp32_to_fp16(vf[i]);
+    }
+    const int64_t live = n_kv - 13; /* the last cells: padding, masked for every row */
+    static const int NQ[] = {1, 2, 3, 7, 16, 37, 100};
+    for (size_t c = 0; c < sizeof NQ / sizeof NQ[0]; c++) {
+        const int64_t nq = NQ[c];
+        /* q rows token-major in [HD, nq, NH]: the first token's rows stay the same */
+        float *qq = malloc(sizeof(float) * HD * nq * NH);
+        for (int64_t h = 0; h < NH; h++)
+            for (int64_t t = 0; t < nq; t++)
+                memcpy(qq + (h * nq + t) * HD, q + (h * MAXQ + t) * HD, sizeof(float) * HD);
+        for (int64_t t = 0; t < nq; t++) /* token t sees keys [0, live - 2 * t): causal-like */
+            for (int64_t j = 0; j < n_kv; j++) mask[t * n_kv + j] = j < live - 2 * t ? 0.0f : -INFINITY;
+        tsr_context *ctx = tsr_context_new(b);
+        int64_t nqe[3] = {HD, nq, NH}, nke[3] = {HD, n_kv, NKV}, nme[2] = {n_kv, nq};
+        tsr_tensor *o = tsr_flash_attn(
+            ctx, tsr_input(ctx, TSR_TYPE_F32, 3, nqe, qq), tsr_input(ctx, TSR_TYPE_F16, 3, nke, k16),
+            tsr_input(ctx, TSR_TYPE_F16, 3, nke, v16), tsr_input(ctx, TSR_TYPE_F32, 2, nme, mask), 0.125f);
+        CHECK(o && tsr_compute(ctx, &o, 1) == TSR_OK, "%s", tsr_last_error());
+        if (o) {
+            CHECK_OK(tsr_tensor_read(o, nq == 1 ? first : out, 0, sizeof out)); /* token 0: [HD, NH] */
+            if (nq > 1)
+                CHECK(memcmp(first, out, sizeof out) == 0,
+                      "flash attention, %lld keys: token 0 of %lld differs from alone", (long long)n_kv, (long long)nq);
+        }
+        tsr_context_close(ctx);
+        free(qq);
+    }
+    free(q);
+    free(kf);
+    free(vf);
+    free(mask);
+    free(k16);
+    free(v16);
+}
+
+static void inv_matmul(tsr_backend *b, const char *tname, int id) {
+    enum { K = 512, M = 96, MAXN = 37, NX = 4 };
+    tsr_type t;
+    CHECK_OK(tsr_type_by_name(tname, &t));
+    uint64_t st = 0x3A7 + (uint64_t)t;
+    const int64_t nw = id ? NX : 1;
+    float *w = malloc(sizeof(float) * K * M * nw), *x = malloc(sizeof(float) * K * MAXN);
+    for (int64_t i = 0; i < K * M * nw; i++) w[i] = inv_val(&st);
+    for (int64_t i = 0; i < K * MAXN; i++) x[i] = inv_val(&st);
+    const size_t wb = tsr_row_size(t, K) * M * nw;
+    void *wq = malloc(wb);
+    CHECK_OK(tsr_quantize(t, w, wq, K * M * nw));
+    float first[M], out[M];
+    static const int NC[] = {1, 2, 3, 5, 8, 16, 37};
+    for (size_t c = 0; c < sizeof NC / sizeof NC[0]; c++) {
+        const int64_t n = NC[c];
+        tsr_context *ctx = tsr_context_new(b);
+        int64_t we[3] = {K, M, nw}, xe[2] = {K, n};
+        tsr_tensor *W = tsr_input(ctx, t, id ? 3 : 2, we, wq), *o;
+        if (id) { /* every token uses experts 2 and 0 (in that order): expert 2 gets n columns */
+            int64_t xe3[3] = {K, 1, n}, ie[2] = {2, n};
+            int32_t ids[2 * MAXN];
+            for (int64_t i = 0; i < n; i++) {
+                ids[2 * i] = 2;
+                ids[2 * i + 1] = 0;
+            }
+            o = tsr_mul_mat_id(ctx, W, tsr_input(ctx, TSR_TYPE_F32, 3, xe3, x),
+                               tsr_input(ctx, TSR_TYPE_I32, 2, ie, ids));
+        } else {
+            o = tsr_mul_mat(ctx, W, tsr_input(ctx, TSR_TYPE_F32, 2, xe, x));
+        }
+        CHECK(o && tsr_compute(ctx, &o, 1) == TSR_OK, "%s", tsr_last_error());
+        if (o) {
+            CHECK_OK(tsr_tensor_read(o, n == 1 ? first : out, 0, sizeof out)); /* column (token) 0, slot 0 */
+            if (n > 1)
+                CHECK(memcmp(first, out, sizeof out) == 0, "%s %s: column 0 of %lld differs from alone",
+                      id ? "mul_mat_id" : "mul_mat", tname, (long long)n);
+        }
+        tsr_context_close(ctx);
+    }
+    free(w);
+    free(x);
+    free(wq);
+}
+
+static void test_invariant(void) {
+    tsr_backend *b = inv_backend();
+    if (!b)
+        return;
+    static const int64_t NKV[] = {40, 300, 700};
+    for (size_t i = 0; i < sizeof NKV / sizeof NKV[0]; i++) inv_attention(b, NKV[i]);
+    static const char *TYPES[] = {"q4_0", "q4_1", "q8_0", "q4_K", "q6_K", "f16", "f32"};
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+        inv_matmul(b, TYPES[i], 0);
+        inv_matmul(b, TYPES[i], 1);
+    }
+    tsr_backend_free(b);
+}
+
 int main(void) {
+    test_invariant();
     test_v_in_k();
     test_plan();
     test_errors();

@@ -98,7 +98,7 @@ _PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, _U64, _U64, _P)
 
 class _BackendParams(ctypes.Structure):
     _fields_ = [("size", _S), ("devices", _P), ("n_threads", _I), ("flash_attn", _I),
-                ("attn_max_batch", _S)]
+                ("attn_max_batch", _S), ("batch_invariant", _I)]
 
 
 class _BuftOverride(ctypes.Structure):
@@ -1133,8 +1133,9 @@ class Backend(_Handle):
     (closing its contexts and KV caches first)."""
     _what, _free = "backend", "backend_free"
 
-    def __init__(self, n_threads=0, devices=None, flash_attn="auto", attn_max_batch=0):
+    def __init__(self, n_threads=0, devices=None, flash_attn="auto", attn_max_batch=0, batch_invariant=False):
         p = _init_params(_BackendParams, C.backend_params_init)
+        p.batch_invariant = 1 if batch_invariant else 0
         p.n_threads = int(n_threads)
         if flash_attn not in _FLASH:
             raise Error(TSR_E_INVALID, "flash_attn is 'auto', 'on' or 'off', not %r"

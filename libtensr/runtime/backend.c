@@ -17,6 +17,7 @@ void tsr_backend_params_init(tsr_backend_params *p, size_t size) {
     d.n_threads = 0;
     d.flash_attn = TSR_FLASH_ATTN_AUTO;
     d.attn_max_batch = 0;
+    d.batch_invariant = 0;
     memcpy(p, &d, d.size);
     p->size = size;
 }
@@ -94,6 +95,8 @@ static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) 
             return s;
         }
     }
+    if (p->batch_invariant)
+        tsr__cpu_stream_set_invariant(b->streams[b->host]);
     /* flash attention: ON, or AUTO when every device runs the op */
     b->flash_attn = p->flash_attn == TSR_FLASH_ATTN_ON;
     if (p->flash_attn == TSR_FLASH_ATTN_AUTO) {
