@@ -254,7 +254,7 @@ typedef struct tsr_backend_params {
                                  * (online, within the affinity mask) = the cores, logged */
     int flash_attn;             /* tsr_flash_attn_t; default AUTO */
     size_t attn_max_batch;      /* bytes of K*Q scores (with their softmax) per attention step; 0 = no limit */
-    int batch_invariant;        /* appended with LIBTENSR_5: 1 = the CPU device's matmuls and attention give a
+    int batch_invariant;        /* appended with LIBTENSR_6: 1 = the CPU device's matmuls and attention give a
                                  * token the same bits whatever else is in its batch (one decode path for any
                                  * column count; single-sequence decode is slower); default 0 */
 } tsr_backend_params;
