@@ -43,7 +43,8 @@ typedef struct fit_state {
     tsr_fit_params fp;
     size_t n_dev, n_gpu, host;
     size_t avail[FIT_MAX], free_mem[FIT_MAX], margin[FIT_MAX];
-    size_t need[FIT_MAX]; /* of the last candidate costed */
+    size_t need[FIT_MAX];  /* of the last candidate costed */
+    size_t fixed[FIT_MAX]; /* its compute buffer and stream memory (what is not weights or KV) */
     float split[FIT_MAX];
     const tsr_buft_override *user_ov;
     size_t n_user_ov;
@@ -137,7 +138,8 @@ static tsr_status plan_session(fit_state *st, tsr_model *m, int64_t n_ctx) {
     for (size_t d = 0; rc == TSR_OK && d < st->n_dev; d++) {
         size_t w = 0, kv = 0, c = 0;
         tsr_backend_memory_plan(st->b, d, &w, &kv, &c);
-        st->need[d] = w + kv + c + tsr__backend_plan_stream(st->b, d);
+        st->fixed[d] = c + tsr__backend_plan_stream(st->b, d);
+        st->need[d] = w + kv + st->fixed[d];
     }
     tsr_session_free(s);
     return rc;
@@ -242,7 +244,20 @@ static tsr_status place_at(fit_state *st, fit_cand *c, int ngl_min, bool *found)
     t.ngl = ngl_min;
     if ((rc = try_cand(st, &t, &ok)) != TSR_OK || !(*found = ok))
         return rc;
-    return search(st, c, VARY_NGL, ngl_min, c->ngl, 1);
+    if ((rc = search(st, c, VARY_NGL, ngl_min, c->ngl, 1)) != TSR_OK || !e_all)
+        return rc;
+    /* with fewer GPU layers, some of their experts may come back: experts
+     * of CPU layers are in system memory anyway (n_cpu_moe <= ngl) */
+    c->n_cpu_moe = c->ngl < e_all ? c->ngl : e_all;
+    t = *c;
+    t.n_cpu_moe = 0;
+    if (c->n_cpu_moe == 0 || (rc = try_cand(st, &t, &ok)) != TSR_OK)
+        return rc;
+    if (ok) {
+        *c = t;
+        return TSR_OK;
+    }
+    return search(st, c, VARY_MOE_DOWN, -c->n_cpu_moe, 0, 1);
 }
 
 static int64_t ctx_floor(const fit_state *st, int64_t ctx_hi) {
@@ -437,6 +452,26 @@ static tsr_status fill_result(fit_state *st, const fit_cand *c, tsr_fit_result *
     return TSR_OK;
 }
 
+/* Several GPUs and no split from the caller: what each GPU has for
+ * weights and KV cache is its memory less its compute buffer and stream
+ * memory at full offload, so the split follows that (a small GPU whose
+ * compute buffer alone fills it gets no layers) instead of the raw memory. */
+static tsr_status rebalance(fit_state *st, int ngl_max, int64_t n_ctx) {
+    if (st->n_gpu < 2 || st->lp.tensor_split || ngl_max == 0)
+        return TSR_OK;
+    fit_cand c = {ngl_max, 0, n_ctx};
+    tsr_status rc = cost(st, &c);
+    if (rc != TSR_OK)
+        return rc;
+    size_t room[FIT_MAX], any = 0;
+    for (size_t g = 0; g < st->n_gpu; g++) {
+        room[g] = st->avail[g] > st->fixed[g] ? st->avail[g] - st->fixed[g] : 0;
+        any += room[g];
+    }
+    for (size_t g = 0; any && g < st->n_gpu; g++) st->split[g] = (float)(room[g] >> 10); /* whole KiB: exact */
+    return TSR_OK;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -460,6 +495,9 @@ static tsr_status fit_run(fit_state *st, tsr_fit_result *out) {
     if (!st->n_gpu)
         ngl_min = ngl_max = 0;
     int64_t ctx_hi = st->sp.n_ctx > 0 ? st->sp.n_ctx : st->n_ctx_train;
+    if ((rc = rebalance(st, ngl_max, st->fp.prefer == TSR_FIT_PREFER_SPEED ? ctx_floor(st, ctx_hi) : ctx_hi)) !=
+        TSR_OK)
+        return rc;
     if ((rc = fit_search(st, &c, ngl_max, ngl_min, ctx_hi)) != TSR_OK)
         return rc;
     return fill_result(st, &c, out);
