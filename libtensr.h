@@ -1023,10 +1023,10 @@ typedef struct tsr_fit_params {
      * Defaults: gpu_margin on every GPU, host_margin on system memory. */
     const size_t *margins;
     size_t n_margins;
-    size_t gpu_margin;  /* default 1 GiB */
-    size_t host_margin; /* default 0 */
-    int64_t n_ctx_min;  /* the context is never shrunk below this; default 4096 */
-    int prefer;         /* tsr_fit_prefer; default TSR_FIT_PREFER_CONTEXT */
+    size_t gpu_margin;     /* default 1 GiB */
+    size_t host_margin;    /* default 0 */
+    int64_t n_ctx_min;     /* the context is never shrunk below this; default 4096 */
+    int prefer;            /* tsr_fit_prefer; default TSR_FIT_PREFER_CONTEXT */
     int keep_n_gpu_layers; /* 1: the load params' n_gpu_layers is a constraint, kept as given */
     int keep_n_ctx;        /* 1: the session params' n_ctx is a constraint (the context is not shrunk) */
 } tsr_fit_params;
@@ -1052,9 +1052,9 @@ typedef struct tsr_fit_result {
      * system memory less the margin) */
     size_t planned[TSR_FIT_MAX_DEVICES];
     size_t available[TSR_FIT_MAX_DEVICES];
-    int n_layers;        /* repeating layers of the model */
-    int n_candidates;    /* placements costed */
-    double seconds;      /* the time the fit took */
+    int n_layers;     /* repeating layers of the model */
+    int n_candidates; /* placements costed */
+    double seconds;   /* the time the fit took */
 } tsr_fit_result;
 
 /* Finds the largest placement of the model at path that fits: every device

@@ -330,8 +330,8 @@ static tsr_status fake_sync(tsr_stream *s) {
     return tsr__host_device_early()->iface->synchronize(((fake_stream *)s)->host);
 }
 
-static const tsr_device_iface fake_dev_iface = {fake_memory,  fake_supports, fake_stream_new,  fake_stream_free,
-                                                fake_reserve, fake_compute,  fake_sync, fake_stream_bytes};
+static const tsr_device_iface fake_dev_iface = {fake_memory,  fake_supports, fake_stream_new, fake_stream_free,
+                                                fake_reserve, fake_compute,  fake_sync,       fake_stream_bytes};
 
 /* ---- enumeration from TSR_FAKE_DEVICES ------------------------------------- */
 

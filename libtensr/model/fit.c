@@ -330,8 +330,7 @@ static tsr_status fail_smallest(fit_state *st, const fit_cand *c) {
 /* The caller's tensor_split, else one in proportion to what each GPU has
  * (whole MiB, so that the printed flags reproduce it exactly). */
 static void choose_split(fit_state *st, const float *user) {
-    for (size_t g = 0; g < st->n_gpu; g++)
-        st->split[g] = user ? user[g] : (float)(st->avail[g] >> 20);
+    for (size_t g = 0; g < st->n_gpu; g++) st->split[g] = user ? user[g] : (float)(st->avail[g] >> 20);
     bool any = false;
     for (size_t g = 0; g < st->n_gpu; g++) any = any || st->split[g] > 0;
     if (!any && st->n_gpu)
@@ -390,7 +389,7 @@ static tsr_status fit_init(fit_state *st, const char *path, const tsr_backend_pa
     tsr_backend_params_init(&b, sizeof b);
     read_over(&b, sizeof b, bp);
     b.size = sizeof b;
-    b.n_threads = 1; /* nothing runs: no threadpool to speak of */
+    b.n_threads = 1;                                                 /* nothing runs: no threadpool to speak of */
     for (size_t i = 0; i < tsr_device_count() && i < FIT_MAX; i++) { /* before our own streams take any */
         size_t total = 0;
         tsr_device_memory(tsr_device_get(i), &st->reg_free[i], &total);
@@ -495,8 +494,7 @@ static tsr_status fit_run(fit_state *st, tsr_fit_result *out) {
     if (!st->n_gpu)
         ngl_min = ngl_max = 0;
     int64_t ctx_hi = st->sp.n_ctx > 0 ? st->sp.n_ctx : st->n_ctx_train;
-    if ((rc = rebalance(st, ngl_max, st->fp.prefer == TSR_FIT_PREFER_SPEED ? ctx_floor(st, ctx_hi) : ctx_hi)) !=
-        TSR_OK)
+    if ((rc = rebalance(st, ngl_max, st->fp.prefer == TSR_FIT_PREFER_SPEED ? ctx_floor(st, ctx_hi) : ctx_hi)) != TSR_OK)
         return rc;
     if ((rc = fit_search(st, &c, ngl_max, ngl_min, ctx_hi)) != TSR_OK)
         return rc;

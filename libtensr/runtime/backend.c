@@ -86,7 +86,8 @@ static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) 
     b->plan_stream = tsr__calloc(b->n_devices, sizeof(size_t));
     b->live = tsr__calloc(b->n_devices, sizeof(size_t));
     b->live_weights = tsr__calloc(b->n_devices, sizeof(size_t));
-    if (!b->streams || !b->plan_weights || !b->plan_kv || !b->plan_compute || !b->plan_stream || !b->live || !b->live_weights)
+    if (!b->streams || !b->plan_weights || !b->plan_kv || !b->plan_compute || !b->plan_stream || !b->live ||
+        !b->live_weights)
         return tsr__error(TSR_E_NOMEM, "tsr_backend_new: out of host memory");
     for (size_t i = 0; i < b->n_devices; i++) {
         tsr_device *d = b->devices[i];
