@@ -12,6 +12,9 @@
  *  - it is maximal (devices with margin 0, so the real planner judges): one
  *    more GPU layer does not load, and when the fit put experts of n layers
  *    in system memory, n - 1 do not fit either;
+ *  - with --check-ctx 1 (a dense model whose context shrank), a context
+ *    one step (256 cells) larger with the same placement does not fit,
+ *    as the planner of tsr_fit itself says (system memory is the fit's);
  *  - the caller's constraints were kept (its -ngl, -ts, its overrides first,
  *    n_ctx at most the one asked and at least the floor);
  * and prints one row of the scenario table (devices, model, flags,
@@ -32,7 +35,7 @@ static const char *g_model;
 
 typedef struct scen {
     const char *model, *label, *ot, *expect;
-    int ngl, keep_ngl, speed, keep_ctx;
+    int ngl, keep_ngl, speed, keep_ctx, check_ctx;
     float ts[TSR_FIT_MAX_DEVICES];
     int n_ts;
     int64_t ctx, ctx_min;
@@ -78,6 +81,8 @@ static int parse_args(int argc, char **argv, scen *sc) {
             sc->speed = atoi(v);
         else if (!strcmp(k, "--keep-ctx"))
             sc->keep_ctx = atoi(v);
+        else if (!strcmp(k, "--check-ctx"))
+            sc->check_ctx = atoi(v);
         else if (!strcmp(k, "--expect"))
             sc->expect = v;
         else
@@ -169,8 +174,7 @@ static void check_constraints(const scen *sc, const tsr_fit_result *r, int64_t c
     CHECK(r->n_ctx <= ctx_hi, "n_ctx %lld above the %lld asked", (long long)r->n_ctx, (long long)ctx_hi);
     if (sc->keep_ctx)
         CHECK(r->n_ctx == ctx_hi, "n_ctx %lld, kept %lld asked", (long long)r->n_ctx, (long long)ctx_hi);
-    CHECK(r->n_ctx >= (ctx_hi < sc->ctx_min ? ctx_hi : sc->ctx_min), "n_ctx %lld below the floor",
-          (long long)r->n_ctx);
+    CHECK(r->n_ctx >= (ctx_hi < sc->ctx_min ? ctx_hi : sc->ctx_min), "n_ctx %lld below the floor", (long long)r->n_ctx);
 }
 
 static void print_row(const scen *sc, const tsr_fit_result *r, const size_t *used, const size_t *plan) {
@@ -183,8 +187,8 @@ static void print_row(const scen *sc, const tsr_fit_result *r, const size_t *use
            sc->keep_ngl ? "(kept)" : "", sc->ot ? sc->ot : "", flags);
     for (size_t d = 0; d < r->n_devices; d++) {
         tsr_device *dev = tsr_device_get(d);
-        printf("%s%s %.2f/%.2f", d ? ", " : "", tsr_device_name(dev), r->planned[d] / 1048576.0,
-               (tsr_device_kind(dev) == TSR_DEVICE_CPU ? plan[d] : used[d]) / 1048576.0);
+        printf("%s%s %.2f/%.2f of %.2f", d ? ", " : "", tsr_device_name(dev), r->planned[d] / 1048576.0,
+               (tsr_device_kind(dev) == TSR_DEVICE_CPU ? plan[d] : used[d]) / 1048576.0, r->available[d] / 1048576.0);
     }
     printf(" | %.1f ms (%d plans) |\n", r->seconds * 1e3, r->n_candidates);
 }
@@ -201,6 +205,26 @@ static int64_t train_ctx(const char *path) {
     return n;
 }
 
+/* A context one step larger with the placement kept does not fit. */
+static void check_ctx_maximal(const scen *sc, const tsr_fit_result *r, const tsr_load_params *lp0,
+                              const tsr_session_params *sp0, const tsr_fit_params *fp0) {
+    tsr_load_params lp = *lp0;
+    tsr_session_params sp = *sp0;
+    tsr_fit_params fp = *fp0;
+    lp.n_gpu_layers = r->n_gpu_layers;
+    lp.tensor_split = r->tensor_split;
+    lp.overrides = r->overrides;
+    sp.n_ctx = r->n_ctx + (r->n_ctx >= 256 ? 256 : 1);
+    fp.keep_n_gpu_layers = fp.keep_n_ctx = 1;
+    tsr_fit_result r2;
+    memset(&r2, 0, sizeof r2);
+    r2.size = sizeof r2;
+    tsr_status st = tsr_fit(sc->model, NULL, &lp, &sp, &fp, &r2);
+    CHECK(st == TSR_E_DEVICE_NOMEM, "%s: n_ctx %lld fits too (%s): the context is not maximal", sc->label,
+          (long long)sp.n_ctx, tsr_status_string(st));
+    tsr_fit_result_free(&r2);
+}
+
 /* Fits, loads with it, and shows the next step would not fit. */
 static void run_ok(const scen *sc, const tsr_fit_result *r, const tsr_session_params *sp) {
     size_t used[TSR_FIT_MAX_DEVICES] = {0}, plan[TSR_FIT_MAX_DEVICES] = {0};
@@ -208,8 +232,8 @@ static void run_ok(const scen *sc, const tsr_fit_result *r, const tsr_session_pa
     CHECK(st == TSR_OK, "%s: the fit's placement does not load: %s", sc->label, tsr_last_error());
     for (size_t d = 0; st == TSR_OK && d < r->n_devices; d++) {
         tsr_device *dev = tsr_device_get(d);
-        CHECK(plan[d] <= r->planned[d], "%s: %s plans %zu bytes, the fit %zu", sc->label, tsr_device_name(dev),
-              plan[d], r->planned[d]);
+        CHECK(plan[d] <= r->planned[d], "%s: %s plans %zu bytes, the fit %zu", sc->label, tsr_device_name(dev), plan[d],
+              r->planned[d]);
         if (tsr_device_kind(dev) != TSR_DEVICE_CPU)
             CHECK(used[d] <= r->planned[d] + SLACK, "%s: %s has %zu bytes in use, the fit planned %zu", sc->label,
                   tsr_device_name(dev), used[d], r->planned[d]);
@@ -267,6 +291,8 @@ int main(int argc, char **argv) {
         if (st == TSR_OK) {
             check_constraints(&sc, &r, sc.ctx ? sc.ctx : train_ctx(sc.model));
             run_ok(&sc, &r, &sp);
+            if (sc.check_ctx && r.n_ctx < (sc.ctx ? sc.ctx : train_ctx(sc.model)))
+                check_ctx_maximal(&sc, &r, &lp, &sp, &fp);
         }
     }
     tsr_fit_result_free(&r);

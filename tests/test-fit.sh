@@ -42,10 +42,10 @@ run FAKE0:400KiB dense-tight "$dense"
 run FAKE0:150KiB dense-cpu "$dense"
 # dense, two devices, a long context that must shrink (context preferred / speed)
 run FAKE0:1MiB,FAKE1:3MiB dense-2dev-ctx "$dense" -c 65536 --ctx-min 1024
-run FAKE0:1MiB,FAKE1:3MiB dense-2dev-speed "$dense" -c 65536 --ctx-min 1024 --speed 1
+run FAKE0:1MiB,FAKE1:3MiB dense-2dev-speed "$dense" -c 65536 --ctx-min 1024 --speed 1 --check-ctx 1
 run FAKE0:600KiB,FAKE1:600KiB dense-2dev-ts "$dense" -ts 1,3
 # the caller's -ngl is kept; the context shrinks around it
-run FAKE0:2MiB dense-ngl-kept "$dense" -ngl 1 -c 65536 --ctx-min 512
+run FAKE0:2MiB dense-ngl-kept "$dense" -ngl 1 -c 65536 --ctx-min 512 --check-ctx 1
 # MoE: experts to system memory from the last layer, then fewer layers
 run FAKE0:64MiB mixtral-loose "$mix"
 run FAKE0:1100KiB mixtral-tight "$mix"
@@ -57,14 +57,33 @@ run FAKE0:900KiB mixtral-user-exps "$mix" -ot "exps=CPU"
 run FAKE0:700KiB,FAKE1:700KiB ds2-user-exps "$ds2" -ot "exps=CPU"
 # the device's stream memory (a CUDA stream's cuBLAS workspace and scratch) counted
 TSR_FAKE_STREAM_BYTES=256KiB run FAKE0:1100KiB mixtral-stream "$mix"
-# system memory: a simulated small machine (TSR_FIT_SYSMEM) and a cgroup v2 limit
-TSR_FIT_SYSMEM=1MiB run FAKE0:64MiB dense-sysmem "$dense" -c 4096
-mkdir -p "$tmp/root/proc/self" "$tmp/root/sys/fs/cgroup/job"
-printf 'MemTotal: 67108864 kB\nMemAvailable: 33554432 kB\n' > "$tmp/root/proc/meminfo"
-printf '0::/job\n' > "$tmp/root/proc/self/cgroup"
-printf '3145728\n' > "$tmp/root/sys/fs/cgroup/job/memory.max"
-printf '1048576\n' > "$tmp/root/sys/fs/cgroup/job/memory.current"
-TSR_FIT_PROC_ROOT=$tmp/root run FAKE0:64MiB dense-cgroup2 "$dense" -c 4096
+# system memory: a simulated small machine (TSR_FIT_SYSMEM), a cgroup v2 and
+# a cgroup v1 limit (TSR_FIT_PROC_ROOT): the layers stay on the CPU (the
+# GPU is too small) and the context shrinks until system memory holds them
+TSR_FIT_SYSMEM=3MiB run FAKE0:400KiB dense-sysmem "$dense" -c 16384 --ctx-min 256 --check-ctx 1
+root=$tmp/root
+mkdir -p "$root/proc/self" "$root/sys/fs/cgroup/job" "$root/sys/fs/cgroup/memory/job1"
+printf 'MemTotal: 67108864 kB\nMemAvailable: 33554432 kB\n' > "$root/proc/meminfo"
+printf '0::/job\n' > "$root/proc/self/cgroup"
+printf '4194304\n' > "$root/sys/fs/cgroup/job/memory.max"
+printf '1048576\n' > "$root/sys/fs/cgroup/job/memory.current"
+TSR_FIT_PROC_ROOT=$root run FAKE0:400KiB dense-cgroup2 "$dense" -c 16384 --ctx-min 256 --check-ctx 1
+printf '4:memory:/job1\n1:name=systemd:/job1\n' > "$root/proc/self/cgroup"
+printf '2097152\n' > "$root/sys/fs/cgroup/memory/job1/memory.limit_in_bytes"
+printf '0\n' > "$root/sys/fs/cgroup/memory/job1/memory.usage_in_bytes"
+TSR_FIT_PROC_ROOT=$root run FAKE0:400KiB dense-cgroup1 "$dense" -c 16384 --ctx-min 256 --check-ctx 1
+printf 'max\n' > "$root/sys/fs/cgroup/job/memory.max"
+printf '0::/job\n' > "$root/proc/self/cgroup"
+printf 'MemTotal: 67108864 kB\nMemAvailable: 2048 kB\n' > "$root/proc/meminfo"
+TSR_FIT_PROC_ROOT=$root run FAKE0:400KiB dense-memavail "$dense" -c 16384 --ctx-min 256 --check-ctx 1
+# SmolLM2-135M (30 layers) when cached: two devices, then the context kept
+smol=${TSR_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf}
+if [ -f "$smol" ]; then
+    run FAKE0:60MiB,FAKE1:40MiB smollm2-2dev "$smol" -c 8192 --ctx-min 2048
+    run FAKE0:120MiB smollm2-ctx-kept "$smol" -c 8192 --keep-ctx 1
+else
+    echo "SKIP part: $smol absent (SmolLM2 scenarios)"
+fi
 # nothing fits: the error names the device and the bytes missing
 run FAKE0:64MiB dense-nomem-ngl "$dense" -ngl 2 -c 4096 --margin 67000000 --expect nomem
 TSR_FIT_SYSMEM=100KiB run FAKE0:64MiB dense-nomem-sys "$dense" --expect nomem
