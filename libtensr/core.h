@@ -121,6 +121,9 @@ struct tsr_backend {
      * declared, KV caches plan without allocating, tsr_reserve measures,
      * and tsr__plan_check passes: the whole plan is read afterwards. */
     bool plan_mode;
+    /* the file of the dry runs, parsed once by tsr_fit (not owned): the
+     * loader and the model layer use it instead of parsing the file again */
+    tsr_gguf *plan_gguf;
     size_t n_open_contexts;
     bool told_no_gpu; /* n_gpu_layers > 0 without a GPU device was logged */
     size_t n_open_caches;
@@ -218,6 +221,9 @@ void tsr__overrides_release(tsr_override_set *set);
  * without memory, KV caches plan without allocating, tsr_reserve measures,
  * plan checks pass (the caller compares the plan itself). */
 void tsr__backend_set_plan_mode(tsr_backend *b, bool on);
+/* The parsed file the dry runs of a planning backend use (NULL: none; not owned). */
+void tsr__backend_set_plan_gguf(tsr_backend *b, tsr_gguf *g);
+tsr_gguf *tsr__backend_plan_gguf(const tsr_backend *b);
 /* Forgets a dry run's weights and zeroes the plan. */
 void tsr__backend_plan_reset(tsr_backend *b);
 /* Bytes device i's stream holds beside buffers for the largest graph planned. */

@@ -49,6 +49,9 @@ void tsr__prof_tokens(int64_t n);
  * without memory, KV caches plan without allocating, tsr_reserve measures,
  * plan checks pass (the caller compares the plan itself). */
 void tsr__backend_set_plan_mode(struct tsr_backend *b, bool on);
+/* The parsed file the dry runs of a planning backend use (NULL: none; not owned). */
+void tsr__backend_set_plan_gguf(struct tsr_backend *b, tsr_gguf *g);
+tsr_gguf *tsr__backend_plan_gguf(const struct tsr_backend *b);
 /* Forgets a dry run's weights and zeroes the plan. */
 void tsr__backend_plan_reset(struct tsr_backend *b);
 /* Bytes device i's stream holds beside buffers for the largest graph planned. */

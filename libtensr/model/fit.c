@@ -51,6 +51,8 @@ typedef struct fit_state {
     int n_layers, n_exp_layers; /* n_exp_layers: layers with routed experts */
     int64_t n_ctx_train;
     int n_candidates;
+    int ngl_min, ngl_max;     /* the GPU layer counts the caller allows */
+    tsr_gguf *gguf;           /* the model file, parsed once */
     size_t reg_free[FIT_MAX]; /* free memory of the registry's devices before the planning backend */
 } fit_state;
 
@@ -304,25 +306,48 @@ static tsr_status fit_search(fit_state *st, fit_cand *c, int ngl_max, int ngl_mi
     return found ? TSR_OK : fail_smallest(st, c);
 }
 
-/* TSR_E_DEVICE_NOMEM for the smallest candidate c (costed again). */
+/* Bytes missing over all devices for the last candidate costed. */
+static double missing(const fit_state *st) {
+    double m = 0;
+    for (size_t d = 0; d < st->n_dev; d++)
+        if (st->need[d] > st->avail[d])
+            m += (double)(st->need[d] - st->avail[d]);
+    return m;
+}
+
+/* TSR_E_DEVICE_NOMEM: nothing the caller allows fits. The detail shows the
+ * closest of the smallest candidates (c's context, all experts in system
+ * memory, the fewest or the most GPU layers allowed: the first empties the
+ * GPUs, the second system memory) and every device short of memory. */
 static tsr_status fail_smallest(fit_state *st, const fit_cand *c) {
-    tsr_status rc = cost(st, c);
+    fit_cand lo = {st->ngl_min, st->n_gpu && st->n_exp_layers ? st->n_layers : 0, c->n_ctx}, hi = lo;
+    hi.ngl = st->ngl_max;
+    tsr_status rc = cost(st, &hi);
+    double miss_hi = missing(st);
+    if (rc == TSR_OK && hi.ngl != lo.ngl && (rc = cost(st, &lo)) == TSR_OK && missing(st) >= miss_hi)
+        rc = cost(st, &hi);
+    const fit_cand *w = missing(st) == miss_hi ? &hi : &lo;
     if (rc != TSR_OK)
         return rc;
-    for (size_t d = 0; d < st->n_dev; d++) {
+    char detail[1024];
+    size_t len = 0;
+    for (size_t d = 0; d < st->n_dev && len < sizeof detail; d++) {
         if (st->need[d] <= st->avail[d])
             continue;
         size_t miss = st->need[d] - st->avail[d];
-        return tsr__error(TSR_E_DEVICE_NOMEM,
-                          "tsr_fit: %s: the smallest placement allowed (n_gpu_layers %d, experts of %d layers in "
-                          "system memory, n_ctx %lld) needs %.2f MiB there but %.2f MiB are available (%.2f MiB "
-                          "%s less a margin of %.2f MiB): %.2f MiB (%zu bytes) missing",
-                          tsr_device_name(tsr_backend_device(st->b, d)), c->ngl, c->n_cpu_moe, (long long)c->n_ctx,
-                          st->need[d] / 1048576.0, st->avail[d] / 1048576.0, st->free_mem[d] / 1048576.0,
-                          d == st->host ? "of system memory" : "free", st->margin[d] / 1048576.0, miss / 1048576.0,
-                          miss);
+        int n = snprintf(detail + len, sizeof detail - len,
+                         "%s%s: needs %.2f MiB but %.2f MiB are available (%.2f MiB %s less a margin of %.2f MiB): "
+                         "%.2f MiB (%zu bytes) missing",
+                         len ? "; " : "", tsr_device_name(tsr_backend_device(st->b, d)), st->need[d] / 1048576.0,
+                         st->avail[d] / 1048576.0, st->free_mem[d] / 1048576.0,
+                         d == st->host ? "of system memory" : "free", st->margin[d] / 1048576.0, miss / 1048576.0,
+                         miss);
+        len += n > 0 ? (size_t)n : 0;
     }
-    return tsr__error(TSR_E_DEVICE_NOMEM, "tsr_fit: no placement fits");
+    return tsr__error(TSR_E_DEVICE_NOMEM,
+                      "tsr_fit: no placement allowed fits; the closest (n_gpu_layers %d, experts of %d layers in "
+                      "system memory, n_ctx %lld): %s",
+                      w->ngl, w->n_cpu_moe, (long long)w->n_ctx, len ? detail : "?");
 }
 
 /* ---- setup and result ------------------------------------------------------------ */
@@ -394,9 +419,13 @@ static tsr_status fit_init(fit_state *st, const char *path, const tsr_backend_pa
         size_t total = 0;
         tsr_device_memory(tsr_device_get(i), &st->reg_free[i], &total);
     }
-    tsr_status rc = tsr_backend_new(&b, &st->b);
+    tsr_status rc = tsr_gguf_open(path, &st->gguf); /* parsed once for every dry run */
     if (rc == TSR_OK)
+        rc = tsr_backend_new(&b, &st->b);
+    if (rc == TSR_OK) {
         tsr__backend_set_plan_mode(st->b, true);
+        tsr__backend_set_plan_gguf(st->b, st->gguf);
+    }
     return rc;
 }
 
@@ -493,6 +522,8 @@ static tsr_status fit_run(fit_state *st, tsr_fit_result *out) {
     int ngl_max = st->fp.keep_n_gpu_layers ? ngl_min : st->n_gpu ? st->n_layers : 0;
     if (!st->n_gpu)
         ngl_min = ngl_max = 0;
+    st->ngl_min = ngl_min;
+    st->ngl_max = ngl_max;
     int64_t ctx_hi = st->sp.n_ctx > 0 ? st->sp.n_ctx : st->n_ctx_train;
     if ((rc = rebalance(st, ngl_max, st->fp.prefer == TSR_FIT_PREFER_SPEED ? ctx_floor(st, ctx_hi) : ctx_hi)) != TSR_OK)
         return rc;
@@ -517,6 +548,7 @@ tsr_status tsr_fit(const char *path, const tsr_backend_params *bp, const tsr_loa
     if (rc == TSR_OK)
         rc = fit_run(&st, out);
     tsr_backend_free(st.b);
+    tsr_gguf_close(st.gguf);
     if (rc == TSR_OK && FIT_HAS(out, seconds))
         out->seconds = now_s() - t0;
     if (rc == TSR_OK) {

@@ -224,6 +224,10 @@ void tsr_backend_log_plan(const tsr_backend *b) {
 
 void tsr__backend_set_plan_mode(tsr_backend *b, bool on) { b->plan_mode = on; }
 
+void tsr__backend_set_plan_gguf(tsr_backend *b, tsr_gguf *g) { b->plan_gguf = g; }
+
+tsr_gguf *tsr__backend_plan_gguf(const tsr_backend *b) { return b && b->plan_mode ? b->plan_gguf : NULL; }
+
 /* Forgets the planned weights (declared, never allocated) and the whole
  * plan, so that the next dry run starts from nothing. */
 void tsr__backend_plan_reset(tsr_backend *b) {
