@@ -15,6 +15,9 @@
  *  - with --check-ctx 1 (a dense model whose context shrank), a context
  *    one step (256 cells) larger with the same placement does not fit,
  *    as the planner of tsr_fit itself says (system memory is the fit's);
+ *  - with --old-abi 1: tsr_fit_params and tsr_fit_result as a caller
+ *    compiled against an older header fills them (smaller sizes, garbage
+ *    past them): defaults for the missing fields, nothing written past;
  *  - the caller's constraints were kept (its -ngl, -ts, its overrides first,
  *    n_ctx at most the one asked and at least the floor);
  * and prints one row of the scenario table (devices, model, flags,
@@ -26,6 +29,7 @@
 #include "tsrtest.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,7 +39,7 @@ static const char *g_model;
 
 typedef struct scen {
     const char *model, *label, *ot, *expect;
-    int ngl, keep_ngl, speed, keep_ctx, check_ctx;
+    int ngl, keep_ngl, speed, keep_ctx, check_ctx, old_abi;
     float ts[TSR_FIT_MAX_DEVICES];
     int n_ts;
     int64_t ctx, ctx_min;
@@ -83,6 +87,8 @@ static int parse_args(int argc, char **argv, scen *sc) {
             sc->keep_ctx = atoi(v);
         else if (!strcmp(k, "--check-ctx"))
             sc->check_ctx = atoi(v);
+        else if (!strcmp(k, "--old-abi"))
+            sc->old_abi = atoi(v);
         else if (!strcmp(k, "--expect"))
             sc->expect = v;
         else
@@ -257,6 +263,33 @@ static void run_ok(const scen *sc, const tsr_fit_result *r, const tsr_session_pa
     }
 }
 
+/* As a caller compiled against an older header: tsr_fit_params without
+ * prefer/keep_* (size up to n_ctx_min) and a result that ends before
+ * tensor_split, garbage past both sizes: the fit reads the defaults for
+ * the missing fields and writes nothing past the result's size. */
+static void old_abi(const scen *sc) {
+    unsigned char raw_fp[sizeof(tsr_fit_params) + 64], raw_r[sizeof(tsr_fit_result) + 64];
+    memset(raw_fp, 0xA5, sizeof raw_fp);
+    memset(raw_r, 0xA5, sizeof raw_r);
+    tsr_fit_params *fp = (tsr_fit_params *)raw_fp;
+    size_t fp_size = offsetof(tsr_fit_params, n_ctx_min) + sizeof fp->n_ctx_min;
+    tsr_fit_params_init(fp, fp_size);
+    for (size_t i = fp_size; i < sizeof raw_fp; i++)
+        CHECK(raw_fp[i] == 0xA5, "tsr_fit_params_init wrote byte %zu past the caller's size %zu", i, fp_size);
+    fp->gpu_margin = 0;
+    tsr_fit_result *r = (tsr_fit_result *)raw_r;
+    r->size = offsetof(tsr_fit_result, tensor_split);
+    tsr_status st = tsr_fit(sc->model, NULL, NULL, NULL, fp, r);
+    CHECK(st == TSR_OK, "old-size fit: %s", tsr_last_error());
+    for (size_t i = r->size; i < sizeof raw_r; i++)
+        CHECK(raw_r[i] == 0xA5, "tsr_fit wrote byte %zu past the result's size %zu", i, r->size);
+    CHECK(r->n_ctx > 0 && r->n_gpu_layers >= 0, "old-size result: n_gpu_layers %d n_ctx %lld", r->n_gpu_layers,
+          (long long)r->n_ctx);
+    tsr_fit_result_free(r); /* no overrides field: a no-op */
+    size_t len;
+    CHECK_STATUS(tsr_fit_result_flags(r, NULL, 0, &len), TSR_E_INVALID); /* too old to hold the placement */
+}
+
 int main(int argc, char **argv) {
     scen sc;
     if (!parse_args(argc, argv, &sc)) {
@@ -265,6 +298,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     g_model = sc.model;
+    if (sc.old_abi) {
+        old_abi(&sc);
+        return tsrtest_done(sc.label);
+    }
     if (sc.ot)
         CHECK_OK(tsr_buft_overrides_parse(sc.ot, &sc.ov));
     tsr_load_params lp;

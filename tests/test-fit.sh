@@ -84,6 +84,18 @@ if [ -f "$smol" ]; then
 else
     echo "SKIP part: $smol absent (SmolLM2 scenarios)"
 fi
+# an older caller's struct sizes
+run FAKE0:1MiB old-abi "$mix" --old-abi 1
+# tensr-run --fit-print: the flags it prints reproduce the placement (a run
+# with them and -fit off loads, generates and prints the same plan)
+run_bin=$builddir/examples/tensr-run
+flags=$(TSR_FAKE_DEVICES=FAKE0:1200KiB,FAKE1:600KiB "$run_bin" -m "$mix" --fit-print --fit-target 0 -c 256) ||
+    { echo "FAIL: tensr-run --fit-print"; fail=1; }
+echo "tensr-run --fit-print: $flags"
+case $flags in *"-ngl "*"-ot "*"-c "*) ;; *) echo "FAIL: --fit-print printed no placement"; fail=1 ;; esac
+eval "set -- $flags"
+TSR_FAKE_DEVICES=FAKE0:1200KiB,FAKE1:600KiB "$run_bin" -m "$mix" "$@" -fit off -n 2 -p "a b" > /dev/null 2>&1 ||
+    { echo "FAIL: tensr-run with the printed flags does not run"; fail=1; }
 # nothing fits: the error names the device and the bytes missing
 run FAKE0:64MiB dense-nomem-ngl "$dense" -ngl 2 -c 4096 --margin 67000000 --expect nomem
 TSR_FIT_SYSMEM=100KiB run FAKE0:64MiB dense-nomem-sys "$dense" --expect nomem
