@@ -1003,6 +1003,92 @@ TSR_API tsr_status tsr_batcher_release(tsr_batcher *b, uint64_t id);
  * (any pointer may be NULL). Any thread. */
 TSR_API void tsr_batcher_counts(tsr_batcher *b, size_t *running, size_t *waiting, int64_t *cells_used);
 
+/* ------------------------------------------------------------------------ */
+/* Auto-fit: the largest placement that fits the devices and system memory */
+/* ------------------------------------------------------------------------ */
+/* tsr_fit costs candidate placements of a model with the real planner (the
+ * weights' placement, the KV cache, the compute buffers of the worst
+ * micro-batch and what each device's stream holds beside buffers), in
+ * process, without reading or allocating weights, and returns the largest
+ * one that fits every device and system memory. */
+
+#define TSR_FIT_MAX_DEVICES 16
+
+typedef enum tsr_fit_prefer {
+    TSR_FIT_PREFER_CONTEXT = 0, /* experts to system memory, then fewer GPU layers, then a smaller context */
+    TSR_FIT_PREFER_SPEED = 1    /* a smaller context (down to n_ctx_min) first, then experts, then layers */
+} tsr_fit_prefer;
+
+typedef struct tsr_fit_params {
+    size_t size; /* sizeof(tsr_fit_params), set by _init */
+    /* Bytes kept free on each device of the backend, in tsr_backend_device
+     * order (GPUs, then the CPU); n_margins entries, the rest default.
+     * Defaults: gpu_margin on every GPU, host_margin on system memory. */
+    const size_t *margins;
+    size_t n_margins;
+    size_t gpu_margin;     /* default 1 GiB */
+    size_t host_margin;    /* default 0 */
+    int64_t n_ctx_min;     /* the context is never shrunk below this; default 4096 */
+    int prefer;            /* tsr_fit_prefer; default TSR_FIT_PREFER_CONTEXT */
+    int keep_n_gpu_layers; /* 1: the load params' n_gpu_layers is a constraint, kept as given */
+    int keep_n_ctx;        /* 1: the session params' n_ctx is a constraint (the context is not shrunk) */
+} tsr_fit_params;
+
+/* Fills p with the defaults and records size (= sizeof *p). */
+TSR_API void tsr_fit_params_init(tsr_fit_params *p, size_t size);
+
+typedef struct tsr_fit_result {
+    size_t size;      /* the caller sets sizeof(tsr_fit_result); tsr_fit fills the fields within it */
+    int n_gpu_layers; /* for tsr_load_params.n_gpu_layers */
+    int n_cpu_moe;    /* the last n_cpu_moe layers' routed experts are in system memory (by the fit) */
+    int64_t n_ctx;    /* for tsr_session_params.n_ctx */
+    /* for tsr_load_params.tensor_split: one weight per GPU of the backend
+     * (the caller's own when it gave one) */
+    float tensor_split[TSR_FIT_MAX_DEVICES];
+    /* for tsr_load_params.overrides: NULL-terminated, the caller's own
+     * first, then the fit's ("blk\.(2[0-9])\.ffn_.*_exps" = CPU); owned by
+     * the result (tsr_fit_result_free); NULL when there are none */
+    tsr_buft_override *overrides;
+    size_t n_devices; /* devices of the backend (GPUs, then the CPU) */
+    /* per device: the planned bytes (weights + KV cache + compute + stream),
+     * the memory the fit had (free memory less the margin; for the CPU,
+     * system memory less the margin) */
+    size_t planned[TSR_FIT_MAX_DEVICES];
+    size_t available[TSR_FIT_MAX_DEVICES];
+    int n_layers;     /* repeating layers of the model */
+    int n_candidates; /* placements costed */
+    double seconds;   /* the time the fit took */
+} tsr_fit_result;
+
+/* Finds the largest placement of the model at path that fits: every device
+ * (its free memory less its margin) and system memory (MemAvailable and the
+ * cgroup v1/v2 limit, less the host margin; CPU-resident weights count in
+ * full, mapped or not, as the page cache they need). bp picks the devices
+ * (as tsr_backend_new; NULL = all), lp and sp are the load and session
+ * params as the caller set them (NULL = defaults), fp the fit's own (NULL
+ * = defaults). Nothing the caller passed is changed; the caller applies
+ * the result to copies of its params. The caller's overrides stay first
+ * (the tensors they name stay where the caller put them), a caller's
+ * tensor_split is kept, and so are n_gpu_layers and n_ctx when fp says so.
+ * Then, for a mixture of experts, routed experts move to system memory
+ * layer by layer from the last, then the GPU layer count goes down, then
+ * the context shrinks to fp->n_ctx_min (or the context first with
+ * TSR_FIT_PREFER_SPEED). TSR_E_DEVICE_NOMEM when not even the smallest
+ * allowed placement fits: the detail names the device and the bytes
+ * missing. TSR_E_INVALID, TSR_E_IO, TSR_E_MALFORMED, TSR_E_UNSUPPORTED as
+ * tsr_model_load. Free the result with tsr_fit_result_free (also after a
+ * failure). Thread-safe with respect to other backends. */
+TSR_API tsr_status tsr_fit(const char *path, const tsr_backend_params *bp, const tsr_load_params *lp,
+                           const tsr_session_params *sp, const tsr_fit_params *fp, tsr_fit_result *out);
+/* Frees what the result owns (its override list) and clears the list; the
+ * struct itself is the caller's. NULL is a no-op. */
+TSR_API void tsr_fit_result_free(tsr_fit_result *r);
+/* The placement as the flags of tensr-run that reproduce it
+ * ("-ngl 27 -ts 1,3 -ot \"blk\.(2[0-9])\.ffn_.*_exps=CPU\" -c 16384"): at
+ * most cap bytes written, NUL-terminated when *len < cap, else TSR_E_RANGE
+ * (buf may be NULL when cap is 0); *len is the full length. */
+TSR_API tsr_status tsr_fit_result_flags(const tsr_fit_result *r, char *buf, size_t cap, size_t *len);
+
 /* Frees memory the library returned to the caller. */
 TSR_API void tsr_free(void *p);
 

@@ -795,8 +795,8 @@ static tsr_status cpu_sync(tsr_stream *s) {
 }
 
 static const tsr_device_iface cpu_dev_iface = {
-    cpu_memory,         cpu_supports, tsr__cpu_stream_new, tsr__cpu_stream_free, tsr__cpu_reserve,
-    tsr__cpu_run_nodes, cpu_sync};
+    cpu_memory, cpu_supports, tsr__cpu_stream_new, tsr__cpu_stream_free, tsr__cpu_reserve, tsr__cpu_run_nodes,
+    cpu_sync,   NULL};
 
 static tsr_device cpu_device;
 static tsr_buffer_type cpu_buft;

@@ -16,6 +16,10 @@
  *    device's memory is an error here instead of a silent success;
  *  - runs every op the CPU runs except ARGMAX, so that the CPU fallback of an
  *    unsupported op is exercised too;
+ *  - with TSR_FAKE_STREAM_BYTES=SIZE, each stream takes SIZE bytes of the
+ *    device's memory outside any buffer (as a CUDA stream's cuBLAS workspace
+ *    and scratch do) and reports them through the iface's stream_bytes, so
+ *    that the planner's count of stream memory can be tested;
  *  - with TSR_FAKE_FAULT=op[,op...] (op names as tsr__op_name gives them,
  *    read at each compute), computes those ops wrongly by a little: the
  *    element of largest magnitude of each such node's output moved by a
@@ -64,7 +68,17 @@ static size_t n_fakes;
 typedef struct fake_stream {
     tsr_device *dev;
     tsr_stream *host;
+    size_t held; /* TSR_FAKE_STREAM_BYTES taken from the device */
 } fake_stream;
+
+static bool parse_size(const char *s, size_t *out);
+
+/* TSR_FAKE_STREAM_BYTES, 0 when unset or malformed. */
+static size_t fake_stream_held(void) {
+    const char *env = getenv("TSR_FAKE_STREAM_BYTES");
+    size_t n = 0;
+    return env && parse_size(env, &n) ? n : 0;
+}
 
 static fake_dev *fake_of(const tsr_device *d) { return (fake_dev *)d->impl; }
 
@@ -176,8 +190,28 @@ static tsr_status fake_stream_new(tsr_device *d, int n_threads, tsr_stream **out
         return st;
     }
     fs->dev = d;
+    fake_dev *f = fake_of(d);
+    size_t held = fake_stream_held();
+    pthread_mutex_lock(&f->lock);
+    bool fits = held <= f->total - f->used;
+    if (fits)
+        f->used += held;
+    pthread_mutex_unlock(&f->lock);
+    if (!fits) {
+        host->iface->stream_free(fs->host);
+        tsr__free(fs);
+        return tsr__error(TSR_E_DEVICE_NOMEM, "%s: no memory for the stream's %zu bytes of scratch", d->name, held);
+    }
+    fs->held = held;
     *out = (tsr_stream *)fs;
     return TSR_OK;
+}
+
+static size_t fake_stream_bytes(const tsr_device *d, tsr_tensor *const *nodes, size_t n) {
+    (void)d;
+    (void)nodes;
+    (void)n;
+    return fake_stream_held();
 }
 
 static void fake_stream_free(tsr_stream *s) {
@@ -185,6 +219,10 @@ static void fake_stream_free(tsr_stream *s) {
     if (!fs)
         return;
     tsr__host_device_early()->iface->stream_free(fs->host);
+    fake_dev *f = fake_of(fs->dev);
+    pthread_mutex_lock(&f->lock);
+    f->used -= fs->held;
+    pthread_mutex_unlock(&f->lock);
     tsr__free(fs);
 }
 
@@ -293,7 +331,7 @@ static tsr_status fake_sync(tsr_stream *s) {
 }
 
 static const tsr_device_iface fake_dev_iface = {fake_memory,  fake_supports, fake_stream_new, fake_stream_free,
-                                                fake_reserve, fake_compute,  fake_sync};
+                                                fake_reserve, fake_compute,  fake_sync,       fake_stream_bytes};
 
 /* ---- enumeration from TSR_FAKE_DEVICES ------------------------------------- */
 

@@ -1114,8 +1114,21 @@ static tsr_status cu_memory(const tsr_device *d, size_t *free_b, size_t *total) 
     return TSR_OK;
 }
 
-static const tsr_device_iface cu_dev_iface = {cu_memory,  cu_supports, cu_stream_new, cu_stream_free,
-                                              cu_reserve, cu_compute,  cu_synchronize};
+/* A stream's memory outside buffers once reserved for these nodes: the
+ * cuBLAS workspace, the status words and the scratch arena (the largest
+ * node's need; cu_reserve grows it to that). */
+static size_t cu_stream_bytes(const tsr_device *d, tsr_tensor *const *nodes, size_t n_nodes) {
+    const cu_dev *c = (const cu_dev *)d->impl;
+    size_t need = 0;
+    for (size_t i = 0; i < n_nodes; i++) {
+        const size_t n = cu_scratch_need(c, nodes[i]);
+        need = n > need ? n : need;
+    }
+    return (size_t)CU_WORKSPACE + CU_ALIGN + need;
+}
+
+static const tsr_device_iface cu_dev_iface = {cu_memory,  cu_supports, cu_stream_new,  cu_stream_free,
+                                              cu_reserve, cu_compute,  cu_synchronize, cu_stream_bytes};
 
 /* ---- enumeration ------------------------------------------------------------------ */
 

@@ -45,7 +45,15 @@ typedef struct bench_opts {
     list prompt, gen, depth, threads, fa, batch, ubatch, ngl;
     test pg[MAXV];
     int n_pg, reps, compare, verbose, warmup, profile;
+    int placement_given; /* -ngl or -ot */
 } bench_opts;
+
+/* -fit on|off (-1: on unless -ngl or -ot is given), --fit-target, --fit-ctx. */
+static struct {
+    int on;
+    const char *target;
+    int64_t ctx;
+} fit_opt = {-1, NULL, 4096};
 
 typedef struct result {
     double mean, sd; /* tokens/s; mean < 0: not measured */
@@ -75,6 +83,10 @@ static void usage(void) {
            "  -ngl, --n-gpu-layers N    layers on GPUs (default 0)\n"
            "  -fa, --flash-attn on|off|auto   flash attention (default auto)\n"
            "  -ot LIST                  tensor placement overrides, as for tensr-run (repeat for more)\n"
+           "  -fit on|off               fit -ngl and expert overrides to the devices' and system memory\n"
+           "                            (default on unless -ngl or -ot is given); the context is the test's\n"
+           "  --fit-target MiB[,...]    memory left free per GPU (one value: every GPU; default 1024)\n"
+           "  --fit-ctx N               the fit's context floor (default 4096)\n"
            "  -r, --repetitions N       measured runs of each test (default 5)\n"
            "  -o, --output md|json      markdown table (default) or JSON\n"
            "  --no-warmup               no warm-up run before each test\n"
@@ -142,7 +154,19 @@ static int parse_value(bench_opts *o, list *seen, const char *a, const char *v) 
     if (is(a, "-m", "--model"))
         return add_str(a, v, &o->models);
     if (is(a, "-ot", "--override-tensor"))
-        return add_str(a, v, &o->overrides);
+        return o->placement_given = 1, add_str(a, v, &o->overrides);
+    if (is(a, "-fit", "--fit")) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            return die(a, "expects on or off");
+        fit_opt.on = !strcmp(v, "on");
+        return 0;
+    }
+    if (is(a, "--fit-target", NULL)) {
+        fit_opt.target = v;
+        return 0;
+    }
+    if (is(a, "--fit-ctx", NULL))
+        return parse_num(a, v, 1, &fit_opt.ctx);
     if (is(a, "--llama-bench", NULL)) {
         o->llama_bench = v;
         return 0;
@@ -181,7 +205,7 @@ static int parse_value(bench_opts *o, list *seen, const char *a, const char *v) 
     else if (is(a, "-ub", "--ubatch-size"))
         l = &o->ubatch, lo = 1;
     else if (is(a, "-ngl", "--n-gpu-layers"))
-        l = &o->ngl, lo = -1;
+        l = &o->ngl, lo = -1, o->placement_given = 1;
     else if (is(a, "-fa", "--flash-attn"))
         l = &o->fa, fa = 1;
     else
@@ -227,6 +251,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
             return die(a, i + 1 < argc ? "unknown option (see tensr-bench -h)" : "unknown option or missing value");
         i++;
     }
+    if (fit_opt.on == -1) /* as llama.cpp: on unless the placement was given */
+        fit_opt.on = !o->placement_given;
     return 0;
 }
 
@@ -384,6 +410,38 @@ typedef struct config {
     int64_t threads, fa, batch, ubatch, ngl;
 } config;
 
+/* tsr_fit for the configuration at the test's context (kept): its -ngl,
+ * split and expert overrides go into ldp (the result owns the overrides). */
+static int fit(const config *c, const tsr_backend_params *bp, tsr_load_params *ldp, const tsr_session_params *sp,
+               tsr_fit_result *fr) {
+    size_t margins[MAXV];
+    tsr_fit_params fp;
+    tsr_fit_params_init(&fp, sizeof fp);
+    fp.n_ctx_min = fit_opt.ctx;
+    fp.keep_n_ctx = 1;
+    fp.keep_n_gpu_layers = ldp->n_gpu_layers != 0;
+    if (fit_opt.target) {
+        list l = {{0}, 0};
+        if (parse_list("--fit-target", fit_opt.target, 0, 0, &l))
+            return 1;
+        for (int i = 0; i < l.n; i++) margins[i] = (size_t)l.v[i] << 20;
+        if (l.n == 1)
+            fp.gpu_margin = margins[0];
+        else
+            fp.margins = margins, fp.n_margins = (size_t)l.n;
+    }
+    if (tsr_fit(c->model, bp, ldp, sp, &fp, fr) != TSR_OK)
+        return die("fit", tsr_last_error());
+    ldp->n_gpu_layers = fr->n_gpu_layers;
+    ldp->tensor_split = fr->n_devices > 2 ? fr->tensor_split : NULL;
+    ldp->overrides = fr->overrides;
+    char flags[8192];
+    size_t len;
+    if (tsr_fit_result_flags(fr, flags, sizeof flags, &len) == TSR_OK)
+        fprintf(stderr, "fit: %s (%.1f ms)\n", flags, fr->seconds * 1e3);
+    return 0;
+}
+
 /* Backend, model and session of a configuration; n_ctx holds the largest test. */
 static int open_model(const config *c, int64_t n_ctx, tsr_backend **be, tsr_model **m, tsr_session **s) {
     tsr_backend_params bp;
@@ -404,7 +462,15 @@ static int open_model(const config *c, int64_t n_ctx, tsr_backend **be, tsr_mode
     if (c->ot && tsr_buft_overrides_parse(c->ot, &ov) != TSR_OK)
         return die("-ot", tsr_last_error());
     ldp.overrides = ov;
+    tsr_fit_result fr;
+    memset(&fr, 0, sizeof fr);
+    fr.size = sizeof fr;
+    if (fit_opt.on == 1 && fit(c, &bp, &ldp, &sp, &fr)) {
+        tsr_buft_overrides_free(ov);
+        return 1;
+    }
     tsr_status st = tsr_model_load(*be, c->model, &ldp, m);
+    tsr_fit_result_free(&fr);
     tsr_buft_overrides_free(ov);
     if (st != TSR_OK)
         return die(c->model, tsr_last_error());

@@ -23,6 +23,9 @@ typedef struct opts {
     const char *model, *prompt, *prompt_file, *ppl_file, *overrides, *devices;
     int cap_ctx, n_predict, n_threads, n_gpu_layers, main_gpu, flash_attn, chat, verbose, list_devices, n_chunks;
     int mmap;
+    int fit, fit_print, placement_given, ctx_given; /* fit: -1 = auto (on when no -ngl/-ts/-ot) */
+    const char *fit_target;
+    int64_t fit_ctx;
     int64_t n_ctx, n_batch, n_ubatch;
     size_t amb;
     float tensor_split[MAX_GPUS];
@@ -71,6 +74,11 @@ static void usage(FILE *f)
             "  --chat                    format the prompt with the model's chat template\n"
             "  --perplexity FILE         perplexity of FILE (chunks of -c tokens, default 512)\n"
             "  --chunks N                at most N perplexity chunks\n"
+            "  -fit, --fit on|off        choose -ngl, -ts, expert overrides and -c that fit the devices' and\n"
+            "                            system memory (default on unless -ngl, -ts or -ot is given)\n"
+            "  --fit-target MiB[,...]    memory left free per GPU (one value: every GPU; default 1024)\n"
+            "  --fit-ctx N               the fit never shrinks the context below N (default 4096)\n"
+            "  --fit-print               print the fitted placement as flags and exit\n"
             "  --list-devices            list devices and exit\n"
             "  --mmap, --no-mmap         map CPU-resident weights from the file, or copy them (default)\n"
             "  -v, --verbose             log at debug level (memory plan, devices, overrides)\n"
@@ -148,21 +156,24 @@ static int parse_value_flag(opts *o, const char *a, const char *v)
     if (is(a, "-m", "--model")) o->model = v;
     else if (is(a, "-p", "--prompt")) o->prompt = v;
     else if (is(a, "-f", "--file")) o->prompt_file = v;
-    else if (is(a, "-ot", "--override-tensor")) o->overrides = v;
+    else if (is(a, "-ot", "--override-tensor")) o->overrides = v, o->placement_given = 1;
+    else if (is(a, "-fit", "--fit")) { if (strcmp(v, "on") && strcmp(v, "off")) return die("-fit: 'on' or 'off', not '%s'%s", v, ""); o->fit = !strcmp(v, "on"); }
+    else if (is(a, "--fit-target", NULL)) o->fit_target = v;
+    else if (is(a, "--fit-ctx", NULL)) { if (parse_int(a, v, 1, 1 << 30, &n)) return 1; o->fit_ctx = n; }
     else if (is(a, "-dev", "--device")) o->devices = v;
     else if (is(a, "--perplexity", NULL)) o->ppl_file = v;
-    else if (is(a, "-ts", "--tensor-split")) return parse_split(v, o);
+    else if (is(a, "-ts", "--tensor-split")) return o->placement_given = 1, parse_split(v, o);
     else if (is(a, "-fa", "--flash-attn")) return parse_fa(v, &o->flash_attn);
     else if (is(a, "--temp", NULL)) return parse_float(a, v, &o->smp.temp);
     else if (is(a, "--top-p", NULL)) return parse_float(a, v, &o->smp.top_p);
     else if (is(a, "--min-p", NULL)) return parse_float(a, v, &o->smp.min_p);
     else if (is(a, "--repeat-penalty", NULL)) return parse_float(a, v, &o->smp.repeat_penalty);
     else if (is(a, "-n", "--n-predict")) { if (parse_int(a, v, -1, 1 << 30, &n)) return 1; o->n_predict = (int)n; }
-    else if (is(a, "-c", "--ctx-size")) { if (parse_int(a, v, 0, 1 << 30, &n)) return 1; o->n_ctx = n; }
+    else if (is(a, "-c", "--ctx-size")) { if (parse_int(a, v, 0, 1 << 30, &n)) return 1; o->n_ctx = n; o->ctx_given = 1; }
     else if (is(a, "-b", "--batch-size")) { if (parse_int(a, v, 1, 1 << 30, &n)) return 1; o->n_batch = n; }
     else if (is(a, "-ub", "--ubatch-size")) { if (parse_int(a, v, 1, 1 << 30, &n)) return 1; o->n_ubatch = n; }
     else if (is(a, "-t", "--threads")) { if (parse_int(a, v, 1, 1024, &n)) return 1; o->n_threads = (int)n; }
-    else if (is(a, "-ngl", "--n-gpu-layers")) { if (parse_int(a, v, -1, 1 << 20, &n)) return 1; o->n_gpu_layers = (int)n; }
+    else if (is(a, "-ngl", "--n-gpu-layers")) { if (parse_int(a, v, -1, 1 << 20, &n)) return 1; o->n_gpu_layers = (int)n; o->placement_given = 1; }
     else if (is(a, "-mg", "--main-gpu")) { if (parse_int(a, v, 0, MAX_GPUS - 1, &n)) return 1; o->main_gpu = (int)n; }
     else if (is(a, "-amb", "--attn-max-batch")) { if (parse_int(a, v, 0, 1 << 20, &n)) return 1; o->amb = (size_t)n << 20; }
     else if (is(a, "--top-k", NULL)) { if (parse_int(a, v, 0, 1 << 30, &n)) return 1; o->smp.top_k = (int32_t)n; }
@@ -182,6 +193,8 @@ static int parse_args(int argc, char **argv, opts *o)
     o->n_batch = 2048;
     o->n_ubatch = 512;
     o->flash_attn = TSR_FLASH_ATTN_AUTO;
+    o->fit = -1;
+    o->fit_ctx = 4096;
     tsr_sampler_params_init(&o->smp, sizeof o->smp);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -196,6 +209,7 @@ static int parse_args(int argc, char **argv, opts *o)
         if (is(a, "--chat", NULL)) o->chat = 1;
         else if (is(a, "-v", "--verbose")) o->verbose = 1;
         else if (is(a, "--list-devices", NULL)) o->list_devices = 1;
+        else if (is(a, "--fit-print", NULL)) o->fit_print = 1;
         else if (is(a, "--mmap", NULL)) o->mmap = 1;
         else if (is(a, "--no-mmap", NULL)) o->mmap = 0;
         else {
@@ -284,10 +298,69 @@ static int load_failed(const opts *o, tsr_backend *be, tsr_status st)
     return die("%s%s", tsr_last_error(), "");
 }
 
-/* Creates the backend, loads the model with the options' placement and
- * makes the session: n_ctx cells; for perplexity one call takes a whole
+/* The session's sizes: n_ctx cells; for perplexity one call takes a whole
  * chunk (n_batch = n_ctx) and each micro-batch may keep a logits row per
  * token (n_outputs_max = n_ubatch), for generation one row (the last). */
+static void session_sizes(const opts *o, int perplexity, int64_t n_ctx, tsr_session_params *sp)
+{
+    sp->n_ctx = n_ctx;
+    sp->n_batch = perplexity ? sp->n_ctx : o->n_batch;
+    sp->n_ubatch = o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
+    /* the session caps n_ubatch at n_batch and n_outputs_max at n_ubatch, so
+     * every micro-batch of a chunk may keep all its rows */
+    sp->n_outputs_max = perplexity ? sp->n_ubatch : 1;
+}
+
+/* --fit-target A[,B...] in MiB: one value for every GPU, else per device. */
+static int fit_targets(const char *spec, tsr_fit_params *fp, size_t *margins)
+{
+    char buf[512], *save = NULL;
+    size_t n = 0;
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *t = strtok_r(buf, ",", &save); t && n < MAX_GPUS + 1; t = strtok_r(NULL, ",", &save)) {
+        long long v;
+        if (parse_int("--fit-target", t, 0, 1LL << 40, &v))
+            return 1;
+        margins[n++] = (size_t)v << 20;
+    }
+    if (n == 1)
+        fp->gpu_margin = margins[0];
+    else {
+        fp->margins = margins;
+        fp->n_margins = n;
+    }
+    return 0;
+}
+
+/* Runs tsr_fit on the options' placement and applies its answer to lp and
+ * sp (the result owns the overrides until tsr_fit_result_free). */
+static int run_fit(const opts *o, const tsr_backend_params *bp, const char *path, tsr_load_params *lp,
+                   tsr_session_params *sp, tsr_fit_result *fr)
+{
+    size_t margins[MAX_GPUS + 1];
+    tsr_fit_params fp;
+    tsr_fit_params_init(&fp, sizeof fp);
+    fp.n_ctx_min = o->fit_ctx;
+    fp.keep_n_gpu_layers = o->placement_given && lp->n_gpu_layers != 0;
+    fp.keep_n_ctx = o->ctx_given;
+    if (o->fit_target && fit_targets(o->fit_target, &fp, margins))
+        return 1;
+    if (tsr_fit(path, bp, lp, sp, &fp, fr) != TSR_OK)
+        return die("fit: %s%s", tsr_last_error(), "");
+    lp->n_gpu_layers = fr->n_gpu_layers;
+    lp->tensor_split = fr->n_devices > 2 ? fr->tensor_split : lp->tensor_split;
+    lp->overrides = fr->overrides;
+    sp->n_ctx = fr->n_ctx;
+    char flags[8192];
+    size_t len;
+    if (tsr_fit_result_flags(fr, flags, sizeof flags, &len) == TSR_OK)
+        fprintf(o->fit_print ? stdout : stderr, o->fit_print ? "%s\n" : "fit: %s (%.1f ms)\n", flags,
+                fr->seconds * 1e3);
+    return 0;
+}
+
+/* Creates the backend, loads the model with the options' placement (or
+ * the fit's) and makes the session. Returns 3 after --fit-print. */
 static int open_model(const opts *o, int perplexity, tsr_backend **be, tsr_model **m, tsr_session **s)
 {
     tsr_device *devs[MAX_GPUS + 2];
@@ -299,8 +372,6 @@ static int open_model(const opts *o, int perplexity, tsr_backend **be, tsr_model
     if (o->devices && pick_devices(o->devices, devs))
         return 1;
     bp.devices = o->devices ? devs : NULL;
-    if (tsr_backend_new(&bp, be) != TSR_OK)
-        return die("backend: %s%s", tsr_last_error(), "");
 
     tsr_buft_override *ov = NULL;
     if (o->overrides && tsr_buft_overrides_parse(o->overrides, &ov) != TSR_OK)
@@ -321,24 +392,37 @@ static int open_model(const opts *o, int perplexity, tsr_backend **be, tsr_model
 
     char buf[4096];
     const char *path = o->model ? o->model : default_model(buf, sizeof buf);
-    tsr_status st = tsr_model_load(*be, path, &lp, m);
+    tsr_session_params sp;
+    tsr_session_params_init(&sp, sizeof sp);
+    session_sizes(o, perplexity, o->n_ctx, &sp);
+    tsr_fit_result fr;
+    memset(&fr, 0, sizeof fr);
+    fr.size = sizeof fr;
+    int fitted = o->fit == 1 || (o->fit == -1 && !o->placement_given) || o->fit_print;
+    int rc = fitted ? run_fit(o, &bp, path, &lp, &sp, &fr) : 0;
+    if (rc || o->fit_print) {
+        tsr_fit_result_free(&fr);
+        tsr_buft_overrides_free(ov);
+        if (rc && !o->model && access(path, R_OK) != 0)
+            return die("no model given and %s is not there: run examples/get-model.sh, or pass -m FILE%s", path, "");
+        return rc ? rc : 3;
+    }
+    tsr_status st = tsr_backend_new(&bp, be);
+    if (st == TSR_OK)
+        st = tsr_model_load(*be, path, &lp, m);
+    tsr_fit_result_free(&fr);
     tsr_buft_overrides_free(ov);
+    if (st != TSR_OK && !*be)
+        return die("backend: %s%s", tsr_last_error(), "");
     if (st != TSR_OK) {
         if (!o->model && access(path, R_OK) != 0)
             return die("no model given and %s is not there: run examples/get-model.sh, or pass -m FILE%s", path, "");
         return load_failed(o, *be, st);
     }
-
-    tsr_session_params sp;
-    tsr_session_params_init(&sp, sizeof sp);
-    sp.n_ctx = o->n_ctx ? o->n_ctx : tsr_model_n_ctx_train(*m);
-    if (o->cap_ctx && sp.n_ctx > tsr_model_n_ctx_train(*m))
-        sp.n_ctx = tsr_model_n_ctx_train(*m);
-    sp.n_batch = perplexity ? sp.n_ctx : o->n_batch;
-    sp.n_ubatch = o->n_ubatch < o->n_batch ? o->n_ubatch : o->n_batch;
-    /* the session caps n_ubatch at n_batch and n_outputs_max at n_ubatch, so
-     * every micro-batch of a chunk may keep all its rows */
-    sp.n_outputs_max = perplexity ? sp.n_ubatch : 1;
+    int64_t n_ctx = fitted ? sp.n_ctx : o->n_ctx ? o->n_ctx : tsr_model_n_ctx_train(*m);
+    if (o->cap_ctx && n_ctx > tsr_model_n_ctx_train(*m))
+        n_ctx = tsr_model_n_ctx_train(*m);
+    session_sizes(o, perplexity, n_ctx, &sp);
     if ((st = tsr_session_new(*m, &sp, s)) != TSR_OK)
         return load_failed(o, *be, st);
     if (o->verbose)
@@ -702,7 +786,9 @@ int main(int argc, char **argv)
     tsr_model *m = NULL;
     tsr_session *s = NULL;
     rc = open_model(&o, o.ppl_file != NULL, &be, &m, &s);
-    if (!rc && o.ppl_file) {
+    if (rc == 3) { /* --fit-print */
+        rc = 0;
+    } else if (!rc && o.ppl_file) {
         rc = perplexity(&o, m, s);
     } else if (!rc) {
         int32_t *ids = NULL;

@@ -59,6 +59,12 @@ typedef struct tsr_device_iface {
      * addresses this device can read (the scheduler copied what was needed). */
     tsr_status (*compute)(tsr_stream *s, tsr_tensor *const *nodes, size_t n_nodes);
     tsr_status (*synchronize)(tsr_stream *s);
+    /* Bytes a stream of this device holds outside buffers once reserved for
+     * these nodes: library workspaces (cuBLAS) and per-stream scratch, none
+     * of which the buffers show. The planner (tsr_fit) adds them to the
+     * device's plan. NULL = none. Reads shapes and types only: the nodes
+     * may have no memory (a dry run). */
+    size_t (*stream_bytes)(const tsr_device *d, tsr_tensor *const *nodes, size_t n_nodes);
 } tsr_device_iface;
 
 struct tsr_device {

@@ -110,7 +110,20 @@ struct tsr_backend {
      * plan fits when plan_weights + plan_kv + plan_compute <= free + live
      * (tsr__plan_check). Whoever allocates for the backend keeps live up to date. */
     size_t *plan_weights, *plan_kv, *plan_compute;
+    /* plan_stream: what the devices' streams hold beside buffers for the
+     * largest graph reserved or measured (library workspace, per-stream
+     * scratch: the device iface's stream_bytes; for the host, the pinned
+     * copy staging). Counted by tsr_fit; not part of tsr__plan_check. */
+    size_t *plan_stream;
     size_t *live, *live_weights;
+    /* A planning backend (tsr_fit's dry runs, tsr__backend_set_plan_mode):
+     * loads plan weights without reading or allocating them and keep them
+     * declared, KV caches plan without allocating, tsr_reserve measures,
+     * and tsr__plan_check passes: the whole plan is read afterwards. */
+    bool plan_mode;
+    /* the file of the dry runs, parsed once by tsr_fit (not owned): the
+     * loader and the model layer use it instead of parsing the file again */
+    tsr_gguf *plan_gguf;
     size_t n_open_contexts;
     bool told_no_gpu; /* n_gpu_layers > 0 without a GPU device was logged */
     size_t n_open_caches;
@@ -202,5 +215,23 @@ tsr_buffer_type *tsr__overrides_match(tsr_override_set *set, const char *name);
 /* Warns about every pattern that matched nothing. */
 void tsr__overrides_warn_unmatched(const tsr_override_set *set);
 void tsr__overrides_release(tsr_override_set *set);
+
+/* ---- dry runs of the planner (runtime/backend.c, runtime/sysmem.c; tsr_fit) ---- */
+/* A planning backend: loads with plan_only keep the planned weights declared
+ * without memory, KV caches plan without allocating, tsr_reserve measures,
+ * plan checks pass (the caller compares the plan itself). */
+void tsr__backend_set_plan_mode(tsr_backend *b, bool on);
+/* The parsed file the dry runs of a planning backend use (NULL: none; not owned). */
+void tsr__backend_set_plan_gguf(tsr_backend *b, tsr_gguf *g);
+tsr_gguf *tsr__backend_plan_gguf(const tsr_backend *b);
+/* Forgets a dry run's weights and zeroes the plan. */
+void tsr__backend_plan_reset(tsr_backend *b);
+/* Bytes device i's stream holds beside buffers for the largest graph planned. */
+size_t tsr__backend_plan_stream(const tsr_backend *b, size_t i);
+/* System memory the process may still take: MemAvailable capped by the
+ * cgroup (v1/v2) limit less usage; hooks TSR_FIT_SYSMEM, TSR_FIT_PROC_ROOT. */
+size_t tsr__system_memory_available(void);
+/* "64MiB", "2G", "123" -> bytes; false when malformed. */
+bool tsr__parse_size(const char *s, size_t *out);
 
 #endif /* TSR_CORE_H */

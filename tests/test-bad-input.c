@@ -1268,9 +1268,9 @@ static void c_session_use(void) {
     ERR(tsr_session_decode(s, 2, toks, neg_pos, NULL, NULL), TSR_E_INVALID);
     ERR(tsr_session_decode(s, 2, toks, pos, bad_seq, NULL), TSR_E_INVALID);
     ERR(tsr_session_decode(s, 2, toks, pos, neg_seq, NULL), TSR_E_INVALID);
-    ERR(tsr_session_decode(s, 5, toks, NULL, NULL, NULL), TSR_E_INVALID); /* > n_batch */
+    ERR(tsr_session_decode(s, 5, toks, NULL, NULL, NULL), TSR_E_INVALID);     /* > n_batch */
     ERR(tsr_session_decode(s, SIZE_MAX, toks, NULL, NULL, NULL), TSR_E_FULL); /* more than the cells: full first */
-    VAL(tsr_session_n_past(s, 0), 0); /* nothing changed */
+    VAL(tsr_session_n_past(s, 0), 0);                                         /* nothing changed */
     CHECK_OK(tsr_session_decode(s, 2, toks, pos, NULL, NULL));
     for (int i = 0; i < 3; i++) /* 8 cells: 2 + 4 + 2 fill it, then full */
         if (i < 2)
@@ -1339,6 +1339,41 @@ static void c_sampler_logprobs(void) {
     ERR(tsr_sampler_logprobs(smp, logits, 0, &lp, 2, top, NULL), TSR_E_INVALID);
     tsr_sampler_free(smp);
     free(logits);
+}
+
+static void c_fit(void) {
+    tsr_fit_params fp;
+    tsr_fit_result r;
+    tsr_fit_params_init(NULL, sizeof fp); /* ignored */
+    tsr_fit_params_init(&fp, 0);          /* ignored: smaller than the size field */
+    tsr_fit_params_init(&fp, sizeof fp);
+    memset(&r, 0, sizeof r);
+    r.size = sizeof r;
+    ERR(tsr_fit(NULL, NULL, NULL, NULL, &fp, &r), TSR_E_INVALID);
+    ERR(tsr_fit("x.gguf", NULL, NULL, NULL, &fp, NULL), TSR_E_INVALID);
+    r.size = 0; /* not set by the caller */
+    ERR(tsr_fit("x.gguf", NULL, NULL, NULL, &fp, &r), TSR_E_INVALID);
+    r.size = sizeof r;
+    fp.size = 3;
+    ERR(tsr_fit("x.gguf", NULL, NULL, NULL, &fp, &r), TSR_E_INVALID);
+    tsr_fit_params_init(&fp, sizeof fp);
+    fp.n_ctx_min = -1;
+    ERR(tsr_fit("/nonexistent/x.gguf", NULL, NULL, NULL, &fp, &r), TSR_E_INVALID);
+    fp.n_ctx_min = 4096;
+    fp.n_margins = 2; /* without margins */
+    ERR(tsr_fit("/nonexistent/x.gguf", NULL, NULL, NULL, &fp, &r), TSR_E_INVALID);
+    ERR(tsr_fit("/nonexistent/x.gguf", NULL, NULL, NULL, NULL, &r), TSR_E_IO);
+    CHECK(strstr(tsr_last_error(), "/nonexistent/x.gguf") != NULL, "the error names the file: %s", tsr_last_error());
+    tsr_fit_result_free(&r); /* after a failure: nothing to free */
+    tsr_fit_result_free(NULL);
+    size_t len = 0;
+    char buf[8];
+    ERR(tsr_fit_result_flags(NULL, buf, sizeof buf, &len), TSR_E_INVALID);
+    ERR(tsr_fit_result_flags(&r, NULL, sizeof buf, &len), TSR_E_INVALID);
+    ERR(tsr_fit_result_flags(&r, buf, sizeof buf, NULL), TSR_E_INVALID);
+    ERR(tsr_fit_result_flags(&r, buf, sizeof buf, &len), TSR_E_RANGE); /* "-ngl 0 -c 0" */
+    CHECK(len == strlen("-ngl 0 -c 0"), "len %zu", len);
+    ERR(tsr_fit_result_flags(&r, NULL, 0, &len), TSR_E_RANGE);
 }
 
 static void c_batcher(void) {
@@ -1553,6 +1588,7 @@ static const struct bad_case {
     {"tsr_batcher_params_init tsr_request_params_init tsr_batcher_new tsr_batcher_free tsr_batcher_submit "
      "tsr_batcher_cancel tsr_batcher_step tsr_batcher_poll tsr_batcher_text tsr_batcher_release tsr_batcher_counts",
      c_batcher},
+    {"tsr_fit_params_init tsr_fit tsr_fit_result_free tsr_fit_result_flags", c_fit},
     {"tsr_model_free", c_model_free_busy},
     {"tsr_sampler_params_init tsr_sampler_new tsr_sampler_free tsr_sampler_sample tsr_sampler_reset "
      "tsr_sampler_accept",

@@ -10,7 +10,10 @@
  *    refused node still computes (on the CPU) with the device intact;
  *  - a matrix product of no matrices (ne[2] 0) computes nothing, on the
  *    GEMM and matrix-vector paths, called directly (the host code divided
- *    by a->ne[2]).
+ *    by a->ne[2]);
+ *  - stream_bytes (what tsr_fit adds to the plan) reports the cuBLAS
+ *    workspace (32 MiB) and the scratch of the largest node (a GEMM's F16
+ *    copy of its columns), and a measured graph's plan carries it for CUDA0.
  */
 #include "internal.h"
 #include "tsrtest.h"
@@ -125,6 +128,32 @@ static void test_no_matrices(void) {
     tsr_backend_free(b);
 }
 
+static void test_stream_bytes(void) {
+    CHECK(cuda0->iface->stream_bytes != NULL, "the CUDA module reports no stream memory");
+    if (!cuda0->iface->stream_bytes)
+        return;
+    tsr_backend *b = backend_cuda();
+    tsr_context *ctx = tsr_context_new(b);
+    const int64_t na[2] = {1024, 256}, nb[2] = {1024, 512}; /* F16 weight: cuBLAS reads it in place */
+    tsr_tensor *a = tsr_new_tensor(ctx, tsr_device_buffer_type(cuda0), TSR_TYPE_F16, 2, na);
+    tsr_tensor *x = tsr_input(ctx, TSR_TYPE_F32, 2, nb, NULL);
+    tsr_tensor *y = a && x ? tsr_mul_mat(ctx, a, x) : NULL;
+    CHECK(y != NULL);
+    const size_t ws = (size_t)32 << 20, cols = 1024 * 512 * 2; /* the columns converted to F16 */
+    size_t none = cuda0->iface->stream_bytes(cuda0, NULL, 0), one = y ? cuda0->iface->stream_bytes(cuda0, &y, 1) : 0;
+    CHECK(none >= ws && none < ws + 4096, "stream bytes without nodes %zu: want the 32 MiB workspace", none);
+    CHECK(one >= ws + cols && one < ws + cols + 4096, "stream bytes of a 1024x256 by 1024x512 GEMM: %zu, want %zu", one,
+          ws + cols);
+    size_t sizes[2] = {0};
+    if (y)
+        CHECK_OK(tsr_measure(ctx, &y, 1, sizes));
+    size_t d = tsr__backend_device_index(b, cuda0);
+    CHECK(tsr__backend_plan_stream(b, d) == one, "CUDA0's planned stream memory %zu, want %zu",
+          tsr__backend_plan_stream(b, d), one);
+    tsr_context_close(ctx);
+    tsr_backend_free(b);
+}
+
 int main(void) {
     cuda0 = tsr_device_by_name("CUDA0");
     if (!cuda0)
@@ -132,5 +161,6 @@ int main(void) {
     test_placement();
     test_unaligned_views();
     test_no_matrices();
+    test_stream_bytes();
     return tsrtest_done("test-cuda-emu");
 }

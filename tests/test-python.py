@@ -730,6 +730,34 @@ def test_model_errors_raise():
         expect_error(lambda: s.remove(2), tsr.TSR_E_INVALID)
 
 
+def test_fit():
+    """tsr.fit on the CPU alone: the context asked, the caller's override kept
+    first, the planned bytes within what there is; a simulated small machine
+    (TSR_FIT_SYSMEM) fails with the device and the bytes missing."""
+    if not os.path.exists(MODEL):
+        assert not CI, "fit: no model at %s" % MODEL
+        print("  (no model at %s: fit not tested)" % MODEL)
+        return
+    r = tsr.fit(MODEL, n_ctx=2048, overrides="exps=CPU")
+    assert r["n_gpu_layers"] == 0 and r["n_ctx"] == 2048 and r["n_layers"] == 30, r
+    assert r["overrides"] == [("exps", "CPU")], r["overrides"]
+    assert r["flags"] == '-ngl 0 -ot "exps=CPU" -c 2048', r["flags"]
+    assert 0 < r["planned"][-1] <= r["available"][-1] and r["seconds"] > 0, r
+    os.environ["TSR_FIT_SYSMEM"] = "1MiB"
+    try:
+        tsr.fit(MODEL, n_ctx=2048)
+        raise AssertionError("a fit into 1 MiB of system memory succeeded")
+    except tsr.Error as e:
+        assert e.status == tsr.TSR_E_DEVICE_NOMEM and "CPU" in str(e) and "missing" in str(e), e
+    finally:
+        del os.environ["TSR_FIT_SYSMEM"]
+    try:
+        tsr.fit(MODEL, prefer="fast")
+        raise AssertionError("prefer='fast' accepted")
+    except tsr.Error as e:
+        assert e.status == tsr.TSR_E_INVALID, e
+
+
 def test_model_lifetimes():
     if not os.path.exists(MODEL):
         return model_or_skip("lifetimes")

@@ -129,6 +129,22 @@ class _SamplerParams(ctypes.Structure):
                 ("repeat_penalty", _F), ("repeat_last_n", _I32), ("seed", _U64)]
 
 
+_FIT_MAX = 16
+
+
+class _FitParams(ctypes.Structure):
+    _fields_ = [("size", _S), ("margins", _PTR(_S)), ("n_margins", _S), ("gpu_margin", _S),
+                ("host_margin", _S), ("n_ctx_min", _I64), ("prefer", _I),
+                ("keep_n_gpu_layers", _I), ("keep_n_ctx", _I)]
+
+
+class _FitResult(ctypes.Structure):
+    _fields_ = [("size", _S), ("n_gpu_layers", _I), ("n_cpu_moe", _I), ("n_ctx", _I64),
+                ("tensor_split", ctypes.c_float * _FIT_MAX), ("overrides", _PTR(_BuftOverride)),
+                ("n_devices", _S), ("planned", _S * _FIT_MAX), ("available", _S * _FIT_MAX),
+                ("n_layers", _I), ("n_candidates", _I), ("seconds", ctypes.c_double)]
+
+
 class _ChatMessage(ctypes.Structure):
     _fields_ = [("role", _STR), ("content", _STR)]
 
@@ -287,6 +303,11 @@ _SIGS = {
     "tsr_model_token_piece": (_STATUS, [_P, _I32, _I, _P, _S, _PTR(_S)]),
     "tsr_model_detokenize": (_STATUS, [_P, _PTR(_I32), _S, _I, _P, _S, _PTR(_S)]),
     "tsr_model_chat_format": (_STATUS, [_P, _PTR(_ChatMessage), _S, _I, _P, _S, _PTR(_S)]),
+    "tsr_fit_params_init": (None, [_PTR(_FitParams), _S]),
+    "tsr_fit": (_STATUS, [_STR, _PTR(_BackendParams), _PTR(_LoadParams), _PTR(_SessionParams),
+                          _PTR(_FitParams), _PTR(_FitResult)]),
+    "tsr_fit_result_free": (None, [_PTR(_FitResult)]),
+    "tsr_fit_result_flags": (_STATUS, [_PTR(_FitResult), _P, _S, _PTR(_S)]),
     "tsr_session_params_init": (None, [_PTR(_SessionParams), _S]),
     "tsr_session_new": (_STATUS, [_P, _PTR(_SessionParams), _PTR(_P)]),
     "tsr_session_free": (None, [_P]),
@@ -1126,6 +1147,53 @@ def _load_params(what, n_gpu_layers=0, main_gpu=0, tensor_split=None, overrides=
     finally:
         if ov:
             C.buft_overrides_free(ov)
+
+
+def fit(path, n_ctx=0, n_gpu_layers=None, tensor_split=None, overrides=None, margins=None,
+        gpu_margin=1 << 30, host_margin=0, n_ctx_min=4096, prefer="context", keep_n_ctx=False,
+        n_ubatch=512, n_seq_max=1):
+    """tsr_fit: the largest placement of the model at path that fits the devices
+    and system memory. n_gpu_layers (given: kept), tensor_split, overrides
+    ('regex=BUFT,...', kept first) and n_ctx (0: the training context; shrunk
+    down to n_ctx_min unless keep_n_ctx) are the caller's; margins: bytes per
+    device (GPUs, then the CPU). Returns a dict: n_gpu_layers, n_cpu_moe, n_ctx,
+    tensor_split, overrides [(pattern, buffer type)], flags (tensr-run's),
+    planned and available bytes per device, seconds."""
+    if prefer not in ("context", "speed"):
+        raise Error(TSR_E_INVALID, "prefer is 'context' or 'speed', not %r" % (prefer,), "fit")
+    fp = _init_params(_FitParams, C.fit_params_init)
+    fp.gpu_margin, fp.host_margin, fp.n_ctx_min = int(gpu_margin), int(host_margin), int(n_ctx_min)
+    fp.prefer, fp.keep_n_ctx = int(prefer == "speed"), int(bool(keep_n_ctx))
+    fp.keep_n_gpu_layers = int(n_gpu_layers is not None)
+    if margins is not None:
+        arr = (_S * len(margins))(*[int(m) for m in margins])
+        fp.margins, fp.n_margins = ctypes.cast(arr, _PTR(_S)), len(margins)
+    sp = _init_params(_SessionParams, C.session_params_init)
+    sp.n_ctx, sp.n_ubatch, sp.n_seq_max = int(n_ctx), int(n_ubatch), int(n_seq_max)
+    r = _FitResult()
+    r.size = ctypes.sizeof(r)
+    with _load_params("fit", n_gpu_layers or 0, tensor_split=tensor_split,
+                      overrides=overrides) as lp:
+        st = C.fit(_path(path, "fit"), None, ctypes.byref(lp), ctypes.byref(sp), ctypes.byref(fp),
+                   ctypes.byref(r))
+    try:
+        _check(st, "fit")
+        buf = ctypes.create_string_buffer(8192)
+        n = _S()
+        _check(C.fit_result_flags(ctypes.byref(r), buf, len(buf), ctypes.byref(n)), "fit")
+        ovs = []
+        for i in range(1 << 16):
+            if not r.overrides or not r.overrides[i].pattern:
+                break
+            ovs.append((_s(r.overrides[i].pattern), _buft_name(r.overrides[i].buft)))
+        n_gpu = max(int(r.n_devices) - 1, 0)
+        return {"n_gpu_layers": r.n_gpu_layers, "n_cpu_moe": r.n_cpu_moe, "n_ctx": r.n_ctx,
+                "tensor_split": list(r.tensor_split[:n_gpu]), "overrides": ovs,
+                "flags": _s(buf.value), "planned": list(r.planned[:r.n_devices]),
+                "available": list(r.available[:r.n_devices]), "n_layers": r.n_layers,
+                "seconds": r.seconds}
+    finally:
+        C.fit_result_free(ctypes.byref(r))
 
 
 class Backend(_Handle):

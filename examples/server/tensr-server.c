@@ -802,6 +802,32 @@ static void parse_args(int argc, char **argv) {
         usage_exit(2);
 }
 
+/* No -ngl and no -ot: tsr_fit picks the GPU layers, split and expert
+ * overrides for the slots' context (kept as given); the result owns the
+ * overrides it puts into lp. */
+static int fit_placement(const tsr_backend_params *bp, tsr_load_params *lp, tsr_fit_result *fr) {
+    tsr_session_params sp;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = o.n_ctx / o.n_slots * o.n_slots;
+    sp.n_seq_max = o.n_slots;
+    sp.n_batch = o.n_batch < o.n_slots ? o.n_slots : o.n_batch;
+    sp.n_ubatch = o.n_ubatch;
+    sp.per_seq_cells = 1;
+    tsr_fit_params fp;
+    tsr_fit_params_init(&fp, sizeof fp);
+    fp.keep_n_ctx = 1;
+    if (tsr_fit(o.model, bp, lp, &sp, &fp, fr) != TSR_OK)
+        return fprintf(stderr, "tensr-server: fit: %s\n", tsr_last_error()), 1;
+    lp->n_gpu_layers = fr->n_gpu_layers;
+    lp->tensor_split = fr->n_devices > 2 ? fr->tensor_split : NULL;
+    lp->overrides = fr->overrides;
+    char flags[4096];
+    size_t len;
+    if (tsr_fit_result_flags(fr, flags, sizeof flags, &len) == TSR_OK)
+        fprintf(stderr, "tensr-server: fit: %s\n", flags);
+    return 0;
+}
+
 static int load(void) {
     tsr_backend_params bp;
     tsr_backend_params_init(&bp, sizeof bp);
@@ -816,7 +842,13 @@ static int load(void) {
     tsr_load_params_init(&lp, sizeof lp);
     lp.n_gpu_layers = o.n_gpu_layers;
     lp.overrides = ov;
+    tsr_fit_result fr;
+    memset(&fr, 0, sizeof fr);
+    fr.size = sizeof fr;
+    if (!o.n_gpu_layers && !o.overrides && fit_placement(&bp, &lp, &fr))
+        return 1;
     tsr_status st = tsr_model_load(backend, o.model, &lp, &model);
+    tsr_fit_result_free(&fr);
     tsr_buft_overrides_free(ov);
     if (st != TSR_OK)
         return fprintf(stderr, "tensr-server: %s: %s\n", o.model, tsr_last_error()), 1;

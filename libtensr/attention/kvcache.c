@@ -214,6 +214,13 @@ static tsr_status tsr_alloc_all(tsr_kv_cache *c) {
         tsr__error_prefix("tsr_kv_cache_new: KV cache of %d layers x %lld cells", c->p.n_layers, (long long)c->p.n_ctx);
         return s;
     }
+    if (c->b->plan_mode) { /* a dry run: each layer's K/V on its planned device, no memory */
+        for (int il = 0; il < c->p.n_layers; il++)
+            for (size_t g = 0; g < c->n_grp; g++)
+                if (tsr_layer_buft(c->b, il) == c->grp_bt[g])
+                    c->k[il].device_id = c->v[il].device_id = (int)c->grp_dev[g];
+        return TSR_OK;
+    }
     for (size_t g = 0; g < c->n_grp && s == TSR_OK; g++) s = tsr_alloc_group(c, g);
     return s;
 }

@@ -854,13 +854,16 @@ tsr_status tsr_backend_load_gguf(tsr_backend *b, const char *path, const tsr_loa
         close(fd);
         return s;
     }
-    tsr_gguf *g = NULL;
+    tsr_gguf *g = b->plan_mode ? b->plan_gguf : NULL; /* a dry run's file, parsed once (tsr_fit) */
     memset(b->plan_weights, 0, b->n_devices * sizeof *b->plan_weights);
-    if ((s = tsr_gguf_open(path, &g)) == TSR_OK)
+    if (g || (s = tsr_gguf_open(path, &g)) == TSR_OK)
         s = load_weights(b, g, path, fd, &sb, &prm);
-    if (s != TSR_OK || prm.plan_only)
+    /* a planning backend keeps the planned weights declared (no memory, the
+     * planned device in device_id) for the model and session built on them */
+    if (s != TSR_OK || (prm.plan_only && !b->plan_mode))
         rollback(b, s == TSR_OK);
-    tsr_gguf_close(g);
+    if (!b->plan_mode || g != b->plan_gguf)
+        tsr_gguf_close(g);
     close(fd);
     return s;
 }

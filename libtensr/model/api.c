@@ -65,7 +65,21 @@ static tsr_status load_vocab_only(tsr_model *m, const char *path) {
     return TSR_OK;
 }
 
+/* A dry run of tsr_fit: the file parsed once (the planning backend's), no
+ * vocabulary (the plan does not need it: n_vocab is token_embd.weight's). */
+static tsr_status load_planned(tsr_model *m, tsr_gguf *g, const char *path, const tsr_load_params *lp) {
+    m->gguf = g;
+    m->gguf_borrowed = 1;
+    tsr_status st = llm_hparams_read(m->gguf, &m->hp);
+    if (st == TSR_OK && (st = tsr_backend_load_gguf(m->be, path, lp)) != TSR_OK)
+        return tsr__error(st, "loading weights: %s", tsr_last_error());
+    return st == TSR_OK ? llm_bind_weights(m) : st;
+}
+
 static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp) {
+    tsr_gguf *planned = tsr__backend_plan_gguf(m->be);
+    if (planned)
+        return load_planned(m, planned, path, lp);
     tsr_status st = tsr_gguf_open(path, &m->gguf);
     if (st != TSR_OK)
         return st; /* the detail names the file */
@@ -120,7 +134,8 @@ void llm_model_destroy(tsr_model *m) {
     tsr__free(m->layers);
     tok_vocab_free(m->vocab);
     chat_template_free(m->tmpl);
-    tsr_gguf_close(m->gguf);
+    if (!m->gguf_borrowed)
+        tsr_gguf_close(m->gguf);
     tsr__free(m);
 }
 

@@ -44,4 +44,22 @@ int64_t tsr__prof_now(void);
 void tsr__prof_add(int slot, int64_t ns);
 void tsr__prof_tokens(int64_t n);
 
+/* ---- dry runs of the planner (runtime/backend.c, runtime/sysmem.c; tsr_fit) ---- */
+/* A planning backend: loads with plan_only keep the planned weights declared
+ * without memory, KV caches plan without allocating, tsr_reserve measures,
+ * plan checks pass (the caller compares the plan itself). */
+void tsr__backend_set_plan_mode(struct tsr_backend *b, bool on);
+/* The parsed file the dry runs of a planning backend use (NULL: none; not owned). */
+void tsr__backend_set_plan_gguf(struct tsr_backend *b, tsr_gguf *g);
+tsr_gguf *tsr__backend_plan_gguf(const struct tsr_backend *b);
+/* Forgets a dry run's weights and zeroes the plan. */
+void tsr__backend_plan_reset(struct tsr_backend *b);
+/* Bytes device i's stream holds beside buffers for the largest graph planned. */
+size_t tsr__backend_plan_stream(const struct tsr_backend *b, size_t i);
+/* System memory the process may still take: MemAvailable capped by the
+ * cgroup (v1/v2) limit less usage; hooks TSR_FIT_SYSMEM, TSR_FIT_PROC_ROOT. */
+size_t tsr__system_memory_available(void);
+/* "64MiB", "2G", "123" -> bytes; false when malformed. */
+bool tsr__parse_size(const char *s, size_t *out);
+
 #endif

@@ -122,6 +122,7 @@ typedef struct llm_layer {
 struct tsr_model {
     tsr_backend *be;
     tsr_gguf *gguf;
+    int gguf_borrowed; /* a planning backend's file (tsr_fit's dry runs): not closed here */
     llm_hparams hp;
     tsr_tensor *tok_embd, *out_norm, *output, *output_b;
     llm_layer *layers;

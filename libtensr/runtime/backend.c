@@ -84,9 +84,11 @@ static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) 
     b->plan_weights = tsr__calloc(b->n_devices, sizeof(size_t));
     b->plan_kv = tsr__calloc(b->n_devices, sizeof(size_t));
     b->plan_compute = tsr__calloc(b->n_devices, sizeof(size_t));
+    b->plan_stream = tsr__calloc(b->n_devices, sizeof(size_t));
     b->live = tsr__calloc(b->n_devices, sizeof(size_t));
     b->live_weights = tsr__calloc(b->n_devices, sizeof(size_t));
-    if (!b->streams || !b->plan_weights || !b->plan_kv || !b->plan_compute || !b->live || !b->live_weights)
+    if (!b->streams || !b->plan_weights || !b->plan_kv || !b->plan_compute || !b->plan_stream || !b->live ||
+        !b->live_weights)
         return tsr__error(TSR_E_NOMEM, "tsr_backend_new: out of host memory");
     for (size_t i = 0; i < b->n_devices; i++) {
         tsr_device *d = b->devices[i];
@@ -152,6 +154,7 @@ static void tsr_backend_destroy(tsr_backend *b) {
     tsr__free(b->plan_weights);
     tsr__free(b->plan_kv);
     tsr__free(b->plan_compute);
+    tsr__free(b->plan_stream);
     tsr__free(b->live);
     tsr__free(b->live_weights);
     tsr__free(b->layer_buft);
@@ -219,3 +222,24 @@ void tsr_backend_log_plan(const tsr_backend *b) {
                  tsr__fmt(t, sizeof t, "%.2f", tot / 1048576.0));
     }
 }
+
+/* ---- dry runs (tsr_fit) ----------------------------------------------------------- */
+
+void tsr__backend_set_plan_mode(tsr_backend *b, bool on) { b->plan_mode = on; }
+
+void tsr__backend_set_plan_gguf(tsr_backend *b, tsr_gguf *g) { b->plan_gguf = g; }
+
+tsr_gguf *tsr__backend_plan_gguf(const tsr_backend *b) { return b && b->plan_mode ? b->plan_gguf : NULL; }
+
+/* Forgets the planned weights (declared, never allocated) and the whole
+ * plan, so that the next dry run starts from nothing. */
+void tsr__backend_plan_reset(tsr_backend *b) {
+    tsr__weights_free(b);
+    tsr__free(b->layer_buft);
+    b->layer_buft = NULL;
+    b->n_layers = 0;
+    for (size_t d = 0; d < b->n_devices; d++)
+        b->plan_weights[d] = b->plan_kv[d] = b->plan_compute[d] = b->plan_stream[d] = 0;
+}
+
+size_t tsr__backend_plan_stream(const tsr_backend *b, size_t i) { return i < b->n_devices ? b->plan_stream[i] : 0; }

@@ -402,9 +402,10 @@ static tsr_status tsr_decide(tsr_placement *pl) {
             bt = tsr_default_buft(pl, role, il);
             if (!tsr_device_multiplies(bt, w)) {
                 char buf[32];
-                tsr__log(TSR_LOG_INFO, "weight kept in system memory: its device has no kernel for its type", 3,
-                         "tensor", w->name, "type", tsr_type_name(w->type), "device",
-                         tsr__fmt(buf, sizeof buf, "%s", bt->device->name));
+                if (!b->plan_mode)
+                    tsr__log(TSR_LOG_INFO, "weight kept in system memory: its device has no kernel for its type", 3,
+                             "tensor", w->name, "type", tsr_type_name(w->type), "device",
+                             tsr__fmt(buf, sizeof buf, "%s", bt->device->name));
                 bt = b->devices[tsr__backend_host_index(b)]->buft;
             }
         }
@@ -416,7 +417,8 @@ static tsr_status tsr_decide(tsr_placement *pl) {
                 return st;
         }
     }
-    tsr__overrides_warn_unmatched(&pl->ov);
+    if (!b->plan_mode) /* tsr_fit's dry runs: said once, by the real load */
+        tsr__overrides_warn_unmatched(&pl->ov);
     return TSR_OK;
 }
 
@@ -500,6 +502,8 @@ static tsr_status tsr_placement_init(tsr_placement *pl, tsr_backend *b, const ts
 }
 
 tsr_status tsr__plan_check(const tsr_backend *b) {
+    if (b->plan_mode) /* a dry run: the caller (tsr_fit) compares the whole plan itself */
+        return TSR_OK;
     for (size_t d = 0; d < b->n_devices; d++) {
         size_t fr = 0, tot = 0;
         tsr_device_memory(b->devices[d], &fr, &tot);
@@ -526,7 +530,8 @@ static tsr_status tsr_place_run(tsr_placement *pl) {
     if (st != TSR_OK)
         return st;
     for (size_t d = 0; d < b->n_devices; d++) b->plan_weights[d] = b->live_weights[d] + pl->add[d];
-    tsr_backend_log_plan(b);
+    if (!b->plan_mode)
+        tsr_backend_log_plan(b);
     if ((st = tsr__plan_check(b)) != TSR_OK)
         return st;
     if ((st = tsr_reserve_lists(pl)) != TSR_OK)

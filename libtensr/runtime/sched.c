@@ -178,6 +178,8 @@ static int tsr_loc(const tsr_backend *b, const tsr_tensor *t) {
     }
     if (r->flags & TSR_FLAG_WEIGHT)
         return r->device_id >= 0 && (size_t)r->device_id < b->n_devices ? r->device_id : tsr_cpu(b);
+    if ((r->flags & TSR_FLAG_PERSIST) && b->plan_mode && r->device_id >= 0 && (size_t)r->device_id < b->n_devices)
+        return r->device_id; /* a planned KV cache of a dry run */
     return LOC_SYSMEM;
 }
 
@@ -650,6 +652,23 @@ static tsr_status tsr_reserve_streams(tsr_sched *s) {
     return TSR_OK;
 }
 
+/* What each device's stream holds beside buffers for this plan (the largest
+ * graph so far): the iface's stream_bytes over each of its splits (library
+ * workspace + scratch), and for the host the pinned copy staging. */
+static void tsr_plan_streams(tsr_sched *s) {
+    tsr_backend *b = s->b;
+    for (size_t i = 0; i < s->n_splits; i++) {
+        tsr_split *sp = &s->splits[i];
+        const tsr_device *d = b->devices[sp->dev];
+        size_t n = d->iface->stream_bytes ? d->iface->stream_bytes(d, s->graph.nodes + sp->first, sp->n) : 0;
+        if (n > b->plan_stream[sp->dev])
+            b->plan_stream[sp->dev] = n;
+    }
+    size_t host = tsr__backend_host_index(b);
+    if (s->staging_need > b->plan_stream[host])
+        b->plan_stream[host] = s->staging_need;
+}
+
 /* Graph, devices, splits, copies and the memory plan (peak per device). */
 static tsr_status tsr_plan(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode) {
     tsr_backend *b = s->b;
@@ -726,11 +745,15 @@ tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, 
         tsr_remember_request(s, outs, n_outs);
         return TSR_OK;
     }
-    tsr_status st = tsr_plan(s, outs, n_outs, mode);
+    if (mode == 1 && b->plan_mode) /* a dry run reserves nothing: it measures */
+        mode = 3;
+    tsr_status st = tsr_plan(s, outs, n_outs, mode == 3 ? 2 : mode);
     if (st != TSR_OK)
         return st;
-    if (mode == 2) {
-        memcpy(sizes, s->peak, b->n_devices * sizeof *sizes);
+    tsr_plan_streams(s);
+    if (mode >= 2) {
+        if (sizes)
+            memcpy(sizes, s->peak, b->n_devices * sizeof *sizes);
         for (size_t d = 0; d < b->n_devices; d++) /* the plan: the largest graph measured */
             if (s->peak[d] > b->plan_compute[d])
                 b->plan_compute[d] = s->peak[d];
