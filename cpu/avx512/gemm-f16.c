@@ -15,7 +15,7 @@
  * sums are not stored), so a result does not depend on its place in the
  * tile (test-cpu-kernels checks it bit for bit against 1 x 1 calls).
  */
-#include "cpu.h"
+#include "../cpu.h"
 
 #include <immintrin.h>
 

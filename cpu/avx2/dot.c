@@ -3,8 +3,8 @@
  * quantizers (built with -mavx2 -mfma -mf16c, used only when the CPU has
  * them). Each must agree with its scalar reference in vec.c / quants.c.
  */
-#include "cpu.h"
-#include "simd.h"
+#include "../cpu.h"
+#include "../simd.h"
 
 #include <math.h>
 #include <string.h>

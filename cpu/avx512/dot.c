@@ -4,8 +4,8 @@
  * VPDPBUSD). Built with AVX-512 flags; used only when the CPU has them.
  * Anything not here keeps its AVX2 version.
  */
-#include "cpu.h"
-#include "simd.h"
+#include "../cpu.h"
+#include "../simd.h"
 
 #include <math.h>
 #include <stdlib.h>

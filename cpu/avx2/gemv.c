@@ -11,8 +11,8 @@
  * for all of them, and the rows prefetch GEMV_PF rows ahead (linear_pf).
  * Q8_0, cheap to compute and limited by memory, goes one row at a time.
  */
-#include "cpu.h"
-#include "simd.h"
+#include "../cpu.h"
+#include "../simd.h"
 
 #include <immintrin.h>
 #include <stddef.h>

@@ -31,9 +31,9 @@
  * the number of rows and columns of the call, so that a result does not
  * depend on its place in the tile (test-cpu-kernels checks it bit for bit).
  */
-#include "cpu.h"
-#include "simd.h"
-#include "unpack.h"
+#include "../cpu.h"
+#include "../simd.h"
+#include "../unpack.h"
 
 #include <immintrin.h>
 #include <string.h>

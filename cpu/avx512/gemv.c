@@ -24,8 +24,8 @@
  * Q6_K: 32, Q8_0: 128) comes back out exactly: the lanes start from
  * -offset * the sum of their four activations.
  */
-#include "cpu.h"
-#include "simd.h"
+#include "../cpu.h"
+#include "../simd.h"
 
 #include <immintrin.h>
 
