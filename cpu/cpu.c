@@ -622,7 +622,7 @@ static void run_job(void *arg, int ith, int nth) {
  * matmul into float rows or of a gather (get_rows, as a tied embedding
  * is), or through a view, goes back to its stored layout for good; then
  * every weight that is src0 of such a matmul and can take the interleaved
- * layout takes it, once (decode's kernels read it faster: gemv-avx2.c).
+ * layout takes it, once (decode's kernels read it faster: avx2/gemv.c).
  * Uses on other devices and reads of its bytes are the core's to handle
  * (tsr__il8_canonical). TSR_CPU_REPACK=0 turns it off; kernel tables
  * without interleaved kernels never start it. */

@@ -36,7 +36,7 @@ typedef struct tsr_prefetch {
 /* The barrier, prefetching pf's bytes while it waits (pf may be NULL). */
 void tsr__tp_barrier_pf(tsr_threadpool *tp, tsr_prefetch *pf);
 
-/* ---- kernel table (vec.c, vec-avx2.c, vec-avx512.c) ------------------------ */
+/* ---- kernel table (ref.c; avx2/, avx512/) -------------------------------- */
 /* s = dot(x, y) over n elements; x a row of the weight type, y a row of its
  * dot type (activations converted once per matmul, or once for consecutive
  * matmuls of the same activations; once per thread for one column). */
@@ -184,11 +184,11 @@ static inline void tsr__cpu_set_q8s_gemm(tsr_cpu_kernels *k, tsr_type t,
     k->gemm_type[t] = TSR_TYPE_Q8_0;
     k->gemm_q8s[t] = true;
 }
-/* The plain versions (vec.c): k % 32 == 0. */
+/* The plain versions (ref.c): k % 32 == 0. */
 void tsr__cpu_q8s_from_float_ref(const float *x, void *y, int64_t k);
 void tsr__cpu_q8s_to_float(const void *y, float *x, int64_t k);
 
-/* The reference of every gemm (vec.c): rows dequantized (x: weight type wt,
+/* The reference of every gemm (ref.c): rows dequantized (x: weight type wt,
  * y: gemm type gt), products summed in double. */
 void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n, const void *x, size_t xs,
                        const void *y, size_t ys, float *s, size_t ss, void *scratch);
@@ -196,21 +196,26 @@ void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 /* The scalar rope rotation (the variants' tails). */
 void tsr__cpu_rope_ref(int64_t n_dims, bool neox, float *y, const float *x, const float *cs);
+/* One folder per instruction set, the same files in each (cpu/README.md):
+ * table.c fills the table (tsr__cpu_kernels_ISA: the table below it, here
+ * the scalar one and for AVX-512 the AVX2 one, with this folder's kernels
+ * put over it) by calling the installer at the end of each other file,
+ * which sets the entries that file implements. */
 #ifdef TSR_HAVE_AVX2_BUILD
-void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
-/* gemm-avx2.c: the 8-row interleaved VPMADDUBSW gemms (tsr_cpu_q8s activations). */
-void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k);
-/* gemv-avx2.c: the multi-row matrix-vector products. */
-void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k);
+void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k);
+void tsr__cpu_avx2_dot(tsr_cpu_kernels *k);      /* vec_dot, vec_dot4 */
+void tsr__cpu_avx2_gemv(tsr_cpu_kernels *k);     /* gemv, gemv_il8 */
+void tsr__cpu_avx2_gemm(tsr_cpu_kernels *k);     /* gemm (q8s), gemm_il8, gemm_f32, gemm_f32_nt */
+void tsr__cpu_avx2_quantize(tsr_cpu_kernels *k); /* from_float, to_float */
+void tsr__cpu_avx2_rows(tsr_cpu_kernels *k);     /* row ops, softmax_step */
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD
+/* vnni: the 8-bit kernels (VPDPBUSD) too. */
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
-/* gemm-f16-avx512.c: the register-tiled F16 gemm (4 rows x 6 columns). */
-void tsr__cpu_gemm_f16_avx512(tsr_cpu_kernels *k);
-/* gemm-avx512.c: the 16-row interleaved VPDPBUSD gemms (needs VNNI). */
-void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k);
-/* gemv-avx512.c: the multi-row VPDPBUSD matrix-vector products (needs VNNI). */
-void tsr__cpu_gemv_avx512_vnni(tsr_cpu_kernels *k);
+void tsr__cpu_avx512_dot(tsr_cpu_kernels *k, bool vnni);
+void tsr__cpu_avx512_gemv(tsr_cpu_kernels *k, bool vnni);
+void tsr__cpu_avx512_gemm(tsr_cpu_kernels *k, bool vnni);
+void tsr__cpu_avx512_rows(tsr_cpu_kernels *k);
 #endif
 /* The kernels chosen for this CPU (TSR_CPU_KERNELS=scalar|avx2|avx512 in the
  * environment caps the choice, for tests). Thread-safe; filled once. */
