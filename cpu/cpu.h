@@ -312,6 +312,10 @@ tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
  * work buffer only when reserve did not size it. */
 tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
 bool tsr__cpu_supports_op(const tsr_tensor *op);
+/* Before a job (job.c): the weights its nodes use otherwise than as a
+ * matmul's src0 back in the stored layout, and those only multiplied into
+ * the interleaved one (repack.c). */
+tsr_status tsr__cpu_il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
 /* Ops of TSR_OPS without a complete CPU entry (support, and a kernel for
  * every op but NONE and VIEW): writes up to max of them, returns the count.
  * The tests require 0. */
@@ -330,6 +334,12 @@ typedef struct tsr_compute_params {
     tsr_stream *stream;
     const tsr_cpu_kernels *k;
 } tsr_compute_params;
+
+/* The kernel of op (cpu.c's op table; NULL: none). */
+typedef void (*tsr_cpu_kernel_fn)(const tsr_compute_params *p, tsr_tensor *dst);
+tsr_cpu_kernel_fn tsr__cpu_op_kernel(tsr_op op);
+/* Whether op's kernel may share a phase with other nodes (job.c: plan_phases). */
+bool tsr__cpu_op_shares(tsr_op op);
 
 void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst);
 void tsr__cpu_op_scale(const tsr_compute_params *p, tsr_tensor *dst);
