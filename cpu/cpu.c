@@ -59,7 +59,14 @@ static tsr_status host_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const voi
     return TSR_OK;
 }
 
-const tsr_buft_iface tsr__cpu_buft_iface = {host_alloc, host_free, host_set, host_get, host_memset, host_copy};
+/* The interleaved weights (repack.c) back as stored. */
+static tsr_status host_to_stored(tsr_buffer *buf, tsr_tensor *t) {
+    (void)buf;
+    return tsr__il8_canonical(t);
+}
+
+const tsr_buft_iface tsr__cpu_buft_iface = {host_alloc,  host_free, host_set,      host_get,
+                                            host_memset, host_copy, host_to_stored};
 
 /* ---- the op table: support, work buffer and kernel of every op ------------------
  * What the CPU runs is stated here and nowhere else: the core's builders ask

@@ -17,6 +17,29 @@
 #include <math.h> /* INFINITY */
 #include <stdatomic.h>
 
+/* ---- the 8-row interleaved layout of CPU matmul weights (repack.c) -------------------- */
+/* The flags of the layout (the core knows them as its buffer type's own). */
+#define TSR_FLAG_IL8 TSR_FLAG_OWN_LAYOUT       /* weight rows in the 8-row interleaved layout */
+#define TSR_FLAG_NOREPACK TSR_FLAG_KEEP_STORED /* used otherwise than as a CPU matmul's src0: stays stored */
+/* */
+/* Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K have one. */
+bool tsr__il8_type(tsr_type t);
+/* t (a weight in host memory) can take it: a 2-D matrix of such a type,
+ * rows stored one after another, a multiple of 8 of them. */
+bool tsr__il8_fits(const tsr_tensor *t);
+/* Rearranges t in place into the layout (TSR_FLAG_IL8; true when it is
+ * now); false, with t unchanged and no error set, when it cannot. */
+bool tsr__il8_repack(tsr_tensor *t);
+/* Groups [g0, g1) of t's 8-row groups (t fits) into the layout or back,
+ * through tmp (8 rows' bytes); leaves the flags to the caller, which does
+ * every group (several threads may do parts). */
+void tsr__il8_groups(tsr_tensor *t, int64_t g0, int64_t g1, bool to_il8, void *tmp);
+/* Block b of row r of an interleaved t, as stored (tsr_type_block_bytes). */
+void tsr__il8_block(const tsr_tensor *t, int64_t r, int64_t b, void *blk);
+/* t's memory (its view root's) back in the stored layout, to stay so
+ * (TSR_FLAG_NOREPACK): before anything but a CPU matmul reads it. */
+tsr_status tsr__il8_canonical(tsr_tensor *t);
+
 /* ---- threadpool (threadpool.c) ------------------------------------------- */
 typedef struct tsr_threadpool tsr_threadpool;
 /* fn(arg, ith, nth) runs on every thread (the caller is thread 0). */
@@ -113,7 +136,7 @@ typedef struct tsr_cpu_kernels {
     void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y,
                                  float *s);
     /* gemv and gemm of weights in the 8-row interleaved layout
-     * (TSR_FLAG_IL8, libtensr/quant/repack.c), the same arguments, x the
+     * (TSR_FLAG_IL8, repack.c), the same arguments, x the
      * first row of whole 8-row groups (m % 8 == 0). gemm_il8 gives the
      * bits of gemm[wt] over the same rows stored plainly; gemv_il8 sums a
      * row's blocks in order as one float lane (its own bits, the same
@@ -279,7 +302,7 @@ struct tsr_stream {
     bool plan_prepared; /* a job of those nodes ran its checks and il8_prepare */
     bool phases;        /* TSR_CPU_PHASES is not "0" (else a barrier after every node) */
     bool prof;          /* TSR_PROFILE: time kernels and barriers */
-    bool repack;        /* matmul weights take the interleaved layout (cpu.c: il8_prepare) */
+    bool repack;        /* matmul weights take the interleaved layout (repack.c: tsr__cpu_il8_prepare) */
     /* Batched matmuls convert their activations into the work buffer at
      * conv_off, past every node's own scratch, where they stay until the
      * next conversion: a matmul whose activations are the last ones

@@ -20,9 +20,11 @@
  *         packed scales (bytes 4c..4c+3 each), then 32 vectors: vector
  *         8j + c holds qs[32j + 4c .. +3], values 4c.. of sub-block 2j in
  *         the low nibbles and of sub-block 2j+1 in the high ones.
- * The layout is invisible from outside: the core turns a tensor back
- * (tsr__il8_canonical) before it reads or writes its bytes or copies them
- * to another device, and the CPU backend before any other op reads it;
+ * The layout is invisible from outside: the core asks the CPU buffer type
+ * for a tensor's stored layout (tsr_buft_iface.to_stored, which calls
+ * tsr__il8_canonical) before it reads or writes its bytes or copies them
+ * to another device (it knows the flags only as TSR_FLAG_OWN_LAYOUT and
+ * TSR_FLAG_KEEP_STORED), and the CPU backend before any other op reads it;
  * once turned back, a weight stays in the stored layout (TSR_FLAG_NOREPACK).
  */
 #include "core.h"
@@ -151,7 +153,7 @@ tsr_status tsr__il8_canonical(tsr_tensor *t) {
  * every weight that is src0 of such a matmul and can take the interleaved
  * layout takes it, once (decode's kernels read it faster: avx2/gemv.c).
  * Uses on other devices and reads of its bytes are the core's to handle
- * (tsr__il8_canonical). TSR_CPU_REPACK=0 turns it off; kernel tables
+ * (the buffer type's to_stored). TSR_CPU_REPACK=0 turns it off; kernel tables
  * without interleaved kernels never start it. */
 static bool il8_direct_use(const tsr_tensor *node, int j, const tsr_tensor *src) {
     if (j != 0 || src->view_src)
