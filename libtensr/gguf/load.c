@@ -832,35 +832,52 @@ static tsr_status check_args(const tsr_backend *b, const char *path, const tsr_l
     return TSR_OK;
 }
 
+static tsr_status read_params(const tsr_load_params *p, tsr_load_params *prm) {
+    tsr__load_params_read(p, prm);
+    if (prm->n_io_threads < 0)
+        return tsr__error(TSR_E_INVALID, "tsr_backend_load_gguf: n_io_threads must be >= 0, got %d", prm->n_io_threads);
+    return TSR_OK;
+}
+
+/* The weights of g, parsed from the file open on its descriptor: that
+ * descriptor pins the file (the mapping reads it, the I/O threads check
+ * they open the same one), so metadata and weights come from one file. */
+static tsr_status load_parsed(tsr_backend *b, const tsr_gguf *g, const char *path, const tsr_load_params *prm) {
+    const int fd = tsr__gguf_fd(g);
+    struct stat sb;
+    if (fd < 0)
+        return tsr__error(TSR_E_INVALID, "%s: weights load from a file, not from memory", path);
+    if (fstat(fd, &sb) != 0)
+        return tsr__error(TSR_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+    memset(b->plan_weights, 0, b->n_devices * sizeof *b->plan_weights);
+    tsr_status s = load_weights(b, g, path, fd, &sb, prm);
+    if (s != TSR_OK || prm->plan_only)
+        rollback(b, s == TSR_OK);
+    return s;
+}
+
+tsr_status tsr__backend_load_parsed(tsr_backend *b, const tsr_gguf *g, const tsr_load_params *p) {
+    const char *path = g ? tsr__gguf_path(g) : NULL;
+    tsr_status s = check_args(b, path, p);
+    tsr_load_params prm;
+    if (s == TSR_OK)
+        s = read_params(p, &prm);
+    return s == TSR_OK ? load_parsed(b, g, path, &prm) : s;
+}
+
 tsr_status tsr_backend_load_gguf(tsr_backend *b, const char *path, const tsr_load_params *p) {
     tsr_status s = check_args(b, path, p);
-    if (s != TSR_OK)
-        return s;
     tsr_load_params prm;
-    tsr__load_params_read(p, &prm);
-    if (prm.n_io_threads < 0)
-        return tsr__error(TSR_E_INVALID, "tsr_backend_load_gguf: n_io_threads must be >= 0, got %d", prm.n_io_threads);
-    /* This descriptor pins the file: the I/O threads check they open the
-     * same one. O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    if (s != TSR_OK || (s = read_params(p, &prm)) != TSR_OK)
+        return s;
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (the parse
+     * refuses anything but a regular file). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return tsr__error(TSR_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0)
-        s = tsr__error(TSR_E_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        s = tsr__error(TSR_E_IO, "%s: not a regular file", path);
-    if (s != TSR_OK) {
-        close(fd);
-        return s;
-    }
     tsr_gguf *g = NULL;
-    memset(b->plan_weights, 0, b->n_devices * sizeof *b->plan_weights);
-    if ((s = tsr_gguf_open(path, &g)) == TSR_OK)
-        s = load_weights(b, g, path, fd, &sb, &prm);
-    if (s != TSR_OK || prm.plan_only)
-        rollback(b, s == TSR_OK);
+    if ((s = tsr__gguf_open_fd(fd, path, &g)) == TSR_OK) /* (g owns fd from here) */
+        s = load_parsed(b, g, path, &prm);
     tsr_gguf_close(g);
-    close(fd);
     return s;
 }
