@@ -27,7 +27,6 @@
  * TSR_FLAG_KEEP_STORED), and the CPU backend before any other op reads it;
  * once turned back, a weight stays in the stored layout (TSR_FLAG_NOREPACK).
  */
-#include "core.h"
 #include "cpu.h"
 
 typedef struct il8_shape {
@@ -54,7 +53,8 @@ bool tsr__il8_type(tsr_type t) {
 
 /* Memory the CPU can rearrange in place. */
 static bool il8_host(const tsr_tensor *t) {
-    const tsr_buffer *buf = tsr__tensor_buffer(t);
+    while (t->view_src && !t->buffer) t = t->view_src; /* (the buffer it lives in) */
+    const tsr_buffer *buf = t->buffer;
     return buf && buf->buft && buf->buft->is_host;
 }
 
