@@ -104,7 +104,7 @@ static inline void transpose8_epi32(const __m256i r[8], __m256i *out) {
 }
 
 /* Q5_0's fifth bits for vector c of a block in the 8-row interleaved
- * layout (libtensr/quant/repack.c): from the 8 rows' qh words (a dword
+ * layout (cpu/repack.c): from the 8 rows' qh words (a dword
  * each), bits 4c..4c+3 (hi: 16+4c..) as 0x10 in bytes 0..3 of each row's
  * dword: the byte that holds them copied to all four, then one bit tested
  * per byte. */

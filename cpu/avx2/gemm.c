@@ -104,7 +104,7 @@ static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const cha
 }
 
 /* An 8-row group of weights in the interleaved layout (TSR_FLAG_IL8,
- * libtensr/quant/repack.c) -> the blocks il8_pack makes of the same rows
+ * cpu/repack.c) -> the blocks il8_pack makes of the same rows
  * stored plainly, byte for byte: the interleaved vectors already hold each
  * row's 4-byte groups side by side, so no transpose. */
 static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const char *x, int64_t nb, void *out) {
