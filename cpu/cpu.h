@@ -17,6 +17,29 @@
 #include <math.h> /* INFINITY */
 #include <stdatomic.h>
 
+/* ---- the 8-row interleaved layout of CPU matmul weights (repack.c) -------------------- */
+/* The flags of the layout (the core knows them as its buffer type's own). */
+#define TSR_FLAG_IL8 TSR_FLAG_OWN_LAYOUT       /* weight rows in the 8-row interleaved layout */
+#define TSR_FLAG_NOREPACK TSR_FLAG_KEEP_STORED /* used otherwise than as a CPU matmul's src0: stays stored */
+/* */
+/* Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K have one. */
+bool tsr__il8_type(tsr_type t);
+/* t (a weight in host memory) can take it: a 2-D matrix of such a type,
+ * rows stored one after another, a multiple of 8 of them. */
+bool tsr__il8_fits(const tsr_tensor *t);
+/* Rearranges t in place into the layout (TSR_FLAG_IL8; true when it is
+ * now); false, with t unchanged and no error set, when it cannot. */
+bool tsr__il8_repack(tsr_tensor *t);
+/* Groups [g0, g1) of t's 8-row groups (t fits) into the layout or back,
+ * through tmp (8 rows' bytes); leaves the flags to the caller, which does
+ * every group (several threads may do parts). */
+void tsr__il8_groups(tsr_tensor *t, int64_t g0, int64_t g1, bool to_il8, void *tmp);
+/* Block b of row r of an interleaved t, as stored (tsr_type_block_bytes). */
+void tsr__il8_block(const tsr_tensor *t, int64_t r, int64_t b, void *blk);
+/* t's memory (its view root's) back in the stored layout, to stay so
+ * (TSR_FLAG_NOREPACK): before anything but a CPU matmul reads it. */
+tsr_status tsr__il8_canonical(tsr_tensor *t);
+
 /* ---- threadpool (threadpool.c) ------------------------------------------- */
 typedef struct tsr_threadpool tsr_threadpool;
 /* fn(arg, ith, nth) runs on every thread (the caller is thread 0). */
@@ -36,7 +59,7 @@ typedef struct tsr_prefetch {
 /* The barrier, prefetching pf's bytes while it waits (pf may be NULL). */
 void tsr__tp_barrier_pf(tsr_threadpool *tp, tsr_prefetch *pf);
 
-/* ---- kernel table (vec.c, vec-avx2.c, vec-avx512.c) ------------------------ */
+/* ---- kernel table (ref.c; avx2/, avx512/) -------------------------------- */
 /* s = dot(x, y) over n elements; x a row of the weight type, y a row of its
  * dot type (activations converted once per matmul, or once for consecutive
  * matmuls of the same activations; once per thread for one column). */
@@ -113,7 +136,7 @@ typedef struct tsr_cpu_kernels {
     void (*gemv[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y,
                                  float *s);
     /* gemv and gemm of weights in the 8-row interleaved layout
-     * (TSR_FLAG_IL8, libtensr/quant/repack.c), the same arguments, x the
+     * (TSR_FLAG_IL8, repack.c), the same arguments, x the
      * first row of whole 8-row groups (m % 8 == 0). gemm_il8 gives the
      * bits of gemm[wt] over the same rows stored plainly; gemv_il8 sums a
      * row's blocks in order as one float lane (its own bits, the same
@@ -184,11 +207,11 @@ static inline void tsr__cpu_set_q8s_gemm(tsr_cpu_kernels *k, tsr_type t,
     k->gemm_type[t] = TSR_TYPE_Q8_0;
     k->gemm_q8s[t] = true;
 }
-/* The plain versions (vec.c): k % 32 == 0. */
+/* The plain versions (ref.c): k % 32 == 0. */
 void tsr__cpu_q8s_from_float_ref(const float *x, void *y, int64_t k);
 void tsr__cpu_q8s_to_float(const void *y, float *x, int64_t k);
 
-/* The reference of every gemm (vec.c): rows dequantized (x: weight type wt,
+/* The reference of every gemm (ref.c): rows dequantized (x: weight type wt,
  * y: gemm type gt), products summed in double. */
 void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n, const void *x, size_t xs,
                        const void *y, size_t ys, float *s, size_t ss, void *scratch);
@@ -196,21 +219,26 @@ void tsr__cpu_gemm_ref(tsr_type wt, tsr_type gt, int64_t k, int64_t m, int64_t n
 void tsr__cpu_kernels_scalar(tsr_cpu_kernels *k);
 /* The scalar rope rotation (the variants' tails). */
 void tsr__cpu_rope_ref(int64_t n_dims, bool neox, float *y, const float *x, const float *cs);
+/* One folder per instruction set, the same files in each (cpu/README.md):
+ * table.c fills the table (tsr__cpu_kernels_ISA: the table below it, here
+ * the scalar one and for AVX-512 the AVX2 one, with this folder's kernels
+ * put over it) by calling the installer at the end of each other file,
+ * which sets the entries that file implements. */
 #ifdef TSR_HAVE_AVX2_BUILD
-void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k); /* overrides what it implements */
-/* gemm-avx2.c: the 8-row interleaved VPMADDUBSW gemms (tsr_cpu_q8s activations). */
-void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k);
-/* gemv-avx2.c: the multi-row matrix-vector products. */
-void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k);
+void tsr__cpu_kernels_avx2(tsr_cpu_kernels *k);
+void tsr__cpu_avx2_dot(tsr_cpu_kernels *k);      /* vec_dot, vec_dot4 */
+void tsr__cpu_avx2_gemv(tsr_cpu_kernels *k);     /* gemv, gemv_il8 */
+void tsr__cpu_avx2_gemm(tsr_cpu_kernels *k);     /* gemm (q8s), gemm_il8, gemm_f32, gemm_f32_nt */
+void tsr__cpu_avx2_quantize(tsr_cpu_kernels *k); /* from_float, to_float */
+void tsr__cpu_avx2_rows(tsr_cpu_kernels *k);     /* row ops, softmax_step */
 #endif
 #ifdef TSR_HAVE_AVX512_BUILD
+/* vnni: the 8-bit kernels (VPDPBUSD) too. */
 void tsr__cpu_kernels_avx512(tsr_cpu_kernels *k, bool vnni);
-/* gemm-f16-avx512.c: the register-tiled F16 gemm (4 rows x 6 columns). */
-void tsr__cpu_gemm_f16_avx512(tsr_cpu_kernels *k);
-/* gemm-avx512.c: the 16-row interleaved VPDPBUSD gemms (needs VNNI). */
-void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k);
-/* gemv-avx512.c: the multi-row VPDPBUSD matrix-vector products (needs VNNI). */
-void tsr__cpu_gemv_avx512_vnni(tsr_cpu_kernels *k);
+void tsr__cpu_avx512_dot(tsr_cpu_kernels *k, bool vnni);
+void tsr__cpu_avx512_gemv(tsr_cpu_kernels *k, bool vnni);
+void tsr__cpu_avx512_gemm(tsr_cpu_kernels *k, bool vnni);
+void tsr__cpu_avx512_rows(tsr_cpu_kernels *k);
 #endif
 /* The kernels chosen for this CPU (TSR_CPU_KERNELS=scalar|avx2|avx512 in the
  * environment caps the choice, for tests). Thread-safe; filled once. */
@@ -275,7 +303,7 @@ struct tsr_stream {
     bool plan_prepared; /* a job of those nodes ran its checks and il8_prepare */
     bool phases;        /* TSR_CPU_PHASES is not "0" (else a barrier after every node) */
     bool prof;          /* TSR_PROFILE: time kernels and barriers */
-    bool repack;        /* matmul weights take the interleaved layout (cpu.c: il8_prepare) */
+    bool repack;        /* matmul weights take the interleaved layout (repack.c: tsr__cpu_il8_prepare) */
     /* Batched matmuls convert their activations into the work buffer at
      * conv_off, past every node's own scratch, where they stay until the
      * next conversion: a matmul whose activations are the last ones
@@ -308,6 +336,10 @@ tsr_status tsr__cpu_reserve(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
  * work buffer only when reserve did not size it. */
 tsr_status tsr__cpu_run_nodes(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
 bool tsr__cpu_supports_op(const tsr_tensor *op);
+/* Before a job (job.c): the weights its nodes use otherwise than as a
+ * matmul's src0 back in the stored layout, and those only multiplied into
+ * the interleaved one (repack.c). */
+tsr_status tsr__cpu_il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n);
 /* Ops of TSR_OPS without a complete CPU entry (support, and a kernel for
  * every op but NONE and VIEW): writes up to max of them, returns the count.
  * The tests require 0. */
@@ -326,6 +358,12 @@ typedef struct tsr_compute_params {
     tsr_stream *stream;
     const tsr_cpu_kernels *k;
 } tsr_compute_params;
+
+/* The kernel of op (cpu.c's op table; NULL: none). */
+typedef void (*tsr_cpu_kernel_fn)(const tsr_compute_params *p, tsr_tensor *dst);
+tsr_cpu_kernel_fn tsr__cpu_op_kernel(tsr_op op);
+/* Whether op's kernel may share a phase with other nodes (job.c: plan_phases). */
+bool tsr__cpu_op_shares(tsr_op op);
 
 void tsr__cpu_op_binary(const tsr_compute_params *p, tsr_tensor *dst);
 void tsr__cpu_op_scale(const tsr_compute_params *p, tsr_tensor *dst);

@@ -44,7 +44,7 @@ static inline __m256i nibbles32(const uint8_t *qs) {
 /* Byte k = 0xFF where bit k of the 32-bit word is set: byte k holds word
  * byte k / 8, selected by 1 << (k % 8). One constant beside the shuffle's
  * (an OR with the other bits and a compare with -1 takes two): in
- * gemv-avx2.c's four-row Q5_0 pass the second one spilled an accumulator. */
+ * avx2/gemv.c's four-row Q5_0 pass the second one spilled an accumulator. */
 static inline __m256i bits_to_bytes32(const uint8_t *p) {
     uint32_t x;
     memcpy(&x, p, 4);
@@ -104,7 +104,7 @@ static inline void transpose8_epi32(const __m256i r[8], __m256i *out) {
 }
 
 /* Q5_0's fifth bits for vector c of a block in the 8-row interleaved
- * layout (libtensr/quant/repack.c): from the 8 rows' qh words (a dword
+ * layout (cpu/repack.c): from the 8 rows' qh words (a dword
  * each), bits 4c..4c+3 (hi: 16+4c..) as 0x10 in bytes 0..3 of each row's
  * dword: the byte that holds them copied to all four, then one bit tested
  * per byte. */
@@ -121,7 +121,7 @@ static inline __m256i il8_q5_bits(__m256i qh, int c, bool hi) {
 /* Q4_K's packed 6-bit scales and minimums of 8 rows in the interleaved
  * layout (the 3 vectors of their 12 bytes, a row per dword) -> bytes 0..3
  * of each row's dword: sc[0] scales 0..3, sc[1] scales 4..7, mn[0] minimums
- * 0..3, mn[1] minimums 4..7 (gemv-avx2.c's q4k_scales, 8 rows at once). */
+ * 0..3, mn[1] minimums 4..7 (avx2/gemv.c's q4k_scales, 8 rows at once). */
 static inline void il8_q4k_scales(const char *p, __m256i sc[2], __m256i mn[2]) {
     const __m256i u0 = _mm256_loadu_si256((const __m256i *)p), u1 = _mm256_loadu_si256((const __m256i *)(p + 32)),
                   u2 = _mm256_loadu_si256((const __m256i *)(p + 64));
@@ -135,7 +135,7 @@ static inline void il8_q4k_scales(const char *p, __m256i sc[2], __m256i mn[2]) {
                             _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(u1, 6), m2), 4));
 }
 
-/* The matrix-vector products (gemv-avx2.c, gemv-avx512.c) read several
+/* The matrix-vector products (avx2/gemv.c, avx512/gemv.c) read several
  * rows side by side, which the hardware prefetchers do not follow: software
  * prefetch GEMV_PF rows ahead. */
 #ifndef GEMV_PF /* (overridable for benchmarks) */
@@ -181,5 +181,20 @@ static inline size_t pf_offset(int64_t i, int R, int64_t n, size_t xs) {
         if (i < m)                                                                                               \
             rows_of(T, 1, k, x + (size_t)i * xs, xs, 0, vy, s + i);                                              \
     }
+
+/* Lane mask for the first n (0..8) of 8 floats (rows and the attention's gemms). */
+static inline __m256i lanes8(int64_t n) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 8 ? n : 8)), idx);
+}
+
+#ifdef __AVX512F__
+/* The same for 16 floats (n >= 0). */
+static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
+static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+static inline __m512 load_fp16x16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+#endif
 
 #endif /* TSR_CPU_SIMD_H */

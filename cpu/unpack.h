@@ -1,6 +1,6 @@
 /*
  * unpack.h - a block of 32 values of a quantized weight row as bytes in a
- * 256-bit vector, for the interleaving gemms (gemm-avx2.c, gemm-avx512.c);
+ * 256-bit vector, for the interleaving gemms (avx2/gemm.c, avx512/gemm.c);
  * included only by files compiled with at least -mavx2 -mfma -mf16c, after
  * cpu.h and simd.h.
  */

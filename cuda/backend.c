@@ -269,7 +269,7 @@ static tsr_status cu_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const void 
     return TSR_OK;
 }
 
-static const tsr_buft_iface cu_buft_iface = {cu_alloc, cu_free, cu_set, cu_get, cu_memset, cu_copy};
+static const tsr_buft_iface cu_buft_iface = {cu_alloc, cu_free, cu_set, cu_get, cu_memset, cu_copy, NULL};
 
 /* ---- pinned host buffer type ----------------------------------------------------- */
 
@@ -332,8 +332,8 @@ static tsr_status cu_host_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const 
     return TSR_OK;
 }
 
-static const tsr_buft_iface cu_host_buft_iface = {cu_host_alloc, cu_host_free,   cu_host_set,
-                                                  cu_host_get,   cu_host_memset, cu_host_copy};
+static const tsr_buft_iface cu_host_buft_iface = {cu_host_alloc,  cu_host_free, cu_host_set, cu_host_get,
+                                                  cu_host_memset, cu_host_copy, NULL};
 
 /* ---- op support: exactly what the kernels run ---------------------------------- */
 

@@ -25,6 +25,14 @@ typedef struct tsr_buft_iface {
     tsr_status (*memset)(tsr_buffer *buf, void *dst, int value, size_t size);
     /* Copy within the buffer type's device (both buffers of this type). */
     tsr_status (*copy)(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size);
+    /* May be NULL: the buffer type keeps every tensor as stored (as the
+     * file lays it out). A buffer type may keep a tensor's bytes in a layout
+     * of its own (TSR_FLAG_OWN_LAYOUT; the CPU's interleaved matmul
+     * weights, cpu/repack.c), which it takes on its own; before the core
+     * reads or writes a tensor's bytes or copies them to another device
+     * (tsr__tensor_to_stored), it asks for them in the stored layout, to
+     * stay so (TSR_FLAG_KEEP_STORED). t is the root of its views, in buf. */
+    tsr_status (*to_stored)(tsr_buffer *buf, tsr_tensor *t);
 } tsr_buft_iface;
 
 struct tsr_buffer_type {
@@ -186,6 +194,10 @@ tsr_status tsr__buffer_get(tsr_buffer *buf, const void *src, void *host, size_t 
 tsr_status tsr__buffer_copy(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size);
 /* Same, bouncing device-to-device copies through `staging` (host memory of
  * staging_size bytes, in chunks) instead of allocating. */
+/* t's memory (its view root's) in the stored layout (the buffer type's
+ * to_stored; nothing to do for most): before its bytes are read, written
+ * or copied to another device. */
+tsr_status tsr__tensor_to_stored(tsr_tensor *t);
 tsr_status tsr__buffer_copy_staged(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size,
                                    void *staging, size_t staging_size);
 

@@ -188,6 +188,9 @@ tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params
 tsr_status tsr__plan_check(const tsr_backend *b);
 /* Reads the caller's load params over defaults. */
 void tsr__load_params_read(const tsr_load_params *in, tsr_load_params *out);
+/* gguf/load.c: tsr_backend_load_gguf of a file already parsed (the model
+ * layer's; its declaration there is in model/bridge.h). */
+tsr_status tsr__backend_load_parsed(tsr_backend *b, const tsr_gguf *g, const tsr_load_params *p);
 void tsr__weights_free(tsr_backend *b);
 /* Weight data changed (tsr_tensor_write on a weight, the loader): per-device
  * copies of shared weights are refreshed before the next reserve/compute. */

@@ -193,14 +193,16 @@ enum {
 
 /* Tensor flags. */
 enum {
-    TSR_FLAG_INPUT = 1u << 0,    /* lives in system memory, copied to the device that needs it */
-    TSR_FLAG_WEIGHT = 1u << 1,   /* backend weight */
-    TSR_FLAG_PERSIST = 1u << 2,  /* has its own memory (new_tensor, KV cache) */
-    TSR_FLAG_OUTPUT = 1u << 3,   /* an output of the current compute */
-    TSR_FLAG_INPLACE = 1u << 4,  /* node writes into src[0]'s (SET_ROWS) or src[1]'s (CPY) memory */
-    TSR_FLAG_IL8 = 1u << 5,      /* weight rows in the 8-row interleaved layout (quant/repack.c) */
-    TSR_FLAG_NOREPACK = 1u << 6, /* weight used otherwise than as a CPU matmul's src0: keep the stored layout */
-    TSR_FLAG_BATCHINV = 1u << 7, /* node of a batch-invariant CPU stream: the same bits whatever the batch */
+    TSR_FLAG_INPUT = 1u << 0,   /* lives in system memory, copied to the device that needs it */
+    TSR_FLAG_WEIGHT = 1u << 1,  /* backend weight */
+    TSR_FLAG_PERSIST = 1u << 2, /* has its own memory (new_tensor, KV cache) */
+    TSR_FLAG_OUTPUT = 1u << 3,  /* an output of the current compute */
+    TSR_FLAG_INPLACE = 1u << 4, /* node writes into src[0]'s (SET_ROWS) or src[1]'s (CPY) memory */
+    /* Two bits of the buffer type's own layout (tsr_buft_iface.to_stored;
+     * the core only turns a tensor back and clears them on a copy): */
+    TSR_FLAG_OWN_LAYOUT = 1u << 5,  /* its bytes are in its buffer type's own layout, not as stored */
+    TSR_FLAG_KEEP_STORED = 1u << 6, /* its buffer type is to keep it as stored */
+    TSR_FLAG_BATCHINV = 1u << 7,    /* planned by a batch-invariant stream: the same bits whatever the batch */
 };
 
 struct tsr_tensor {
@@ -236,25 +238,6 @@ static inline float tsr__get_f32_param(const tsr_tensor *t, int i) {
     return f;
 }
 static inline void tsr__set_f32_param(tsr_tensor *t, int i, float f) { memcpy(&t->op_params[i], &f, sizeof f); }
-
-/* ---- the 8-row interleaved layout of CPU matmul weights (repack.c) ---- */
-/* Q4_0, Q4_1, Q5_0, Q8_0 and Q4_K have one. */
-bool tsr__il8_type(tsr_type t);
-/* t (a weight in host memory) can take it: a 2-D matrix of such a type,
- * rows stored one after another, a multiple of 8 of them. */
-bool tsr__il8_fits(const tsr_tensor *t);
-/* Rearranges t in place into the layout (TSR_FLAG_IL8; true when it is
- * now); false, with t unchanged and no error set, when it cannot. */
-bool tsr__il8_repack(tsr_tensor *t);
-/* Groups [g0, g1) of t's 8-row groups (t fits) into the layout or back,
- * through tmp (8 rows' bytes); leaves the flags to the caller, which does
- * every group (several threads may do parts). */
-void tsr__il8_groups(tsr_tensor *t, int64_t g0, int64_t g1, bool to_il8, void *tmp);
-/* Block b of row r of an interleaved t, as stored (tsr_type_block_bytes). */
-void tsr__il8_block(const tsr_tensor *t, int64_t r, int64_t b, void *blk);
-/* t's memory (its view root's) back in the stored layout, to stay so
- * (TSR_FLAG_NOREPACK): before anything but a CPU matmul reads it. */
-tsr_status tsr__il8_canonical(tsr_tensor *t);
 
 /* ---- tensor helpers (tensor.c) ------------------------------------------ */
 int64_t tsr__nelements(const tsr_tensor *t);

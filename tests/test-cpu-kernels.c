@@ -275,7 +275,7 @@ static void check_gemm_extremes(const tsr_cpu_kernels *k) {
  * the same row (vec_dot), so that decode's results are the dots' and do not
  * depend on the tiling or threads. */
 static void check_gemv(const tsr_cpu_kernels *k) {
-    /* 33, 100: F16 with a tail; 4160: more than a chunk of gemv_f16 (vec-avx2.c) */
+    /* 33, 100: F16 with a tail; 4160: more than a chunk of gemv_f16 (avx2/gemv.c) */
     static const int64_t ks[] = {32, 33, 64, 96, 100, 256, 320, 512, 576, 768, 1536, 4160};
     enum { MMAX = 17 };
     const uint64_t saved = rng; /* its own random data: the other checks see the same as without it */
@@ -346,7 +346,7 @@ static void check_gemv(const tsr_cpu_kernels *k) {
  * are refused and left as they are. */
 static void check_il8(const tsr_cpu_kernels *k) {
     /* 16640: more blocks of 32 than the kernels' table of activation sums
-     * (gemv-avx2.c IL8_YSUM_MAX) */
+     * (avx2/gemv.c IL8_YSUM_MAX) */
     static const int64_t ks[] = {32, 64, 96, 256, 576, 1536, 16640};
     static const int64_t ms[] = {8, 16, 24, 48};
     const uint64_t saved = rng;

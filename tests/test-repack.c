@@ -1,6 +1,6 @@
 /*
  * test-repack.c - CPU matmul weights in the 8-row interleaved layout
- * (libtensr/quant/repack.c, cpu/cpu.c il8_prepare). Weights loaded from a
+ * (cpu/repack.c, tsr__cpu_il8_prepare). Weights loaded from a
  * GGUF (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K) are multiplied (one column: the
  * matrix-vector kernels; several: the gemm) beside the same bytes held in a
  * context's input, which keeps the stored layout: one column within 1e-5

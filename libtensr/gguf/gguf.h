@@ -57,6 +57,13 @@ size_t tsr__gguf_kv_count(const tsr_gguf *g);
 const tsr__gguf_kv *tsr__gguf_kv_at(const tsr_gguf *g, size_t i);
 /* Data of the file when it was opened from memory (NULL for a file). */
 const uint8_t *tsr__gguf_memory(const tsr_gguf *g);
+/* tsr_gguf_open of the file open on fd (path names it in errors): the
+ * handle keeps fd and closes it in tsr_gguf_close; on failure fd is closed. */
+tsr_status tsr__gguf_open_fd(int fd, const char *path, tsr_gguf **out);
+/* The descriptor of the file g was parsed from (-1: opened from memory),
+ * open until tsr_gguf_close, and the path it was opened by. */
+int tsr__gguf_fd(const tsr_gguf *g);
+const char *tsr__gguf_path(const tsr_gguf *g);
 
 /* Bytes of a tensor of `type` with dims ne[0..n_dims-1]; false (and *out
  * untouched) when the type is unknown, ne[0] is not a multiple of the

@@ -124,7 +124,7 @@ static tsr_status map_memset(tsr_buffer *buf, void *dst, int value, size_t size)
     return TSR_OK;
 }
 
-static const tsr_buft_iface map_iface = {map_alloc, map_free, NULL, NULL, map_memset, NULL};
+static const tsr_buft_iface map_iface = {map_alloc, map_free, NULL, NULL, map_memset, NULL, NULL};
 static tsr_buffer_type map_buft;
 static pthread_once_t map_buft_once = PTHREAD_ONCE_INIT;
 
@@ -832,38 +832,56 @@ static tsr_status check_args(const tsr_backend *b, const char *path, const tsr_l
     return TSR_OK;
 }
 
+static tsr_status read_params(const tsr_load_params *p, tsr_load_params *prm) {
+    tsr__load_params_read(p, prm);
+    if (prm->n_io_threads < 0)
+        return tsr__error(TSR_E_INVALID, "tsr_backend_load_gguf: n_io_threads must be >= 0, got %d", prm->n_io_threads);
+    return TSR_OK;
+}
+
+/* The weights of g, parsed from the file open on its descriptor: that
+ * descriptor pins the file (the mapping reads it, the I/O threads check
+ * they open the same one), so metadata and weights come from one file. */
+static tsr_status load_parsed(tsr_backend *b, const tsr_gguf *g, const char *path, const tsr_load_params *prm) {
+    const int fd = tsr__gguf_fd(g);
+    struct stat sb;
+    if (fd < 0)
+        return tsr__error(TSR_E_INVALID, "%s: weights load from a file, not from memory", path);
+    if (fstat(fd, &sb) != 0)
+        return tsr__error(TSR_E_IO, "%s: cannot stat: %s", path, strerror(errno));
+    memset(b->plan_weights, 0, b->n_devices * sizeof *b->plan_weights);
+    tsr_status s = load_weights(b, g, path, fd, &sb, prm);
+    /* a planning backend keeps the planned weights declared (no memory, the
+     * planned device in device_id) for the model and session built on them */
+    if (s != TSR_OK || (prm->plan_only && !b->plan_mode))
+        rollback(b, s == TSR_OK);
+    return s;
+}
+
+tsr_status tsr__backend_load_parsed(tsr_backend *b, const tsr_gguf *g, const tsr_load_params *p) {
+    const char *path = g ? tsr__gguf_path(g) : NULL;
+    tsr_status s = check_args(b, path, p);
+    tsr_load_params prm;
+    if (s == TSR_OK)
+        s = read_params(p, &prm);
+    return s == TSR_OK ? load_parsed(b, g, path, &prm) : s;
+}
+
 tsr_status tsr_backend_load_gguf(tsr_backend *b, const char *path, const tsr_load_params *p) {
     tsr_status s = check_args(b, path, p);
-    if (s != TSR_OK)
-        return s;
     tsr_load_params prm;
-    tsr__load_params_read(p, &prm);
-    if (prm.n_io_threads < 0)
-        return tsr__error(TSR_E_INVALID, "tsr_backend_load_gguf: n_io_threads must be >= 0, got %d", prm.n_io_threads);
-    /* This descriptor pins the file: the I/O threads check they open the
-     * same one. O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    if (s != TSR_OK || (s = read_params(p, &prm)) != TSR_OK)
+        return s;
+    if (b->plan_mode && b->plan_gguf) /* a dry run's file, parsed once (tsr_fit) */
+        return load_parsed(b, b->plan_gguf, path, &prm);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (the parse
+     * refuses anything but a regular file). */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return tsr__error(TSR_E_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0)
-        s = tsr__error(TSR_E_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        s = tsr__error(TSR_E_IO, "%s: not a regular file", path);
-    if (s != TSR_OK) {
-        close(fd);
-        return s;
-    }
-    tsr_gguf *g = b->plan_mode ? b->plan_gguf : NULL; /* a dry run's file, parsed once (tsr_fit) */
-    memset(b->plan_weights, 0, b->n_devices * sizeof *b->plan_weights);
-    if (g || (s = tsr_gguf_open(path, &g)) == TSR_OK)
-        s = load_weights(b, g, path, fd, &sb, &prm);
-    /* a planning backend keeps the planned weights declared (no memory, the
-     * planned device in device_id) for the model and session built on them */
-    if (s != TSR_OK || (prm.plan_only && !b->plan_mode))
-        rollback(b, s == TSR_OK);
-    if (!b->plan_mode || g != b->plan_gguf)
-        tsr_gguf_close(g);
-    close(fd);
+    tsr_gguf *g = NULL;
+    if ((s = tsr__gguf_open_fd(fd, path, &g)) == TSR_OK) /* (g owns fd from here) */
+        s = load_parsed(b, g, path, &prm);
+    tsr_gguf_close(g);
     return s;
 }

@@ -799,6 +799,11 @@ tsr_status tsr_gguf_open(const char *path, tsr_gguf **out) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return tsr__error(TSR_E_IO, "%s: cannot open: %s", path, strerror(errno));
+    return tsr__gguf_open_fd(fd, path, out);
+}
+
+tsr_status tsr__gguf_open_fd(int fd, const char *path, tsr_gguf **out) {
+    *out = NULL;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         tsr_status st = tsr__error(TSR_E_IO, "%s: cannot stat: %s", path, strerror(errno));
@@ -826,6 +831,10 @@ tsr_status tsr_gguf_open(const char *path, tsr_gguf **out) {
     tsr__free(buf);
     return st;
 }
+
+int tsr__gguf_fd(const tsr_gguf *g) { return g->fd; }
+
+const char *tsr__gguf_path(const tsr_gguf *g) { return g->path; }
 
 tsr_status tsr_gguf_open_memory(const void *data, size_t size, const char *name, int keep, tsr_gguf **out) {
     if (!out)

@@ -154,8 +154,8 @@ tsr_buffer_type *tsr_tensor_buffer_type(const tsr_tensor *t) {
 /* Copies between host memory and the tensor's storage, in contiguous order.
  * to_tensor selects the direction. */
 static tsr_status tsr_tensor_xfer(tsr_tensor *t, void *host, size_t offset, size_t size, bool to_tensor) {
-    /* a weight the CPU backend keeps interleaved: its bytes as stored first */
-    tsr_status st = tsr__il8_canonical(t);
+    /* a tensor its buffer type keeps in a layout of its own: its bytes as stored first */
+    tsr_status st = tsr__tensor_to_stored(t);
     if (st != TSR_OK)
         return st;
     tsr_buffer *buf = tsr__tensor_buffer(t);

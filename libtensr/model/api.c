@@ -90,7 +90,7 @@ static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp
     if (tok_n_vocab(m->vocab) != m->hp.n_vocab)
         return tsr__error(TSR_E_MALFORMED, "%s: the vocabulary has %d tokens, token_embd.weight %lld rows", path,
                           tok_n_vocab(m->vocab), (long long)m->hp.n_vocab);
-    if ((st = tsr_backend_load_gguf(m->be, path, lp)) != TSR_OK)
+    if ((st = tsr__backend_load_parsed(m->be, m->gguf, lp)) != TSR_OK) /* the file parsed above */
         return tsr__error(st, "loading weights: %s", tsr_last_error());
     if ((st = llm_bind_weights(m)) != TSR_OK)
         return st;

@@ -37,6 +37,11 @@ void *tsr__realloc(void *p, size_t size);
 void tsr__free(void *p);
 char *tsr__strdup(const char *s);
 
+/* gguf/load.c: tsr_backend_load_gguf of the file g was parsed from (by
+ * tsr_gguf_open), read through g's own descriptor: the model's metadata and
+ * its weights come from one file, parsed once. */
+tsr_status tsr__backend_load_parsed(tsr_backend *b, const tsr_gguf *g, const tsr_load_params *p);
+
 /* The per-token profile (profile.c, TSR_PROFILE=1): graph build time and
  * tokens; slot 0 is the graph build. */
 bool tsr__prof_on(void);

@@ -27,7 +27,7 @@ static float signed_absmax(const float *x, int n, float *amax_out) {
  * at most 127 (and a few ulps); NaN (a NaN value, or an infinity times the
  * multiplier 0 of a block whose max is infinite) and an infinity (a
  * multiplier past FLT_MAX: values below 127 / FLT_MAX) give 0, as the
- * x86 activation quantizers (cpu/vec-avx2.c) do, where C's conversion
+ * x86 activation quantizers (cpu/avx2/quantize.c) do, where C's conversion
  * would be undefined. */
 static inline int8_t q8_round(float p) { return fabsf(p) < 127.5f ? (int8_t)roundf(p) : 0; }
 

@@ -37,6 +37,13 @@ size_t tsr_buffer_size(const tsr_buffer *b) { return b ? b->size : 0; }
 
 tsr_buffer_type *tsr_buffer_get_type(const tsr_buffer *b) { return b ? b->buft : NULL; }
 
+tsr_status tsr__tensor_to_stored(tsr_tensor *t) {
+    while (t->view_src) t = t->view_src;
+    if (!(t->flags & TSR_FLAG_OWN_LAYOUT) || !t->buffer || !t->buffer->buft->iface->to_stored)
+        return TSR_OK;
+    return t->buffer->buft->iface->to_stored(t->buffer, t);
+}
+
 tsr_status tsr__buffer_set(tsr_buffer *buf, void *dst, const void *host, size_t size) {
     if (size == 0)
         return TSR_OK;

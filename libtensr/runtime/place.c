@@ -298,7 +298,7 @@ static tsr_status tsr_add_copy(tsr_placement *pl, tsr_tensor *w, size_t dev) {
     if (!c)
         return tsr__error(TSR_E_NOMEM, "out of host memory placing weights");
     *c = *w;
-    c->flags &= ~(uint32_t)(TSR_FLAG_IL8 | TSR_FLAG_NOREPACK); /* its own layout, from the stored bytes */
+    c->flags &= ~(uint32_t)(TSR_FLAG_OWN_LAYOUT | TSR_FLAG_KEEP_STORED); /* its own layout, from the stored bytes */
     c->alloc_id = -1;
     c->device_id = (int)dev;
     pl->copies[pl->n_copies++] = (tsr_weight_copy){w, c, (int)dev};

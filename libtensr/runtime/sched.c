@@ -588,8 +588,8 @@ static void tsr_bind(tsr_sched *s) {
 static tsr_status tsr_copy_root(tsr_sched *s, const tsr_copy *c) {
     const tsr_tensor *r = c->root;
     size_t size = tsr_tensor_nbytes(r);
-    /* another device reads a weight the CPU backend keeps interleaved: as stored from now on */
-    tsr_status st = tsr__il8_canonical((tsr_tensor *)r);
+    /* another device reads a weight its buffer type keeps in a layout of its own: as stored from now on */
+    tsr_status st = tsr__tensor_to_stored((tsr_tensor *)r);
     if (st == TSR_OK)
         st = tsr__buffer_copy_staged(c->copy->buffer, c->copy->data, r->buffer, r->data, size, s->staging,
                                      s->staging_size);
@@ -608,13 +608,13 @@ static tsr_status tsr_sync_weight_copies(tsr_sched *s) {
         const tsr_weight_copy *wc = &b->weights.copies[i];
         if (!wc->primary->buffer || !wc->copy->buffer)
             continue;
-        tsr_status st = tsr__il8_canonical(wc->primary);
+        tsr_status st = tsr__tensor_to_stored(wc->primary);
         if (st == TSR_OK)
             st = tsr__buffer_copy_staged(wc->copy->buffer, wc->copy->data, wc->primary->buffer, wc->primary->data,
                                          tsr_tensor_nbytes(wc->primary), s->staging, s->staging_size);
         if (st != TSR_OK)
             return st;
-        wc->copy->flags &= ~(uint32_t)TSR_FLAG_IL8; /* the stored layout's bytes, whatever the copy had */
+        wc->copy->flags &= ~(uint32_t)TSR_FLAG_OWN_LAYOUT; /* the stored layout's bytes, whatever the copy had */
     }
     b->weights.synced_epoch = epoch;
     return TSR_OK;

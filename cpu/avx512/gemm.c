@@ -1,5 +1,5 @@
 /*
- * gemm-avx512.c - the batched matmul of the quantized types with VPDPBUSD
+ * avx512/gemm.c - the batched matmul of the quantized types with VPDPBUSD
  * (AVX-512 VNNI): 16 weight rows interleaved x up to 8 activation columns
  * per pass, or two such packs (32 rows) x up to 6 columns (il32_cols).
  *
@@ -24,9 +24,9 @@
  * the number of rows and columns of the call, so that a result does not
  * depend on its place in the tile (test-cpu-kernels checks it bit for bit).
  */
-#include "cpu.h"
-#include "simd.h"
-#include "unpack.h"
+#include "../cpu.h"
+#include "../simd.h"
+#include "../unpack.h"
 
 #include <immintrin.h>
 
@@ -393,7 +393,327 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
     }
 }
 
-void tsr__cpu_gemm_avx512_vnni(tsr_cpu_kernels *k) {
+/* ---- fused attention blocks ------------------------------------------------- */
+
+/* The loops over the accumulator arrays must be unrolled, or GCC -O2 keeps
+ * the arrays on the stack (a load and a store around every FMA). */
+#define UNROLL8 _Pragma("GCC unroll 8")
+#define UNROLL16 _Pragma("GCC unroll 16")
+
+/* mr rows x up to 16 * nv columns of C (nv 2 or 4), the mr * nv accumulators
+ * in registers over the whole k loop; each B row is loaded once per mr
+ * rows. Each element sums over k in order, whatever the tile. */
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int nv, int64_t n, int64_t k, const float *a,
+                                                            int64_t lda, const void *vb, bool b_f16, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
+    __mmask16 mk[4];
+    __m512 cc[8][4];
+    UNROLL8 for (int v = 0; v < nv; v++) mk[v] = lanes16(n > 16 * v ? n - 16 * v : 0);
+    UNROLL8 for (int i = 0; i < mr; i++) UNROLL8 for (int v = 0; v < nv; v++)
+        cc[i][v] = acc ? _mm512_maskz_loadu_ps(mk[v], c + i * ldc + 16 * v) : _mm512_setzero_ps();
+    for (int64_t l = 0; l < k; l++) {
+        __m512 bv[4];
+        UNROLL8 for (int v = 0; v < nv; v++)
+            bv[v] = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk[v], (const uint16_t *)vb + l * ldb + 16 * v))
+                          : _mm512_maskz_loadu_ps(mk[v], (const float *)vb + l * ldb + 16 * v);
+        UNROLL8 for (int i = 0; i < mr; i++) {
+            const __m512 av = _mm512_set1_ps(a[i * lda + l]);
+            UNROLL8 for (int v = 0; v < nv; v++) cc[i][v] = _mm512_fmadd_ps(av, bv[v], cc[i][v]);
+        }
+    }
+    UNROLL8 for (int i = 0; i < mr; i++) UNROLL8 for (int v = 0; v < nv; v++)
+        _mm512_mask_storeu_ps(c + i * ldc + 16 * v, mk[v], cc[i][v]);
+}
+
+/* The tile for the rows left with B's type a constant, so that the k loop
+ * has no branch: 8 rows x 32 columns, or 6 x 64 where 48 or more columns
+ * are left (each B load then serves 6 rows of 4 vectors). */
+#define GEMM_TILES(f16)                                                              \
+    if (nv == 4)                                                                     \
+        switch (m - i < 6 ? m - i : 6) {                                             \
+        case 1: gemm_tile(1, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 2: gemm_tile(2, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 3: gemm_tile(3, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 4: gemm_tile(4, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 5: gemm_tile(5, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        default: gemm_tile(6, 4, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
+        }                                                                            \
+    else                                                                             \
+        switch (m - i < 8 ? m - i : 8) {                                             \
+        case 1: gemm_tile(1, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 2: gemm_tile(2, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 3: gemm_tile(3, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 4: gemm_tile(4, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 5: gemm_tile(5, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 6: gemm_tile(6, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        case 7: gemm_tile(7, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break;  \
+        default: gemm_tile(8, 2, nj, k, ai, lda, bj, f16, ldb, ci, ldc, acc); break; \
+        }
+
+static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc) {
+    for (int64_t j = 0; j < n;) {
+        const int nv = n - j >= 48 && m <= 6 ? 4 : 2;
+        const int64_t nj = n - j < 16 * nv ? n - j : 16 * nv;
+        const int rows = nv == 4 ? 6 : 8;
+        for (int64_t i = 0; i < m; i += rows) {
+            const float *ai = a + i * lda;
+            const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
+            float *ci = c + i * ldc + j;
+            if (b_f16)
+                GEMM_TILES(true)
+            else
+                GEMM_TILES(false)
+        }
+        j += nj;
+    }
+}
+#undef GEMM_TILES
+
+/* The 16 sums of v[0..16) (each over its 16 lanes) as one vector, in the
+ * lane order out[4k + t] = sum(v[4t + k]): halves, quarters, pairs, then
+ * neighbours added in the same order for every vector. */
+static inline __m512 sum16x16(const __m512 *v) {
+    __m512 w[8], y[4], z[2];
+    UNROLL8 for (int i = 0; i < 8; i++) w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                                                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    UNROLL8 for (int i = 0; i < 4; i++) y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0x88),
+                                                             _mm512_shuffle_f32x4(w[2 * i], w[2 * i + 1], 0xDD));
+    UNROLL8 for (int i = 0; i < 2; i++) z[i] = _mm512_add_ps(_mm512_shuffle_ps(y[2 * i], y[2 * i + 1], 0x44),
+                                                             _mm512_shuffle_ps(y[2 * i], y[2 * i + 1], 0xEE));
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88), _mm512_shuffle_ps(z[0], z[1], 0xDD));
+}
+
+/* Transposes the 16 x 16 block r (in place): four rounds, each swapping one
+ * bit of the row index with the same bit of the column index. */
+static inline void transpose16(__m512 *r) {
+    UNROLL8 for (int s = 0; s < 4; s++) {
+        const int bit = 1 << s;
+        int lo[16], hi[16];
+        for (int c = 0; c < 16; c++) {
+            lo[c] = c & bit ? 16 + c - bit : c;
+            hi[c] = c & bit ? 16 + c : c + bit;
+        }
+        const __m512i il = _mm512_loadu_si512(lo), ih = _mm512_loadu_si512(hi);
+        UNROLL16 for (int i = 0; i < 16; i++) {
+            if (i & bit)
+                continue;
+            const __m512 x = r[i], y = r[i + bit];
+            r[i] = _mm512_permutex2var_ps(x, il, y);
+            r[i + bit] = _mm512_permutex2var_ps(x, ih, y);
+        }
+    }
+}
+
+/* Rows [j, j + 16) of B (past n: the last row again), elements [l, l + 16)
+ * (past k: zeros), as F32. */
+static inline void load_b16(__m512 *r, const void *b, bool b_f16, int64_t ldb, int64_t j, int64_t nj, int64_t l,
+                            int64_t k) {
+    const __mmask16 ml = lanes16(k - l);
+    UNROLL16 for (int t = 0; t < 16; t++) {
+        const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l;
+        r[t] = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, (const uint16_t *)b + at))
+                     : _mm512_maskz_loadu_ps(ml, (const float *)b + at);
+    }
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k.
+ *  - Few rows (m < NT_TILE_M): 16 rows of B at a time are packed (F16
+ *    converted) as 16 x 16 floats per 16 of k, then per row of A 16
+ *    accumulators of 16 lanes over k and one sum16x16.
+ *  - Else 32 rows of B are packed transposed (k x 32, 16 x 16 blocks turned
+ *    in registers) and gemm_tile runs on them: no lane sums, each B value
+ *    loaded once per 8 rows of A.
+ * Each result is summed in the same order whatever its place in the tile
+ * and n (the order depends on k, and on m only through the choice above). */
+#define NT_KMAX 128 /* k per pass: the pack (k x 32 floats, on the stack) stays at 16 KiB */
+#define NT_TILE_M 8
+static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc) {
+    _Alignas(64) float pk[NT_KMAX * 32];
+    if (m >= NT_TILE_M) {
+        for (int64_t j = 0; j < n; j += 32) {
+            const int64_t nj = n - j < 32 ? n - j : 32;
+            for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: the rest added to C */
+                const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX;
+                for (int h = 0; h < 2; h++)
+                    for (int64_t l = 0; l < kc; l += 16) {
+                        __m512 r[16];
+                        load_b16(r, b, b_f16, ldb, nj > 16 * h ? j + 16 * h : j + nj - 1, /* past n: the last row */
+                                 nj > 16 * h ? nj - 16 * h : 1, l0 + l, k);
+                        transpose16(r);
+                        UNROLL16 for (int d = 0; d < 16; d++) _mm512_store_ps(pk + (l + d) * 32 + 16 * h, r[d]);
+                    }
+                const float *al = a + l0;
+                for (int64_t i = 0; i < m; i += 8) {
+                    const float *ai = al + i * lda;
+                    float *ci = c + i * ldc + j;
+                    const bool acc = l0 > 0;
+                    switch (m - i < 8 ? m - i : 8) {
+                    case 1: gemm_tile(1, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 2: gemm_tile(2, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 3: gemm_tile(3, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 4: gemm_tile(4, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 5: gemm_tile(5, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 6: gemm_tile(6, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    case 7: gemm_tile(7, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    default: gemm_tile(8, 2, nj, kc, ai, lda, pk, false, 32, ci, ldc, acc); break;
+                    }
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t j = 0; j < n; j += 16) {
+        const int64_t nj = n - j < 16 ? n - j : 16;
+        for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
+            const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 15) / 16;
+            for (int64_t q = 0; q < nc; q++) { /* keys in order (a steady stride per load) */
+                const __mmask16 ml = lanes16(kc - 16 * q);
+                float *dst = pk + q * 256;
+                UNROLL16 for (int t = 0; t < 16; t++) { /* key t: accumulator (t % 4) * 4 + t / 4 (sum16x16's order) */
+                    const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l0 + 16 * q;
+                    const __m512 v = b_f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(ml, (const uint16_t *)b + at))
+                                           : _mm512_maskz_loadu_ps(ml, (const float *)b + at);
+                    _mm512_store_ps(dst + ((t % 4) * 4 + t / 4) * 16, v);
+                }
+            }
+            for (int64_t i = 0; i < m; i++) {
+                const float *ai = a + i * lda + l0;
+                __m512 acc[16];
+                UNROLL16 for (int p = 0; p < 16; p++) acc[p] = _mm512_setzero_ps();
+                for (int64_t q = 0; q < nc; q++) {
+                    const __m512 av = _mm512_maskz_loadu_ps(lanes16(kc - 16 * q), ai + 16 * q);
+                    const float *bq = pk + q * 256;
+                    UNROLL16 for (int p = 0; p < 16; p++)
+                        acc[p] = _mm512_fmadd_ps(av, _mm512_load_ps(bq + p * 16), acc[p]);
+                }
+                __m512 r = sum16x16(acc);
+                if (l0 > 0)
+                    r = _mm512_add_ps(_mm512_maskz_loadu_ps(lanes16(nj), c + i * ldc + j), r);
+                _mm512_mask_storeu_ps(c + i * ldc + j, lanes16(nj), r);
+            }
+        }
+    }
+}
+
+/*
+ * ---- F16: the batched matmul of F16 weights with AVX-512 FMA
+ * (kernel table gemm[TSR_TYPE_F16]), against F32 activations (gemm_type:
+ * matmul.c converts them once per call).
+ *
+ * A pass computes 4 weight rows x up to 6 activation columns: 24 16-lane
+ * accumulators in registers over k in steps of 16; each step converts the 4
+ * rows' 16 F16 values with VCVTPH2PS (used by the 6 columns) and loads the 6
+ * columns' 16 floats (used by the 4 rows): 10 loads per 24 FMAs, FMA-bound.
+ * A tail of k % 16 values is one more step with masked (zeroed) lanes.
+ * Then each column's 4 accumulators are summed together by one transposing
+ * tree (lanes i + 8, then i + 4, then pairs), so a horizontal sum costs
+ * about a quarter of a full reduction; every result takes the same tree
+ * whatever its row in the pass, and rows past m repeat the last row (their
+ * sums are not stored), so a result does not depend on its place in the
+ * tile (test-cpu-kernels checks it bit for bit against 1 x 1 calls).
+ */
+#define GEMM_RM 4 /* weight rows per pass */
+#define GEMM_RN 6 /* activation columns per pass */
+
+/* GCC -O2 keeps small loops over register arrays as loops, the arrays on the stack. */
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* The sums of the 16 lanes of a0..a3, in this order in 4 lanes. */
+static inline __m128 hsum4x16(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    /* lanes i + (i + 8): quarters 0-1 of a0 (a2), 2-3 of a1 (a3) */
+    const __m512 t01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 t23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+    /* partials i + (i + 4): quarter r holds a_r's four */
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* (0 + 1) + (2 + 3) within each quarter, into its lane 0 */
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
+}
+
+/* One pass: rows x[0..3] (rows past m repeat the last), columns y + c * ys
+ * for c < rn; the first m (<= 4) sums of column c stored at s + c * ss. */
+static inline __attribute__((always_inline)) void gemm_pass(int rn, int m, int64_t k, const char *x, size_t xs,
+                                                            const char *y, size_t ys, float *s, size_t ss) {
+    const uint16_t *xr[GEMM_RM];
+    const float *yc[GEMM_RN];
+    UNROLL
+    for (int r = 0; r < GEMM_RM; r++) xr[r] = (const uint16_t *)(x + (size_t)(r < m ? r : m - 1) * xs);
+    UNROLL
+    for (int c = 0; c < rn; c++) yc[c] = (const float *)(y + (size_t)c * ys);
+    __m512 acc[GEMM_RM][GEMM_RN];
+    UNROLL
+    for (int r = 0; r < GEMM_RM; r++) {
+        UNROLL
+        for (int c = 0; c < rn; c++) acc[r][c] = _mm512_setzero_ps();
+    }
+    int64_t l = 0;
+    for (; l + 16 <= k; l += 16) {
+        __m512 yv[GEMM_RN];
+        UNROLL
+        for (int c = 0; c < rn; c++) yv[c] = _mm512_loadu_ps(yc[c] + l);
+        UNROLL
+        for (int r = 0; r < GEMM_RM; r++) {
+            const __m512 xv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(xr[r] + l)));
+            UNROLL
+            for (int c = 0; c < rn; c++) acc[r][c] = _mm512_fmadd_ps(xv, yv[c], acc[r][c]);
+        }
+    }
+    if (l < k) { /* the tail: lanes past k are 0 x 0 */
+        const __mmask16 t = (__mmask16)((1u << (k - l)) - 1);
+        __m512 yv[GEMM_RN];
+        UNROLL
+        for (int c = 0; c < rn; c++) yv[c] = _mm512_maskz_loadu_ps(t, yc[c] + l);
+        UNROLL
+        for (int r = 0; r < GEMM_RM; r++) {
+            const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(t, xr[r] + l));
+            UNROLL
+            for (int c = 0; c < rn; c++) acc[r][c] = _mm512_fmadd_ps(xv, yv[c], acc[r][c]);
+        }
+    }
+    const __mmask8 rows = (__mmask8)((1u << m) - 1);
+    UNROLL
+    for (int c = 0; c < rn; c++)
+        _mm_mask_storeu_ps(s + (size_t)c * ss, rows, hsum4x16(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+}
+
+static void gemm_f16(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs, const void *vy, size_t ys, float *s,
+                     size_t ss, void *scratch) {
+    (void)scratch;
+    /* columns outside: a pass's 6 activation rows stay in L1 while the
+     * (half as large) F16 weight rows of the call stream past them */
+    for (int64_t j = 0; j < n; j += GEMM_RN) {
+        const char *y = (const char *)vy + (size_t)j * ys;
+        const int rn = n - j < GEMM_RN ? (int)(n - j) : GEMM_RN;
+        for (int64_t i = 0; i < m; i += GEMM_RM) {
+            const char *x = (const char *)vx + (size_t)i * xs;
+            float *o = s + (size_t)j * ss + (size_t)i;
+            const int rm = m - i < GEMM_RM ? (int)(m - i) : GEMM_RM;
+            switch (rn) { /* constant column counts: the accumulators stay in registers */
+            case 6: gemm_pass(6, rm, k, x, xs, y, ys, o, ss); break;
+            case 5: gemm_pass(5, rm, k, x, xs, y, ys, o, ss); break;
+            case 4: gemm_pass(4, rm, k, x, xs, y, ys, o, ss); break;
+            case 3: gemm_pass(3, rm, k, x, xs, y, ys, o, ss); break;
+            case 2: gemm_pass(2, rm, k, x, xs, y, ys, o, ss); break;
+            default: gemm_pass(1, rm, k, x, xs, y, ys, o, ss); break;
+            }
+        }
+    }
+}
+
+void tsr__cpu_avx512_gemm(tsr_cpu_kernels *k, bool vnni) {
+    k->gemm[TSR_TYPE_F16] = gemm_f16;
+    k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
+    k->gemm_f32 = gemm_f32;
+    k->gemm_f32_nt = gemm_f32_nt;
+    if (!vnni)
+        return;
     static const struct {
         tsr_type t;
         void (*fn)(int64_t, int64_t, int64_t, const void *, size_t, const void *, size_t, float *, size_t, void *);

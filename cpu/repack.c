@@ -20,13 +20,14 @@
  *         packed scales (bytes 4c..4c+3 each), then 32 vectors: vector
  *         8j + c holds qs[32j + 4c .. +3], values 4c.. of sub-block 2j in
  *         the low nibbles and of sub-block 2j+1 in the high ones.
- * The layout is invisible from outside: the core turns a tensor back
- * (tsr__il8_canonical) before it reads or writes its bytes or copies them
- * to another device, and the CPU backend before any other op reads it;
+ * The layout is invisible from outside: the core asks the CPU buffer type
+ * for a tensor's stored layout (tsr_buft_iface.to_stored, which calls
+ * tsr__il8_canonical) before it reads or writes its bytes or copies them
+ * to another device (it knows the flags only as TSR_FLAG_OWN_LAYOUT and
+ * TSR_FLAG_KEEP_STORED), and the CPU backend before any other op reads it;
  * once turned back, a weight stays in the stored layout (TSR_FLAG_NOREPACK).
  */
-#include "core.h"
-#include "quant/quants.h"
+#include "cpu.h"
 
 typedef struct il8_shape {
     int n_fields; /* F16 fields before the values: d, or d and m */
@@ -52,7 +53,8 @@ bool tsr__il8_type(tsr_type t) {
 
 /* Memory the CPU can rearrange in place. */
 static bool il8_host(const tsr_tensor *t) {
-    const tsr_buffer *buf = tsr__tensor_buffer(t);
+    while (t->view_src && !t->buffer) t = t->view_src; /* (the buffer it lives in) */
+    const tsr_buffer *buf = t->buffer;
     return buf && buf->buft && buf->buft->is_host;
 }
 
@@ -141,5 +143,89 @@ tsr_status tsr__il8_canonical(tsr_tensor *t) {
         return tsr__error(TSR_E_NOMEM, "weight '%s': out of host memory restoring its stored layout (%zu bytes)",
                           t->name, 8 * t->nb[1]);
     t->flags |= TSR_FLAG_NOREPACK;
+    return TSR_OK;
+}
+
+/* ---- which weights take the layout (before each job: job.c) ----
+ * Before a job: a weight that the job uses otherwise than as src0 of a
+ * matmul into float rows or of a gather (get_rows, as a tied embedding
+ * is), or through a view, goes back to its stored layout for good; then
+ * every weight that is src0 of such a matmul and can take the interleaved
+ * layout takes it, once (decode's kernels read it faster: avx2/gemv.c).
+ * Uses on other devices and reads of its bytes are the core's to handle
+ * (the buffer type's to_stored). TSR_CPU_REPACK=0 turns it off; kernel tables
+ * without interleaved kernels never start it. */
+static bool il8_direct_use(const tsr_tensor *node, int j, const tsr_tensor *src) {
+    if (j != 0 || src->view_src)
+        return false;
+    if (node->op == TSR_OP_GET_ROWS) /* rows gathered block by block (ops.c), 1-D indices */
+        return node->src[1] && node->src[1]->ne[1] == 1 && node->src[1]->ne[2] == 1 && node->src[1]->ne[3] == 1;
+    return node->op == TSR_OP_MUL_MAT && node->nb[0] == sizeof(float);
+}
+
+/* The weights to rearrange, on all the stream's threads: each thread its
+ * share of every weight's 8-row groups, through its own copy of a group. */
+typedef struct il8_job {
+    tsr_tensor **ts;
+    size_t n;
+    char *tmp;    /* n_threads copies of the largest group */
+    size_t group; /* bytes of the largest group */
+} il8_job;
+
+static void il8_run(void *arg, int ith, int nth) {
+    const il8_job *j = arg;
+    for (size_t i = 0; i < j->n; i++) {
+        int64_t g0, g1;
+        tsr__cpu_split(j->ts[i]->ne[1] / 8, ith, nth, &g0, &g1);
+        tsr__il8_groups(j->ts[i], g0, g1, true, j->tmp + (size_t)ith * j->group);
+    }
+}
+
+/* Whether this stream's matmuls read weights of type t interleaved. */
+static bool il8_reads(const tsr_stream *s, tsr_type t) { return s->repack && s->k->gemv_il8[t] && s->k->gemm_il8[t]; }
+
+tsr_status tsr__cpu_il8_prepare(tsr_stream *s, tsr_tensor *const *nodes, size_t n) {
+    /* Always: another stream (or an earlier setting) may have interleaved
+     * a weight this job reads otherwise. */
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < TSR_MAX_SRC; j++) {
+            tsr_tensor *src = nodes[i]->src[j], *root = src;
+            if (!src)
+                continue;
+            while (root->view_src) root = root->view_src;
+            if (!(root->flags & TSR_FLAG_WEIGHT) || !tsr__il8_type(root->type))
+                continue;
+            if (il8_direct_use(nodes[i], j, src) &&
+                (nodes[i]->op != TSR_OP_MUL_MAT || !(root->flags & TSR_FLAG_IL8) || il8_reads(s, root->type)))
+                continue;
+            if (root->flags & TSR_FLAG_IL8) {
+                tsr_status st = tsr__il8_canonical(root); /* (sets TSR_FLAG_NOREPACK) */
+                if (st != TSR_OK)
+                    return st;
+            } else if (!il8_direct_use(nodes[i], j, src)) {
+                root->flags |= TSR_FLAG_NOREPACK;
+            }
+        }
+    if (!s->repack)
+        return TSR_OK;
+    il8_job job = {NULL, 0, NULL, 0};
+    for (size_t i = 0; i < n; i++) {
+        tsr_tensor *w = nodes[i]->src[0];
+        if (nodes[i]->op != TSR_OP_MUL_MAT || !w || !il8_direct_use(nodes[i], 0, w) ||
+            (w->flags & (TSR_FLAG_IL8 | TSR_FLAG_NOREPACK)) != 0 || !(w->flags & TSR_FLAG_WEIGHT) || !w->buffer ||
+            w->buffer->buft->iface != &tsr__cpu_buft_iface || !il8_reads(s, w->type) || !tsr__il8_fits(w))
+            continue;
+        if (!job.ts && !(job.ts = tsr__malloc(n * sizeof *job.ts)))
+            return TSR_OK;        /* (out of memory: the weights stay as they are) */
+        w->flags |= TSR_FLAG_IL8; /* (marks it taken; the job rearranges it) */
+        job.ts[job.n++] = w;
+        if (8 * w->nb[1] > job.group)
+            job.group = 8 * w->nb[1];
+    }
+    if (job.n && (job.tmp = tsr__malloc((size_t)s->n_threads * job.group)) != NULL)
+        tsr__tp_run(s->tp, il8_run, &job);
+    for (size_t i = 0; !job.tmp && i < job.n; i++) job.ts[i]->flags &= ~(uint32_t)TSR_FLAG_IL8; /* not done */
+    tsr__free(job.tmp);
+    tsr__free(job.ts);
     return TSR_OK;
 }

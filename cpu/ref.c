@@ -1,7 +1,7 @@
 /*
- * vec.c - scalar reference dot products (weight row x activation row in
+ * ref.c - scalar reference dot products (weight row x activation row in
  * the weight's dot type) and the kernel table selection. The SIMD variants
- * (vec-avx2.c, vec-avx512.c) must agree with these within rounding.
+ * (avx2/, avx512/) must agree with these within rounding.
  */
 #include "cpu.h"
 
@@ -404,21 +404,12 @@ void tsr__cpu_kernels_select(tsr_cpu_kernels *k, const char *cap) {
     if (!have_avx2())
         return;
     tsr__cpu_kernels_avx2(k);
-    tsr__cpu_gemv_avx2(k);
     if (cap && strcmp(cap, "avx2") == 0)
         return;
 #ifdef TSR_HAVE_AVX512_BUILD
     bool vnni;
-    if (have_avx512(&vnni)) {
-        /* the interleaved layout has AVX2 kernels only; the AVX-512 ones read the stored layout */
-        memset(k->gemv_il8, 0, sizeof k->gemv_il8);
-        memset(k->gemm_il8, 0, sizeof k->gemm_il8);
+    if (have_avx512(&vnni))
         tsr__cpu_kernels_avx512(k, vnni);
-        if (vnni) {
-            tsr__cpu_gemm_avx512_vnni(k);
-            tsr__cpu_gemv_avx512_vnni(k);
-        }
-    }
 #endif
 #else
     (void)have_avx2;

@@ -1,7 +1,7 @@
 /*
- * gemm-avx2.c - the batched matmul of the quantized types with AVX2 (no
+ * avx2/gemm.c - the batched matmul of the quantized types with AVX2 (no
  * AVX-512, no VNNI: Zen 3 and older): 8 weight rows interleaved x up to 6
- * activation columns per pass, the AVX2 form of gemm-avx512.c.
+ * activation columns per pass, the AVX2 form of avx512/gemm.c.
  *
  * A gemm call repacks its weight rows, 8 at a time, into scratch: per block
  * of 32 values, 8 vectors of 32 bytes, vector g holding values 4g..4g+3 of
@@ -31,9 +31,9 @@
  * the number of rows and columns of the call, so that a result does not
  * depend on its place in the tile (test-cpu-kernels checks it bit for bit).
  */
-#include "cpu.h"
-#include "simd.h"
-#include "unpack.h"
+#include "../cpu.h"
+#include "../simd.h"
+#include "../unpack.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -104,7 +104,7 @@ static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const cha
 }
 
 /* An 8-row group of weights in the interleaved layout (TSR_FLAG_IL8,
- * libtensr/quant/repack.c) -> the blocks il8_pack makes of the same rows
+ * cpu/repack.c) -> the blocks il8_pack makes of the same rows
  * stored plainly, byte for byte: the interleaved vectors already hold each
  * row's 4-byte groups side by side, so no transpose. */
 static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const char *x, int64_t nb, void *out) {
@@ -422,7 +422,305 @@ static void q8s_from_float(const float *x, void *vy, int64_t k) {
     }
 }
 
-void tsr__cpu_gemm_avx2(tsr_cpu_kernels *k) {
+/* ---- register-tiled matmul (batches) ---------------------------------------- */
+
+/* F16 weights x F32 activations: rm (<= 4) weight rows x rn (<= 3)
+ * activation rows, 12 accumulators of 8 lanes in registers over k in steps
+ * of 8; each weight vector is converted by F16C once and used for rn
+ * columns, each activation vector loaded once for rm rows (7 loads per 12
+ * FMAs). Per result: the 8 lanes, their horizontal sum, then the k % 8 tail
+ * in order - the same for every rm, rn. */
+#define UNROLL_F16 _Pragma("GCC unroll 4") /* GCC -O2 would keep acc[][] on the stack */
+static inline __attribute__((always_inline)) void gemm_f16_tile(int rm, int rn, int64_t k, const char *x, size_t xs,
+                                                                const char *y, size_t ys, float *s, size_t ss) {
+    __m256 acc[4][3];
+    UNROLL_F16
+    for (int r = 0; r < rm; r++) {
+        UNROLL_F16
+        for (int c = 0; c < rn; c++) acc[r][c] = _mm256_setzero_ps();
+    }
+    int64_t l = 0;
+    for (; l + 8 <= k; l += 8) {
+        __m256 yv[3];
+        UNROLL_F16
+        for (int c = 0; c < rn; c++) yv[c] = _mm256_loadu_ps((const float *)(y + (size_t)c * ys) + l);
+        UNROLL_F16
+        for (int r = 0; r < rm; r++) {
+            const __m256 xv = load_fp16x8((const uint16_t *)(x + (size_t)r * xs) + l);
+            UNROLL_F16
+            for (int c = 0; c < rn; c++) acc[r][c] = _mm256_fmadd_ps(xv, yv[c], acc[r][c]);
+        }
+    }
+    UNROLL_F16
+    for (int r = 0; r < rm; r++) {
+        UNROLL_F16
+        for (int c = 0; c < rn; c++) {
+            const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs);
+            const float *yc = (const float *)(y + (size_t)c * ys);
+            float sum = hsum_ps256(acc[r][c]);
+            for (int64_t t = l; t < k; t++) sum += TSR_FP16_TO_FP32(xr[t]) * yc[t];
+            s[(size_t)c * ss + (size_t)r] = sum;
+        }
+    }
+}
+
+static void gemm_f16(int64_t k, int64_t m, int64_t n, const void *vx, size_t xs, const void *vy, size_t ys, float *s,
+                     size_t ss, void *scratch) {
+    (void)scratch;
+    for (int64_t j = 0; j < n; j += 3) {
+        const char *y = (const char *)vy + (size_t)j * ys;
+        const int rn = n - j < 3 ? (int)(n - j) : 3;
+        for (int64_t i = 0; i < m; i += 4) {
+            const char *x = (const char *)vx + (size_t)i * xs;
+            float *o = s + (size_t)j * ss + (size_t)i;
+            const int rm = m - i < 4 ? (int)(m - i) : 4;
+            switch (rm * 4 + rn) { /* constant shapes: the tile stays in registers */
+            case 4 * 4 + 3: gemm_f16_tile(4, 3, k, x, xs, y, ys, o, ss); break;
+            case 4 * 4 + 2: gemm_f16_tile(4, 2, k, x, xs, y, ys, o, ss); break;
+            case 4 * 4 + 1: gemm_f16_tile(4, 1, k, x, xs, y, ys, o, ss); break;
+            case 3 * 4 + 3: gemm_f16_tile(3, 3, k, x, xs, y, ys, o, ss); break;
+            case 3 * 4 + 2: gemm_f16_tile(3, 2, k, x, xs, y, ys, o, ss); break;
+            case 3 * 4 + 1: gemm_f16_tile(3, 1, k, x, xs, y, ys, o, ss); break;
+            case 2 * 4 + 3: gemm_f16_tile(2, 3, k, x, xs, y, ys, o, ss); break;
+            case 2 * 4 + 2: gemm_f16_tile(2, 2, k, x, xs, y, ys, o, ss); break;
+            case 2 * 4 + 1: gemm_f16_tile(2, 1, k, x, xs, y, ys, o, ss); break;
+            case 1 * 4 + 3: gemm_f16_tile(1, 3, k, x, xs, y, ys, o, ss); break;
+            case 1 * 4 + 2: gemm_f16_tile(1, 2, k, x, xs, y, ys, o, ss); break;
+            default: gemm_f16_tile(1, 1, k, x, xs, y, ys, o, ss); break;
+            }
+        }
+    }
+}
+
+/* ---- fused attention blocks ------------------------------------------------- */
+
+/* The first n (may be <= 0) of 8 F16 values, the rest 0. */
+static inline __m256 load_fp16_part(const uint16_t *p, int64_t n) {
+    uint16_t t[8] = {0};
+    for (int64_t i = 0; i < n && i < 8; i++) t[i] = p[i];
+    return load_fp16x8(t);
+}
+
+/* The loops over the accumulator arrays must be unrolled, or GCC -O2 keeps
+ * the arrays on the stack (a load and a store around every FMA). */
+#define UNROLL8 _Pragma("GCC unroll 8")
+
+/* MR rows x up to 16 columns of C: the 2*MR accumulators stay in registers
+ * over the whole k loop, each B row loaded once per MR rows. b_f16 and full
+ * (n == 16) are constants where it is inlined, so the k loop has no branch. */
+static inline __attribute__((always_inline)) void gemm_tile(int mr, int64_t n, int64_t k, const float *a, int64_t lda,
+                                                            const void *vb, bool b_f16, bool full, int64_t ldb,
+                                                            float *c, int64_t ldc, bool acc) {
+    const __m256i m0 = lanes8(n), m1 = lanes8(n > 8 ? n - 8 : 0);
+    __m256 c0[6], c1[6];
+    UNROLL8 for (int i = 0; i < mr; i++) {
+        if (!acc)
+            c0[i] = c1[i] = _mm256_setzero_ps();
+        else if (full)
+            c0[i] = _mm256_loadu_ps(c + i * ldc), c1[i] = _mm256_loadu_ps(c + i * ldc + 8);
+        else
+            c0[i] = _mm256_maskload_ps(c + i * ldc, m0), c1[i] = _mm256_maskload_ps(c + i * ldc + 8, m1);
+    }
+    for (int64_t l = 0; l < k; l++) {
+        __m256 b0, b1;
+        if (b_f16) { /* F16C: whole 8-lane loads only where all 8 are in the row */
+            const uint16_t *bl = (const uint16_t *)vb + l * ldb;
+            b0 = full || n >= 8 ? load_fp16x8(bl) : load_fp16_part(bl, n);
+            b1 = full || n >= 16 ? load_fp16x8(bl + 8) : load_fp16_part(bl + 8, n - 8);
+        } else {
+            const float *bl = (const float *)vb + l * ldb;
+            b0 = full ? _mm256_loadu_ps(bl) : _mm256_maskload_ps(bl, m0);
+            b1 = full ? _mm256_loadu_ps(bl + 8) : _mm256_maskload_ps(bl + 8, m1);
+        }
+        UNROLL8 for (int i = 0; i < mr; i++) {
+            const __m256 av = _mm256_broadcast_ss(a + i * lda + l);
+            c0[i] = _mm256_fmadd_ps(av, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(av, b1, c1[i]);
+        }
+    }
+    UNROLL8 for (int i = 0; i < mr; i++) {
+        if (full) {
+            _mm256_storeu_ps(c + i * ldc, c0[i]);
+            _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+        } else {
+            _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
+            _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+        }
+    }
+}
+
+#define GEMM_TILES(f16, full)                                                       \
+    switch (m - i < 6 ? m - i : 6) {                                                \
+    case 1: gemm_tile(1, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 2: gemm_tile(2, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 3: gemm_tile(3, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 4: gemm_tile(4, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    case 5: gemm_tile(5, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break;  \
+    default: gemm_tile(6, nj, k, ai, lda, bj, f16, full, ldb, ci, ldc, acc); break; \
+    }
+
+static void gemm_f32(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                     int64_t ldb, float *c, int64_t ldc, bool acc) {
+    for (int64_t j = 0; j < n; j += 16) {
+        const int64_t nj = n - j < 16 ? n - j : 16;
+        for (int64_t i = 0; i < m; i += 6) {
+            const float *ai = a + i * lda;
+            const void *bj = b_f16 ? (const void *)((const uint16_t *)b + j) : (const void *)((const float *)b + j);
+            float *ci = c + i * ldc + j;
+            if (b_f16 && nj == 16)
+                GEMM_TILES(true, true)
+            else if (b_f16)
+                GEMM_TILES(true, false)
+            else if (nj == 16)
+                GEMM_TILES(false, true)
+            else
+                GEMM_TILES(false, false)
+        }
+    }
+}
+#undef GEMM_TILES
+
+/* The same on B packed as 16 floats per row (gemm_f32_nt). */
+#define GEMM_TILES_PK(full)                                                           \
+    switch (m - i < 6 ? m - i : 6) {                                                  \
+    case 1: gemm_tile(1, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 2: gemm_tile(2, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 3: gemm_tile(3, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 4: gemm_tile(4, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    case 5: gemm_tile(5, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break;  \
+    default: gemm_tile(6, nj, kc, ai, lda, pk, false, full, 16, ci, ldc, acc); break; \
+    }
+
+/* The 8 sums of v[0..8) (each over its 8 lanes) as one vector, in order:
+ * neighbours, pairs, then halves added alike for every vector. */
+static inline __m256 sum8x8(const __m256 *v) {
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Transposes the 8 x 8 block r in place. */
+static inline void transpose8(__m256 *r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+/* Rows [j, j + 8) of B (past n: the last row again), elements [l, l + 8)
+ * (past k: zeros), as F32. */
+static inline void load_b8(__m256 *r, const void *b, bool b_f16, int64_t ldb, int64_t j, int64_t nj, int64_t l,
+                           int64_t k) {
+    for (int t = 0; t < 8; t++) {
+        const int64_t at = (j + (t < nj ? t : nj - 1)) * ldb + l;
+        if (b_f16)
+            r[t] = k - l >= 8 ? load_fp16x8((const uint16_t *)b + at) : load_fp16_part((const uint16_t *)b + at, k - l);
+        else
+            r[t] = _mm256_maskload_ps((const float *)b + at, lanes8(k - l));
+    }
+}
+
+/* C[m x n] = A[m x k] * B^T for B n rows of k.
+ *  - Few rows (m < NT_TILE_M): 8 rows of B at a time are packed (F16
+ *    converted) as 8 x 8 floats per 8 of k, then per row of A 8
+ *    accumulators of 8 lanes over k and one sum8x8.
+ *  - Else 16 rows of B are packed transposed (k x 16, 8 x 8 blocks turned in
+ *    registers) and gemm_tile runs on them: no lane sums, each B value
+ *    loaded once per 6 rows of A.
+ * Each result is summed in the same order whatever its place in the tile
+ * and n (the order depends on k, and on m only through the choice above). */
+#define NT_KMAX 256 /* k per pass: the pack (k x 16 floats, on the stack) stays at 16 KiB */
+#define NT_TILE_M 6
+static void gemm_f32_nt(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b, bool b_f16,
+                        int64_t ldb, float *c, int64_t ldc) {
+    _Alignas(32) float pk[NT_KMAX * 16];
+    if (m >= NT_TILE_M) {
+        for (int64_t j = 0; j < n; j += 16) {
+            const int64_t nj = n - j < 16 ? n - j : 16;
+            for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: the rest added to C */
+                const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX;
+                for (int h = 0; h < 2; h++)
+                    for (int64_t l = 0; l < kc; l += 8) {
+                        __m256 r[8];
+                        load_b8(r, b, b_f16, ldb, nj > 8 * h ? j + 8 * h : j + nj - 1, /* past n: the last row */
+                                nj > 8 * h ? nj - 8 * h : 1, l0 + l, k);
+                        transpose8(r);
+                        for (int d = 0; d < 8; d++) _mm256_store_ps(pk + (l + d) * 16 + 8 * h, r[d]);
+                    }
+                const float *al = a + l0;
+                const bool acc = l0 > 0, full = nj == 16;
+                for (int64_t i = 0; i < m; i += 6) {
+                    const float *ai = al + i * lda;
+                    float *ci = c + i * ldc + j;
+                    if (full)
+                        GEMM_TILES_PK(true)
+                    else
+                        GEMM_TILES_PK(false)
+                }
+            }
+        }
+        return;
+    }
+    for (int64_t j = 0; j < n; j += 8) {
+        const int64_t nj = n - j < 8 ? n - j : 8;
+        for (int64_t l0 = 0; l0 == 0 || l0 < k; l0 += NT_KMAX) { /* k > NT_KMAX: partial sums in C */
+            const int64_t kc = k - l0 < NT_KMAX ? k - l0 : NT_KMAX, nc = (kc + 7) / 8;
+            const int64_t nfull = kc / 8, left = kc - 8 * nfull;
+            int64_t at[8];
+            for (int p = 0; p < 8; p++) at[p] = (j + (p < nj ? p : nj - 1)) * ldb + l0;
+            for (int64_t q = 0; q < nfull; q++) /* keys in order (a steady stride per load) */
+                UNROLL8 for (int p = 0; p < 8; p++)
+                    _mm256_store_ps(pk + q * 64 + p * 8, b_f16 ? load_fp16x8((const uint16_t *)b + at[p] + 8 * q)
+                                                               : _mm256_loadu_ps((const float *)b + at[p] + 8 * q));
+            if (left)
+                for (int p = 0; p < 8; p++)
+                    _mm256_store_ps(pk + nfull * 64 + p * 8,
+                                    b_f16 ? load_fp16_part((const uint16_t *)b + at[p] + 8 * nfull, left)
+                                          : _mm256_maskload_ps((const float *)b + at[p] + 8 * nfull, lanes8(left)));
+            for (int64_t i = 0; i < m; i++) {
+                const float *ai = a + i * lda + l0;
+                __m256 acc[8];
+                UNROLL8 for (int p = 0; p < 8; p++) acc[p] = _mm256_setzero_ps();
+                for (int64_t q = 0; q < nc; q++) {
+                    const int64_t left = kc - 8 * q;
+                    const __m256 av = left >= 8 ? _mm256_loadu_ps(ai + 8 * q)
+                                                : _mm256_maskload_ps(ai + 8 * q, lanes8(left));
+                    const float *bq = pk + q * 64;
+                    UNROLL8 for (int p = 0; p < 8; p++)
+                        acc[p] = _mm256_fmadd_ps(av, _mm256_load_ps(bq + p * 8), acc[p]);
+                }
+                __m256 r = sum8x8(acc);
+                if (nj == 8) { /* plain: a masked store is microcoded and slow on AMD cores */
+                    if (l0 > 0)
+                        r = _mm256_add_ps(_mm256_loadu_ps(c + i * ldc + j), r);
+                    _mm256_storeu_ps(c + i * ldc + j, r);
+                    continue;
+                }
+                const __m256i mj = lanes8(nj);
+                if (l0 > 0)
+                    r = _mm256_add_ps(_mm256_maskload_ps(c + i * ldc + j, mj), r);
+                _mm256_maskstore_ps(c + i * ldc + j, mj, r);
+            }
+        }
+    }
+}
+
+void tsr__cpu_avx2_gemm(tsr_cpu_kernels *k) {
+    k->gemm[TSR_TYPE_F16] = gemm_f16;
+    k->gemm_type[TSR_TYPE_F16] = TSR_TYPE_F32;
+    k->gemm_f32 = gemm_f32;
+    k->gemm_f32_nt = gemm_f32_nt;
     static const struct {
         tsr_type t;
         void (*fn)(int64_t, int64_t, int64_t, const void *, size_t, const void *, size_t, float *, size_t, void *);

@@ -1,8 +1,8 @@
 /*
- * gemv-avx2.c - the matrix-vector products of decode (one activation
+ * avx2/gemv.c - the matrix-vector products of decode (one activation
  * column) with AVX2: 4 weight rows at a time, read in their stored block
  * format, against one activation row in the weight type's dot type (Q8_0,
- * Q8_1, Q8_K). Each result is the same bits as vec-avx2.c's dot product of
+ * Q8_1, Q8_K). Each result is the same bits as dot.c's dot product of
  * that row (test-cpu-kernels checks it): the same integer lane sums per
  * block (maddubs of unsigned values below 64 with the signed activations,
  * the offset of Q4_0 / Q5_0 taken out in integers, Q8_0 by the sign trick),
@@ -11,8 +11,8 @@
  * for all of them, and the rows prefetch GEMV_PF rows ahead (linear_pf).
  * Q8_0, cheap to compute and limited by memory, goes one row at a time.
  */
-#include "cpu.h"
-#include "simd.h"
+#include "../cpu.h"
+#include "../simd.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -149,7 +149,7 @@ INLINE void rows32(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_
     for (int r = 0; r < R; r++) s[r] = t == TSR_TYPE_Q4_1 ? hsum_ps256(acc[r]) + summs[r] : hsum_ps256(acc[r]);
 }
 
-/* ---- Q4_K and Q6_K (x Q8_K): super-blocks of 256, as vec-avx2.c's dots ----------- */
+/* ---- Q4_K and Q6_K (x Q8_K): super-blocks of 256, as dot.c's dots ----------- */
 
 /* The 8 six-bit scales (bytes 0..7) and minimums (8..15). */
 INLINE __m128i q4k_scales(const uint8_t *sc) {
@@ -469,7 +469,76 @@ GEMV_IL8(gemv_il8_q4_1, TSR_TYPE_Q4_1)
 GEMV_IL8(gemv_il8_q8_0, TSR_TYPE_Q8_0)
 GEMV_IL8(gemv_il8_q5_0, TSR_TYPE_Q5_0)
 
-void tsr__cpu_gemv_avx2(tsr_cpu_kernels *k) {
+/* The one-column matmul for F16 weights (kernel table gemv): each row bit
+ * for bit dot_f16_f16, the rows of the call requested GEMV_PF rows ahead
+ * (and the first ones at once) instead of left to the hardware's prefetch,
+ * which stops at each row's end. The activations are widened to F32 once
+ * per group of GEMV_F16_ROWS rows and chunk of GEMV_F16_CHUNK values (an
+ * exact conversion) instead of once per row: VCVTPH2PS, not the memory,
+ * bounds a row's dot in cache (Zen 3: one conversion per weight vector,
+ * 1 thread, 1.8x the values per second). The rows' accumulators wait on
+ * the stack between chunks. */
+#define GEMV_F16_CHUNK 2048 /* values, a multiple of 64 */
+#define GEMV_F16_ROWS 8
+static void gemv_f16(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
+    const char *x = vx;
+    const uint16_t *y = vy;
+    const int64_t n = m + (ahead > 0 ? ahead : 0), kb = k / 64 * 64;
+    _Alignas(32) float yf[GEMV_F16_CHUNK];
+    __m256 acc[GEMV_F16_ROWS][8];
+    ramp(x, m, xs);
+    for (int64_t r0 = 0; r0 < m; r0 += GEMV_F16_ROWS) {
+        const int rn = m - r0 < GEMV_F16_ROWS ? (int)(m - r0) : GEMV_F16_ROWS;
+        for (int64_t c0 = 0; c0 < kb; c0 += GEMV_F16_CHUNK) {
+            const int64_t cn = kb - c0 < GEMV_F16_CHUNK ? kb - c0 : GEMV_F16_CHUNK;
+            for (int64_t i = 0; i < cn; i += 32) {
+                _mm256_store_ps(yf + i, load_fp16x8(y + c0 + i));
+                _mm256_store_ps(yf + i + 8, load_fp16x8(y + c0 + i + 8));
+                _mm256_store_ps(yf + i + 16, load_fp16x8(y + c0 + i + 16));
+                _mm256_store_ps(yf + i + 24, load_fp16x8(y + c0 + i + 24));
+            }
+            for (int r = 0; r < rn; r++) {
+                const uint16_t *xr = (const uint16_t *)(x + (size_t)(r0 + r) * xs) + c0;
+                const size_t pfo = pf_offset(r0 + r, 1, n, xs);
+                __m256 a[8];
+                UNROLL_ALL
+                for (int q = 0; q < 8; q++) a[q] = c0 ? acc[r][q] : _mm256_setzero_ps();
+                for (int64_t i = 0; i < cn; i += 64) {
+                    if (pfo) {
+                        _mm_prefetch((const char *)(xr + i) + pfo, _MM_HINT_T1);
+                        _mm_prefetch((const char *)(xr + i) + pfo + 64, _MM_HINT_T1);
+                    }
+                    UNROLL_ALL
+                    for (int q = 0; q < 8; q++)
+                        a[q] = _mm256_fmadd_ps(load_fp16x8(xr + i + 8 * q), _mm256_load_ps(yf + i + 8 * q), a[q]);
+                }
+                UNROLL_ALL
+                for (int q = 0; q < 8; q++) acc[r][q] = a[q];
+            }
+        }
+        for (int r = 0; r < rn; r++) {
+            __m256 *a = acc[r];
+            if (kb == 0)
+                for (int q = 0; q < 8; q++) a[q] = _mm256_setzero_ps();
+            if (kb < k) { /* the dot's zero-padded tail */
+                const uint16_t *xr = (const uint16_t *)(x + (size_t)(r0 + r) * xs);
+                uint16_t tx[64] = {0}, ty[64] = {0};
+                memcpy(tx, xr + kb, (size_t)(k - kb) * 2), memcpy(ty, y + kb, (size_t)(k - kb) * 2);
+                for (int q = 0; q < 8; q++)
+                    a[q] = _mm256_fmadd_ps(load_fp16x8(tx + 8 * q), load_fp16x8(ty + 8 * q), a[q]);
+            }
+            for (int h = 0; h < 2; h++) {
+                a[h] = _mm256_add_ps(a[h], a[4 + h]);
+                a[2 + h] = _mm256_add_ps(a[2 + h], a[6 + h]);
+                a[h] = _mm256_add_ps(a[h], a[2 + h]);
+            }
+            s[r0 + r] = hsum_ps256(_mm256_add_ps(a[1], a[0]));
+        }
+    }
+}
+
+void tsr__cpu_avx2_gemv(tsr_cpu_kernels *k) {
+    k->gemv[TSR_TYPE_F16] = gemv_f16;
     /* Q8_0: one row at a time with every block prefetched into L2 reads
      * faster than the dot's hardware prefetch alone (Zen 3, 1 thread:
      * 9.7-11.8 against 8.9-9.1 GB/s) and than 4 rows side by side (above). */

@@ -1,5 +1,5 @@
 /*
- * gemv-avx512.c - the matrix-vector products of decode (one activation
+ * avx512/gemv.c - the matrix-vector products of decode (one activation
  * column) with VPDPBUSD (AVX-512 VNNI): 8 weight rows at a time, read in
  * their stored block format (no repacking), against one activation row in
  * the weight type's dot type (Q8_0, Q8_1, Q8_K, as for the dots).
@@ -24,8 +24,8 @@
  * Q6_K: 32, Q8_0: 128) comes back out exactly: the lanes start from
  * -offset * the sum of their four activations.
  */
-#include "cpu.h"
-#include "simd.h"
+#include "../cpu.h"
+#include "../simd.h"
 
 #include <immintrin.h>
 
@@ -308,7 +308,62 @@ GEMV(gemv_q4_1, TSR_TYPE_Q4_1)
 GEMV(gemv_q4_k, TSR_TYPE_Q4_K)
 GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
 
-void tsr__cpu_gemv_avx512_vnni(tsr_cpu_kernels *k) {
+/* The one-column matmul for F16 weights (kernel table gemv): R rows at a
+ * time share each converted activation vector; each row keeps the dot's
+ * four accumulators and order (bit for bit dot_f16_f16), and the rows are
+ * prefetched GEMV_PF rows ahead (rows read one after another reach about
+ * 20 GB/s from DRAM on one thread, the rows' lines requested ahead more). */
+#define UNROLL4 _Pragma("GCC unroll 4")
+static inline __attribute__((always_inline)) void f16_rows(int R, int64_t n, const char *x, size_t xs, size_t pfo,
+                                                           const uint16_t *y, float *s) {
+    __m512 a[4][4];
+    UNROLL4 for (int r = 0; r < R; r++) UNROLL4 for (int q = 0; q < 4; q++) a[r][q] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m512 yv[4];
+        UNROLL4 for (int q = 0; q < 4; q++) yv[q] = load_fp16x16(y + i + 16 * q);
+        UNROLL4 for (int r = 0; r < R; r++) {
+            const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs) + i;
+            if (pfo) {
+                _mm_prefetch((const char *)xr + pfo, _MM_HINT_T1);
+                _mm_prefetch((const char *)xr + pfo + 64, _MM_HINT_T1);
+            }
+            UNROLL4 for (int q = 0; q < 4; q++) a[r][q] = _mm512_fmadd_ps(load_fp16x16(xr + 16 * q), yv[q], a[r][q]);
+        }
+    }
+    if (i < n) /* the dot's masked tail */
+        UNROLL4 for (int q = 0; q < 4; q++) {
+            const int64_t o = i + 16 * q, left = n - o;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + (left > 0 ? o : 0)));
+            UNROLL4 for (int r = 0; r < R; r++) {
+                const uint16_t *xr = (const uint16_t *)(x + (size_t)r * xs);
+                if (pfo && q % 2 == 0 && left > 0)
+                    _mm_prefetch((const char *)(xr + o) + pfo, _MM_HINT_T1);
+                const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, xr + (left > 0 ? o : 0)));
+                a[r][q] = _mm512_fmadd_ps(xv, yv, a[r][q]);
+            }
+        }
+    UNROLL4 for (int r = 0; r < R; r++) {
+        a[r][0] = _mm512_add_ps(a[r][0], a[r][2]);
+        a[r][1] = _mm512_add_ps(a[r][1], a[r][3]);
+        s[r] = hsum512(_mm512_add_ps(a[r][0], a[r][1]));
+    }
+}
+
+static void gemv_f16(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
+    const char *x = vx;
+    const int64_t n = m + (ahead > 0 ? ahead : 0);
+    ramp(x, m, xs);
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) f16_rows(4, k, x + (size_t)i * xs, xs, pf_offset(i, 4, n, xs), vy, s + i);
+    for (; i < m; i++) f16_rows(1, k, x + (size_t)i * xs, xs, pf_offset(i, 1, n, xs), vy, s + i);
+}
+
+void tsr__cpu_avx512_gemv(tsr_cpu_kernels *k, bool vnni) {
+    k->gemv[TSR_TYPE_F16] = gemv_f16;
+    if (!vnni)
+        return;
     k->gemv[TSR_TYPE_Q8_0] = gemv_q8_0;
     k->gemv[TSR_TYPE_Q4_0] = gemv_q4_0;
     k->gemv[TSR_TYPE_Q5_0] = gemv_q5_0;
