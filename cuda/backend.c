@@ -498,15 +498,22 @@ static size_t cu_group_need(const tsr_tensor *node) {
     return 2 * n_pairs + 2 * ((size_t)node->src[0]->ne[2] + 1);
 }
 
+/* The scratch of the node and of the same node over fewer tokens (a
+ * reserve sees the largest graph; a smaller one may take the other path):
+ * the matrix-vector kernel's for up to TCU_MMV_MAX_COLS tokens, and past
+ * that the GEMM's, which grows with the tokens. */
 static size_t cu_scratch_need_id(const tsr_tensor *node) {
     const tsr_tensor *as = node->src[0], *b = node->src[1], *ids = node->src[2];
     const size_t k = (size_t)as->ne[0], m = (size_t)as->ne[1], n_pairs = (size_t)(ids->ne[0] * ids->ne[1]);
+    const int64_t n_tok = b->ne[2] < TCU_MMV_MAX_COLS ? b->ne[2] : TCU_MMV_MAX_COLS;
+    const size_t mmv = tsr__pad(k * (size_t)(b->ne[1] * n_tok) * 4, CU_ALIGN);
     if (cu_use_mmv_id(node))
-        return tsr__pad(k * (size_t)(b->ne[1] * b->ne[2]) * 4, CU_ALIGN);
+        return mmv;
     const bool direct = cu_gemm_direct(as);
     const size_t es = direct && as->type == TSR_TYPE_F32 ? 4 : 2;
-    return tsr__pad(n_pairs * 4, CU_ALIGN) + tsr__pad(n_pairs * k * es, CU_ALIGN) +
-           (direct ? 0 : tsr__pad(k * m * 2, CU_ALIGN)) + tsr__pad(n_pairs * m * 4, CU_ALIGN);
+    const size_t gemm = tsr__pad(n_pairs * 4, CU_ALIGN) + tsr__pad(n_pairs * k * es, CU_ALIGN) +
+                        (direct ? 0 : tsr__pad(k * m * 2, CU_ALIGN)) + tsr__pad(n_pairs * m * 4, CU_ALIGN);
+    return gemm > mmv ? gemm : mmv;
 }
 
 static tcu_tensor cu_t(const tsr_tensor *t);
@@ -521,13 +528,16 @@ static size_t cu_scratch_need(const cu_dev *c, const tsr_tensor *node) {
         return 0;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
     const size_t k = (size_t)a->ne[0], m = (size_t)a->ne[1], n = (size_t)b->ne[1];
+    /* as mul_mat_id's: the mat-vec's for up to TCU_MMV_MAX_COLS columns too */
+    const size_t n_mmv = n < TCU_MMV_MAX_COLS ? n : TCU_MMV_MAX_COLS;
+    const size_t mmv = tsr__pad(k * n_mmv * (size_t)(b->ne[2] * b->ne[3]) * 4, CU_ALIGN);
     if (cu_use_mmv(node))
-        return tsr__pad(k * n * (size_t)(b->ne[2] * b->ne[3]) * 4, CU_ALIGN);
+        return mmv;
     const bool direct = cu_gemm_direct(a); /* else A is dequantized to F16 and B goes F16 too */
     size_t need = tsr__pad(k * n * (direct && a->type == TSR_TYPE_F32 ? 4 : 2), CU_ALIGN);
     if (!direct)
         need += tsr__pad(k * m * 2, CU_ALIGN);
-    return need;
+    return need > mmv ? need : mmv;
 }
 
 static tsr_status cu_arena_grow(cu_stream *s, size_t need) {
