@@ -97,6 +97,14 @@ typedef struct cu_stream {
     uint64_t *key_new;
     size_t key_new_cap;
     uint64_t tick;
+    /* The activations at the arena's start: b (by address, type, shape
+     * and strides) converted for the mat-vec (Q8_1 when q8, else F32), so
+     * the products that read the same input (Q/K/V, gate/up) convert it
+     * once; forgotten when a node writes into b or another use takes the
+     * arena, and at each compute's start. */
+    tcu_tensor act_b;
+    size_t act_bytes;
+    bool act_valid, act_q8;
 } cu_stream;
 
 static cu_dev cu_devs[CU_MAX];
@@ -551,6 +559,7 @@ static tsr_status cu_arena_grow(cu_stream *s, size_t need) {
         (void)cudaFree(s->arena);
     s->arena = NULL;
     s->arena_size = 0;
+    s->act_valid = false;
     st = cu_device_malloc(c, need, &s->arena);
     if (st == TSR_OK)
         s->arena_size = need;
@@ -705,6 +714,60 @@ static tcu_tensor cu_t(const tsr_tensor *t) {
     return r;
 }
 
+static bool cu_same_tensor(const tcu_tensor *x, const tcu_tensor *y) {
+    if (x->data != y->data || x->type != y->type)
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (x->ne[i] != y->ne[i] || x->nb[i] != y->nb[i])
+            return false;
+    return true;
+}
+
+/* The bytes from t's first element to past its last (0 when empty). */
+static size_t cu_extent(const tsr_tensor *t) {
+    size_t n = tsr__type_traits(t->type) ? tsr__type_traits(t->type)->block_bytes : 1;
+    for (int i = 0; i < 4; i++) {
+        if (t->ne[i] == 0)
+            return 0;
+        n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    }
+    return n;
+}
+
+/* The mat-vec's activations *y for weights of type wtype: b itself when it
+ * is contiguous F32 and the weights float (no copy), the arena's when it
+ * holds b converted the same way, else b converted into the arena. */
+static cudaError_t cu_activations(cu_stream *s, const tsr_tensor *b, int wtype, const void **y) {
+    const bool q8 = tcu_dot_q8_1_type(wtype);
+    const tcu_tensor tb = cu_t(b);
+    if (!q8 && b->type == TSR_TYPE_F32 && cu_is_contiguous(b)) {
+        *y = b->data;
+        return cudaSuccess;
+    }
+    *y = s->arena;
+    if (s->act_valid && s->act_q8 == q8 && cu_same_tensor(&s->act_b, &tb))
+        return cudaSuccess;
+    const cudaError_t e = tcu_activations(s->cs, s->arena, tb, wtype);
+    s->act_valid = e == cudaSuccess;
+    s->act_q8 = q8;
+    s->act_b = tb;
+    s->act_bytes = cu_extent(b);
+    return e;
+}
+
+/* Forgets the arena's activations when the node writes into their source
+ * or uses the arena otherwise. */
+static void cu_act_forget(cu_stream *s, const tsr_tensor *node) {
+    if (!s->act_valid)
+        return;
+    const bool arena = node->op == TSR_OP_FLASH_ATTN || (node->op == TSR_OP_MUL_MAT && !cu_use_mmv(node)) ||
+                       (node->op == TSR_OP_MUL_MAT_ID && !cu_use_mmv_id(node));
+    const uintptr_t d = (uintptr_t)node->data, b = (uintptr_t)s->act_b.data;
+    const size_t nb = s->act_bytes, nd = cu_extent(node);
+    if (arena || (nd && d < b + nb && b < d + nd))
+        s->act_valid = false;
+}
+
 static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
     cu_dev *c = s->c;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
@@ -713,8 +776,8 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv(node)) {
-        void *y = s->arena; /* every matrix of b, rows in order, as a's type meets them */
-        CU_CHECK(c, "tcu_activations (kernel launch)", tcu_activations(s->cs, y, cu_t(b), (int)a->type));
+        const void *y = NULL; /* every matrix of b, rows in order, as a's type meets them */
+        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)a->type, &y));
         CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y));
         return TSR_OK;
     }
@@ -766,8 +829,8 @@ static tsr_status cu_mul_mat_id(cu_stream *s, tsr_tensor *node, size_t index) {
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv_id(node)) {
-        void *y = s->arena;
-        CU_CHECK(c, "tcu_activations (kernel launch)", tcu_activations(s->cs, y, cu_t(b), (int)as->type));
+        const void *y = NULL;
+        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)as->type, &y));
         CU_CHECK(c, "tcu_mat_vec_id (kernel launch)",
                  tcu_mat_vec_id(s->cs, cu_t(node), cu_t(as), cu_t(ids), y, b->ne[1], index <= INT_MAX ? (int)index : -1,
                                 s->status));
@@ -889,10 +952,12 @@ static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
 static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
     tsr_status st = TSR_OK;
+    s->act_valid = false;
     for (size_t i = 0; st == TSR_OK && i < n_nodes; i++) {
         tsr_tensor *node = nodes[i];
         if (node->op == TSR_OP_NONE || node->op == TSR_OP_VIEW)
             continue;
+        cu_act_forget(s, node);
         if (!cu_supports(&c->dev, node))
             return tsr__error(TSR_E_UNSUPPORTED, "%s: node '%s' (%s) has no CUDA kernel for its types", c->dev.name,
                               node->name, tsr__op_name(node->op));

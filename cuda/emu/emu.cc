@@ -419,6 +419,10 @@ static cudaError_t execute(const launch_rec &r) {
         return g_sticky;
     pthread_mutex_lock(&g_lock);
     g_launches++;
+    static const bool trace = getenv("TCU_EMU_TRACE") && getenv("TCU_EMU_TRACE")[0] == '1';
+    if (trace) /* each launch's kernel and grid on stderr */
+        fprintf(stderr, "tcu-emu: launch %s grid (%u,%u,%u) block (%u,%u,%u)\n", r.name, r.grid.x, r.grid.y,
+                r.grid.z, r.block.x, r.block.y, r.block.z);
     exec e{};
     e.name = r.name;
     e.grid = r.grid;
