@@ -948,6 +948,22 @@ static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
     }
 }
 
+/* Whether node (rms_norm or norm) and the next one, m = node * w (a
+ * layer's norm weight), run as one kernel: m F32 of node's shape with
+ * contiguous rows, w F32; the norm's result is still written. */
+static bool cu_fuse_norm_mul(const cu_dev *c, const tsr_tensor *node, const tsr_tensor *m) {
+    if ((node->op != TSR_OP_RMS_NORM && node->op != TSR_OP_NORM) || m->op != TSR_OP_MUL || m->src[0] != node)
+        return false;
+    const tsr_tensor *w = m->src[1];
+    if (!w || w->type != TSR_TYPE_F32 || m->type != TSR_TYPE_F32 || node->type != TSR_TYPE_F32 ||
+        m->nb[0] != sizeof(float) || !cu_supports(&c->dev, m))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (m->ne[i] != node->ne[i] || w->ne[i] <= 0 || node->ne[i] % w->ne[i] != 0)
+            return false;
+    return true;
+}
+
 /* Launches the nodes' kernels on s->cs. */
 static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
@@ -967,6 +983,16 @@ static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_
             st = cu_mul_mat_id(s, node, i);
         } else if (node->op == TSR_OP_FLASH_ATTN && (st = cu_arena_grow(s, cu_scratch_need(c, node))) != TSR_OK) {
             break;
+        } else if (i + 1 < n_nodes && cu_fuse_norm_mul(c, node, nodes[i + 1])) {
+            tsr_tensor *m = nodes[++i];
+            cu_act_forget(s, m);
+            const cudaError_t e = tcu_norm_mul(s->cs, node->op == TSR_OP_RMS_NORM, cu_t(node), cu_t(node->src[0]),
+                                               tsr__get_f32_param(node, 0), cu_t(m), cu_t(m->src[1]));
+            if (e != cudaSuccess) {
+                char call[96];
+                snprintf(call, sizeof call, "the %s kernel of node '%.40s'", tsr__op_name(node->op), node->name);
+                st = cu_fail(c, e, call);
+            }
         } else {
             const cudaError_t e = cu_launch(s, node);
             if (e != cudaSuccess) {
