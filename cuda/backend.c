@@ -768,17 +768,43 @@ static void cu_act_forget(cu_stream *s, const tsr_tensor *node) {
         s->act_valid = false;
 }
 
-static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
+/* Whether the mat-vec of node also computes the next node, nx: the
+ * residual added (add) or the gate's silu times the up projection
+ * (swiglu), F32, of node's shape, with the other operand x too (the
+ * epilogue reads and writes each at the product's coordinates). */
+static bool cu_fuse_epi(const cu_dev *c, const tsr_tensor *node, const tsr_tensor *nx, tcu_mmv_epi *epi) {
+    if (!nx || (nx->op != TSR_OP_ADD && nx->op != TSR_OP_SWIGLU) || nx->type != TSR_TYPE_F32 ||
+        node->type != TSR_TYPE_F32 || (nx->src[0] == node) == (nx->src[1] == node))
+        return false;
+    const tsr_tensor *x = nx->src[0] == node ? nx->src[1] : nx->src[0];
+    if (!x || x->type != TSR_TYPE_F32 || !cu_supports(&c->dev, nx))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (nx->ne[i] != node->ne[i] || x->ne[i] != node->ne[i])
+            return false;
+    epi->mode = nx->op == TSR_OP_ADD ? TCU_EPI_ADD : nx->src[0] == node ? TCU_EPI_SWIGLU_A : TCU_EPI_SWIGLU_B;
+    epi->dst = cu_t(nx);
+    epi->x = cu_t(x);
+    return true;
+}
+
+/* nx: the node after (NULL: none); *fused when the mat-vec computed it too. */
+static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node, const tsr_tensor *nx, bool *fused) {
     cu_dev *c = s->c;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
     const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+    *fused = false;
     tsr_status st = cu_arena_grow(s, cu_scratch_need(c, node));
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv(node)) {
         const void *y = NULL; /* every matrix of b, rows in order, as a's type meets them */
+        tcu_mmv_epi epi;
+        const bool fuse = cu_fuse_epi(c, node, nx, &epi);
         CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)a->type, &y));
-        CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y));
+        CU_CHECK(c, "tcu_mat_vec (kernel launch)",
+                 tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y, fuse ? &epi : NULL));
+        *fused = fuse;
         return TSR_OK;
     }
     if (m == 0 || n == 0 || b->ne[2] == 0 || b->ne[3] == 0 || a->ne[2] == 0 || a->ne[3] == 0)
@@ -978,7 +1004,13 @@ static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_
             return tsr__error(TSR_E_UNSUPPORTED, "%s: node '%s' (%s) has no CUDA kernel for its types", c->dev.name,
                               node->name, tsr__op_name(node->op));
         if (node->op == TSR_OP_MUL_MAT) {
-            st = cu_mul_mat(s, node);
+            tsr_tensor *nx = i + 1 < n_nodes ? nodes[i + 1] : NULL;
+            bool fused = false;
+            st = cu_mul_mat(s, node, nx, &fused);
+            if (fused) {
+                cu_act_forget(s, nx);
+                i++;
+            }
         } else if (node->op == TSR_OP_MUL_MAT_ID) {
             st = cu_mul_mat_id(s, node, i);
         } else if (node->op == TSR_OP_FLASH_ATTN && (st = cu_arena_grow(s, cu_scratch_need(c, node))) != TSR_OK) {

@@ -63,7 +63,18 @@ cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor a, int64_t 
  * float ones; each warp takes a row of a and dots it with every column. */
 #define TCU_MMV_MAX_COLS 8
 cudaError_t tcu_activations(cudaStream_t s, void *y, tcu_tensor b, int wtype);
-cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y);
+/* The node after the product in the same launch (epi NULL: none): dst
+ * still gets the product v, and epi->dst (F32, dst's shape) gets v + x
+ * (TCU_EPI_ADD: the residual), silu(v) * x (TCU_EPI_SWIGLU_A: v is the
+ * gate) or silu(x) * v (TCU_EPI_SWIGLU_B: v is the up projection), x F32
+ * of dst's shape, read and written at v's coordinates. */
+enum { TCU_EPI_NONE, TCU_EPI_ADD, TCU_EPI_SWIGLU_A, TCU_EPI_SWIGLU_B };
+typedef struct tcu_mmv_epi {
+    int mode;
+    tcu_tensor dst, x;
+} tcu_mmv_epi;
+cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y,
+                        const tcu_mmv_epi *epi);
 /* Every element of a into contiguous F32 (rows in order). */
 cudaError_t tcu_tensor_to_f32(cudaStream_t s, float *out, tcu_tensor a);
 

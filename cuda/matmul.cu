@@ -86,7 +86,8 @@ template <int TYPE> __device__ __forceinline__ int64_t tcu_ycol(int64_t k) { ret
 /* grid.x: rows of a in groups of MMV_WARPS (grid-stride); grid.y: the
  * matrices of b (i12 + ne12 * i13). One instance per weight type, so the
  * loader's type switch and block arithmetic fold at compile time. */
-template <int TYPE> __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y) {
+template <int TYPE>
+__global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y, tcu_mmv_epi epi) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t k = a.ne[0], m = a.ne[1], ncols = b.ne[1];
     const int64_t mat = blockIdx.y, i12 = mat % b.ne[2], i13 = mat / b.ne[2];
@@ -104,8 +105,15 @@ template <int TYPE> __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_
             if (c >= ncols)
                 break;
             const float v = tcu_warp_sum(acc[c]);
-            if (lane == 0)
-                *(float *)tcu_at(dst, i, c, i12, i13) = v;
+            if (lane != 0)
+                continue;
+            *(float *)tcu_at(dst, i, c, i12, i13) = v;
+            if (epi.mode == TCU_EPI_NONE)
+                continue;
+            const float x = *(const float *)tcu_at(epi.x, i, c, i12, i13);
+            *(float *)tcu_at(epi.dst, i, c, i12, i13) = epi.mode == TCU_EPI_ADD        ? v + x
+                                                        : epi.mode == TCU_EPI_SWIGLU_A ? tcu_silu(v) * x
+                                                                                       : tcu_silu(x) * v;
         }
     }
 }
@@ -141,7 +149,13 @@ static bool tcu_even(const tcu_tensor &a) {
     return !tcu_dot_q8_1_type(a.type) || !(((uintptr_t)a.data | (uint64_t)(a.nb[1] | a.nb[2] | a.nb[3])) & 1);
 }
 
-extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y) {
+extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y,
+                                   const tcu_mmv_epi *epi_p) {
+    tcu_mmv_epi epi;
+    if (epi_p)
+        epi = *epi_p;
+    else
+        epi.mode = TCU_EPI_NONE, epi.dst = epi.x = dst;
     if (!tcu_even(a))
         return cudaErrorInvalidValue;
     const int64_t mats = b.ne[2] * b.ne[3];
@@ -152,17 +166,17 @@ extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a,
     dim3 grid(tcu_blocks(a.ne[1], MMV_WARPS), (unsigned)mats);
     const unsigned nt = 32 * MMV_WARPS;
     switch (a.type) {
-    case TCU_F32: k_mat_vec<TCU_F32><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_F16: k_mat_vec<TCU_F16><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_BF16: k_mat_vec<TCU_BF16><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q4_0: k_mat_vec<TCU_Q4_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q4_1: k_mat_vec<TCU_Q4_1><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q5_0: k_mat_vec<TCU_Q5_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q5_1: k_mat_vec<TCU_Q5_1><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q8_0: k_mat_vec<TCU_Q8_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q4_K: k_mat_vec<TCU_Q4_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q5_K: k_mat_vec<TCU_Q5_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q6_K: k_mat_vec<TCU_Q6_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_F32: k_mat_vec<TCU_F32><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_F16: k_mat_vec<TCU_F16><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_BF16: k_mat_vec<TCU_BF16><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q4_0: k_mat_vec<TCU_Q4_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q4_1: k_mat_vec<TCU_Q4_1><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q5_0: k_mat_vec<TCU_Q5_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q5_1: k_mat_vec<TCU_Q5_1><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q8_0: k_mat_vec<TCU_Q8_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q4_K: k_mat_vec<TCU_Q4_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q5_K: k_mat_vec<TCU_Q5_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q6_K: k_mat_vec<TCU_Q6_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
     default: return cudaErrorInvalidValue;
     }
     return TCU_LAUNCHED();
