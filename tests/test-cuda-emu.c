@@ -23,6 +23,7 @@
 #include "tsrtest.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -303,6 +304,149 @@ static int launches_main(char **argv) {
     return tsrtest_done("test-cuda-emu launches");
 }
 
+static uint32_t rng = 777;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xffffff) / 16777216.0f - 0.5f;
+}
+
+/* A tensor on CUDA0 of random values (through type's reference
+ * quantizer); *vals: the values it holds (dequantized), malloc'd. */
+static tsr_tensor *rand_tensor(tsr_context *ctx, tsr_type type, int64_t ne0, int64_t ne1, float scale, float offset,
+                               float **vals) {
+    const int64_t ne[2] = {ne0, ne1}, n = ne0 * ne1;
+    const tsr_type_traits *tr = tsr__type_traits(type);
+    tsr_tensor *t = tsr_new_tensor(ctx, tsr_device_buffer_type(cuda0), type, 2, ne);
+    float *f = malloc((size_t)n * sizeof *f);
+    void *q = malloc((size_t)(n / tr->block_size) * tr->block_bytes);
+    CHECK(t && f && q);
+    for (int64_t i = 0; f && i < n; i++) f[i] = offset + scale * frand();
+    if (t && f && q) {
+        tr->from_float(f, q, n);
+        tr->to_float(q, f, n);
+        CHECK_OK(tsr_tensor_write(t, q, 0, (size_t)(n / tr->block_size) * tr->block_bytes));
+    }
+    free(q);
+    *vals = f;
+    return t;
+}
+
+/* got[m x n] against want (double), by normalized mean squared error. */
+static void check_close(const char *what, const float *got, const double *want, int64_t n, double limit) {
+    double err = 0, ref = 0;
+    bool bad = false;
+    for (int64_t i = 0; i < n; i++) {
+        err += (got[i] - want[i]) * (got[i] - want[i]);
+        ref += want[i] * want[i];
+        bad = bad || got[i] != got[i];
+    }
+    const double nmse = ref > 0 ? err / ref : err;
+    CHECK(!bad && nmse <= limit, "%s: NMSE %.3g (limit %.3g)%s", what, nmse, limit, bad ? ", NaN" : "");
+}
+
+/* The fused pairs of the decode layer (rms_norm x weight, a product and the
+ * residual added, gate/up and swiglu with the product as either operand)
+ * against a double reference, at 1, 3 and 8 columns, F32, F16 and Q8_0
+ * weights, 37 and 45 rows; and the launches asserted, so a pair not
+ * fused shows. */
+static void test_fusions(void) {
+    if (!emu_launches) {
+        CHECK(emu_launches != NULL, "tcu_emu_launches not found in the module of TSR_BACKEND_PATH");
+        return;
+    }
+    const tsr_type types[3] = {TSR_TYPE_F32, TSR_TYPE_F16, TSR_TYPE_Q8_0};
+    const int64_t k = 96, mq = 37, mf = 45;
+    for (int ti = 0; ti < 3; ti++)
+        for (int64_t n = 1; n <= 8; n += n == 1 ? 2 : 5) {
+            tsr_backend *b = backend_cuda();
+            tsr_context *ctx = tsr_context_new(b);
+            float *x, *wn, *wq, *res, *wg, *wu;
+            tsr_tensor *tx = rand_tensor(ctx, TSR_TYPE_F32, k, n, 2.0f, 0.1f, &x);
+            tsr_tensor *twn = rand_tensor(ctx, TSR_TYPE_F32, k, 1, 0.4f, 1.0f, &wn);
+            tsr_tensor *twq = rand_tensor(ctx, types[ti], k, mq, 0.3f, 0.0f, &wq);
+            tsr_tensor *tres = rand_tensor(ctx, TSR_TYPE_F32, mq, n, 1.0f, 0.0f, &res);
+            tsr_tensor *twg = rand_tensor(ctx, types[ti], k, mf, 0.3f, 0.0f, &wg);
+            tsr_tensor *twu = rand_tensor(ctx, types[ti], k, mf, 0.3f, 0.0f, &wu);
+            float *xg, *xu;
+            tsr_tensor *txg = rand_tensor(ctx, TSR_TYPE_F32, mf, n, 2.0f, 0.0f, &xg);
+            tsr_tensor *txu = rand_tensor(ctx, TSR_TYPE_F32, mf, n, 2.0f, 0.0f, &xu);
+            /* three chains, each its own compute (the scheduler orders a graph's
+             * nodes by depth: a chain keeps each pair adjacent, as a layer does):
+             * norm x weight, product, then the residual; the same, then
+             * swiglu(x, up); the same, then swiglu(gate, x) */
+            tsr_tensor *outs[3];
+            for (int j = 0; j < 3; j++) {
+                tsr_tensor *n1 = tsr_mul(ctx, tsr_rms_norm(ctx, tx, 1e-5f), tsr_reshape_1d(ctx, twn, k));
+                tsr_tensor *p = tsr_mul_mat(ctx, j == 0 ? twq : j == 1 ? twu : twg, n1);
+                outs[j] = j == 0 ? tsr_add(ctx, p, tres) : j == 1 ? tsr_swiglu(ctx, txg, p) : tsr_swiglu(ctx, p, txu);
+            }
+            const unsigned long long before = emu_launches();
+            float *got[3];
+            for (int j = 0; j < 3; j++) { /* each read before the next compute */
+                got[j] = malloc((size_t)(mf * n) * sizeof *got[j]);
+                CHECK_OK(tsr_compute(ctx, &outs[j], 1));
+                CHECK(tsr_tensor_device(outs[j]) == cuda0);
+                if (got[j])
+                    CHECK_OK(tsr_tensor_read(outs[j], got[j], 0, (size_t)((j ? mf : mq) * n) * sizeof *got[j]));
+            }
+            /* per chain: norm x weight 1, the activations (Q8_1 only: float
+             * weights read them in place) and the product with its next node 1 */
+            const unsigned long long want = 3 * (2 + (types[ti] == TSR_TYPE_Q8_0));
+            CHECK(emu_launches() - before == want, "%s, %lld columns: %llu launches, want %llu (a pair not fused)",
+                  tsr_type_name(types[ti]), (long long)n, emu_launches() - before, want);
+            /* the reference, in double */
+            double *dn = calloc((size_t)(k * n), sizeof *dn), *dq = calloc((size_t)(mq * n), sizeof *dq);
+            double *dr = calloc((size_t)(mq * n), sizeof *dr), *dg = calloc((size_t)(mf * n), sizeof *dg);
+            double *du = calloc((size_t)(mf * n), sizeof *du), *dh = calloc((size_t)(mf * n), sizeof *dh);
+            double *dh2 = calloc((size_t)(mf * n), sizeof *dh2);
+            for (int64_t c = 0; c < n; c++) {
+                double ss = 0;
+                for (int64_t i = 0; i < k; i++) ss += (double)x[c * k + i] * x[c * k + i];
+                const double sc = 1.0 / sqrt(ss / k + 1e-5);
+                for (int64_t i = 0; i < k; i++) dn[c * k + i] = x[c * k + i] * sc;
+                for (int64_t j = 0; j < mf; j++) {
+                    double sq = 0, sg = 0, su = 0;
+                    for (int64_t i = 0; i < k; i++) {
+                        const double v = dn[c * k + i] * wn[i];
+                        if (j < mq)
+                            sq += v * wq[j * k + i];
+                        sg += v * wg[j * k + i];
+                        su += v * wu[j * k + i];
+                    }
+                    if (j < mq) {
+                        dq[c * mq + j] = sq;
+                        dr[c * mq + j] = sq + res[c * mq + j];
+                    }
+                    dg[c * mf + j] = sg;
+                    du[c * mf + j] = su;
+                    dh[c * mf + j] = xg[c * mf + j] / (1 + exp(-(double)xg[c * mf + j])) * su;
+                    dh2[c * mf + j] = sg / (1 + exp(-sg)) * xu[c * mf + j];
+                }
+            }
+            const double lim = types[ti] == TSR_TYPE_Q8_0 ? 1e-3 : types[ti] == TSR_TYPE_F16 ? 1e-5 : 1e-9;
+            const struct {
+                const float *got;
+                const double *want;
+                int64_t m;
+                const char *name;
+            } cmp[] = {{got[0], dr, mq, "product + residual"},
+                       {got[1], dh, mf, "swiglu(x, product)"},
+                       {got[2], dh2, mf, "swiglu(product, x)"}};
+            for (size_t i = 0; i < sizeof cmp / sizeof *cmp; i++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s, %s weights, %lld columns", cmp[i].name, tsr_type_name(types[ti]),
+                         (long long)n);
+                if (cmp[i].got)
+                    check_close(what, cmp[i].got, cmp[i].want, cmp[i].m * n, lim);
+            }
+            free(dn), free(dq), free(dr), free(dg), free(du), free(dh), free(dh2);
+            free(got[0]), free(got[1]), free(got[2]);
+            free(x), free(wn), free(wq), free(res), free(wg), free(wu), free(xg), free(xu);
+            tsr_context_close(ctx);
+            tsr_backend_free(b);
+        }
+}
+
 int main(int argc, char **argv) {
     cuda0 = tsr_device_by_name("CUDA0");
     if (!cuda0)
@@ -320,5 +464,6 @@ int main(int argc, char **argv) {
     test_unaligned_views();
     test_no_matrices();
     test_reserve_covers();
+    test_fusions();
     return tsrtest_done("test-cuda-emu");
 }
