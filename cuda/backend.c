@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -70,6 +71,7 @@ typedef struct cu_graph {
     size_t n, cap;
     uint64_t used; /* the stream's tick when last seen (least recent is replaced) */
     cudaGraphExec_t exec;
+    unsigned long long kernels; /* launched into the graph */
     bool no_capture, ids;
 } cu_graph;
 
@@ -106,6 +108,30 @@ typedef struct cu_stream {
     size_t act_bytes;
     bool act_valid, act_q8;
 } cu_stream;
+
+/* Kernel launches (tcu_count_launch; a graph's replay adds the kernels it
+ * captured), computes and the last compute's launches, for TSR_PROFILE. */
+static atomic_ullong cu_launches, cu_computes, cu_last_launches;
+static _Thread_local unsigned long long cu_tl_launches; /* this thread's (a capture's own) */
+
+void tcu_count_launch(void) {
+    atomic_fetch_add_explicit(&cu_launches, 1, memory_order_relaxed);
+    cu_tl_launches++;
+}
+
+/* A capture's launches ran nothing: taken back; its replays add them. */
+static void cu_count_kernels(long long n) {
+    atomic_fetch_add_explicit(&cu_launches, (unsigned long long)n, memory_order_relaxed);
+    cu_tl_launches += (unsigned long long)n;
+}
+
+static void cu_prof_print(void) {
+    const unsigned long long n = atomic_load(&cu_launches), c = atomic_load(&cu_computes);
+    fprintf(stderr,
+            "libtensr cuda profile (TSR_PROFILE): %llu kernel launches in %llu computes (%.1f per compute); "
+            "the last compute (a decode token's, after a tg test) %llu\n",
+            n, c, c ? (double)n / (double)c : 0.0, atomic_load(&cu_last_launches));
+}
 
 static cu_dev cu_devs[CU_MAX];
 static size_t cu_n;
@@ -1153,7 +1179,10 @@ static tsr_status cu_capture(cu_stream *s, cu_graph *e, tsr_tensor *const *nodes
     if (st == TSR_OK) {
         s->cs = s->cap;
         s->check_ids = false;
+        const unsigned long long before = cu_tl_launches;
         st = cu_run_nodes(s, nodes, n_nodes);
+        e->kernels = cu_tl_launches - before;
+        cu_count_kernels(-(long long)e->kernels);
         s->cs = c->stream;
         e->ids = s->check_ids;
         s->check_ids = false;
@@ -1193,7 +1222,7 @@ static tsr_status cu_capture(cu_stream *s, cu_graph *e, tsr_tensor *const *nodes
  * (TSR_CUDA_GRAPHS=0: never), so the splits of one graph on the device take
  * turns; a compute the capture cannot take (scratch to grow, host work)
  * and a new one launch their kernels. */
-static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
+static tsr_status cu_compute_nodes(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_stream *s = (cu_stream *)ts;
     cu_dev *c = s->c;
     tsr_status st = cu_begin(c);
@@ -1233,8 +1262,17 @@ static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
     if (!e->exec)
         return cu_run_nodes(s, nodes, n_nodes);
     CU_CHECK(c, "cudaGraphLaunch", cudaGraphLaunch(e->exec, c->stream));
+    cu_count_kernels((long long)e->kernels);
     s->check_ids = e->ids;
     return TSR_OK;
+}
+
+static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
+    const unsigned long long before = cu_tl_launches;
+    const tsr_status st = cu_compute_nodes(ts, nodes, n_nodes);
+    atomic_store_explicit(&cu_last_launches, cu_tl_launches - before, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cu_computes, 1, memory_order_relaxed);
+    return st;
 }
 
 static tsr_status cu_memory(const tsr_device *d, size_t *free_b, size_t *total) {
@@ -1312,7 +1350,16 @@ static size_t cu_enumerate(tsr_device **devs, size_t max) {
     return cu_n;
 }
 
-static const tsr_backend_reg cu_reg = {"cuda", cu_enumerate, NULL};
+/* TSR_PROFILE (set and not 0, as the core reads it): the launch counts at exit. */
+static size_t cu_enumerate_prof(tsr_device **devs, size_t max) {
+    const size_t n = cu_enumerate(devs, max);
+    const char *e = getenv("TSR_PROFILE");
+    if (n && e && *e && strcmp(e, "0"))
+        atexit(cu_prof_print);
+    return n;
+}
+
+static const tsr_backend_reg cu_reg = {"cuda", cu_enumerate_prof, NULL};
 
 TSR_MODULE_SERVICES_DEFINE
 

@@ -78,6 +78,8 @@ __device__ __forceinline__ float tcu_block_reduce(float v, bool is_max) {
     return is_max ? tcu_warp_max(v) : tcu_warp_sum(v);
 }
 
-#define TCU_LAUNCHED() cudaGetLastError()
+/* After each kernel launch: counted (tcu_count_launch, backend.c: the
+ * launches per compute of TSR_PROFILE), and the launch's error. */
+#define TCU_LAUNCHED() (tcu_count_launch(), cudaGetLastError())
 
 #endif /* TCU_COMMON_CUH */

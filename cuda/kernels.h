@@ -25,6 +25,9 @@ typedef struct tcu_tensor {
 
 #define TCU_MAX_GRID 65535
 
+/* backend.c: counts one kernel launch (every launcher calls it per kernel). */
+void tcu_count_launch(void);
+
 enum { TCU_ADD, TCU_SUB, TCU_MUL, TCU_DIV };
 enum { TCU_SILU, TCU_GELU, TCU_SIGMOID };
 
