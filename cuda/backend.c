@@ -1016,6 +1016,23 @@ static bool cu_fuse_norm_mul(const cu_dev *c, const tsr_tensor *node, const tsr_
     return true;
 }
 
+/* Where the fused norm also writes m (its weighted result) as Q8_1: the
+ * arena, when the node after m is a mat-vec with integer-dot weights that
+ * reads m (contiguous, whole 32-value segments) and the arena already
+ * holds its activations (nothing to grow); else NULL. */
+static void *cu_norm_q8_1(const cu_stream *s, const tsr_tensor *m, tsr_tensor *const *rest, size_t n_rest) {
+    if (!n_rest || !s->arena)
+        return NULL;
+    const tsr_tensor *mm = rest[0];
+    if ((mm->op != TSR_OP_MUL_MAT && mm->op != TSR_OP_MUL_MAT_ID) || mm->src[1] != m ||
+        !tcu_dot_q8_1_type((int)mm->src[0]->type) || !cu_is_contiguous(m) || m->ne[0] % 32 ||
+        !cu_supports(&s->c->dev, mm))
+        return NULL;
+    if (mm->op == TSR_OP_MUL_MAT ? !cu_use_mmv(mm) : !cu_use_mmv_id(mm))
+        return NULL;
+    return cu_scratch_need(s->c, mm) <= s->arena_size ? s->arena : NULL;
+}
+
 /* Launches the nodes' kernels on s->cs. */
 static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
@@ -1044,8 +1061,15 @@ static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_
         } else if (i + 1 < n_nodes && cu_fuse_norm_mul(c, node, nodes[i + 1])) {
             tsr_tensor *m = nodes[++i];
             cu_act_forget(s, m);
+            void *yq = cu_norm_q8_1(s, m, nodes + i + 1, n_nodes - i - 1);
             const cudaError_t e = tcu_norm_mul(s->cs, node->op == TSR_OP_RMS_NORM, cu_t(node), cu_t(node->src[0]),
-                                               tsr__get_f32_param(node, 0), cu_t(m), cu_t(m->src[1]));
+                                               tsr__get_f32_param(node, 0), cu_t(m), cu_t(m->src[1]), yq);
+            if (yq) { /* the arena holds m as Q8_1 now */
+                s->act_valid = e == cudaSuccess;
+                s->act_q8 = true;
+                s->act_b = cu_t(m);
+                s->act_bytes = cu_extent(m);
+            }
             if (e != cudaSuccess) {
                 char call[96];
                 snprintf(call, sizeof call, "the %s kernel of node '%.40s'", tsr__op_name(node->op), node->name);

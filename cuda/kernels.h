@@ -40,9 +40,11 @@ cudaError_t tcu_glu(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a, tcu_te
 /* norm.cu: rows of F32 (contiguous rows). mask NULL = none. */
 cudaError_t tcu_norm(cudaStream_t s, int rms, tcu_tensor dst, tcu_tensor a, float eps);
 /* The same, and dst2 = dst * w (w F32, broadcast over dst; dst2 F32 of
- * dst's shape, contiguous rows): a norm and its weight in one launch. */
+ * dst's shape, contiguous rows): a norm and its weight in one launch; yq
+ * (not NULL): dst2 also as the mat-vec's Q8_1 activations (what
+ * tcu_activations writes for an integer weight type; ne0 % 32 == 0). */
 cudaError_t tcu_norm_mul(cudaStream_t s, int rms, tcu_tensor dst, tcu_tensor a, float eps, tcu_tensor dst2,
-                         tcu_tensor w);
+                         tcu_tensor w, void *yq);
 cudaError_t tcu_softmax(cudaStream_t s, tcu_tensor dst, tcu_tensor a, const tcu_tensor *mask, float scale);
 
 /* rope.cu: params are the node's op_params (TSR_ROPE_P_* of internal.h). */
