@@ -1033,6 +1033,29 @@ static void *cu_norm_q8_1(const cu_stream *s, const tsr_tensor *m, tsr_tensor *c
     return cu_scratch_need(s->c, mm) <= s->arena_size ? s->arena : NULL;
 }
 
+/* The node after views from i (n_nodes when none). */
+static size_t cu_next_op(tsr_tensor *const *nodes, size_t n_nodes, size_t i) {
+    for (size_t j = i + 1; j < n_nodes; j++)
+        if (nodes[j]->op != TSR_OP_NONE && nodes[j]->op != TSR_OP_VIEW)
+            return j;
+    return n_nodes;
+}
+
+/* Whether rope and sr (set_rows of the rotated keys into a float cache)
+ * run as one kernel: rope's result [hd, n_head_kv, 1] is sr's source as
+ * the cache writer permutes it ([hd, 1, n_head_kv]: one token's rows, one
+ * per head, so no two rows meet), cache [hd, n_ctx, n_head_kv], one index. */
+static bool cu_fuse_rope_set_rows(const cu_dev *c, const tsr_tensor *rope, const tsr_tensor *sr) {
+    if (rope->op != TSR_OP_ROPE || sr->op != TSR_OP_SET_ROWS || !cu_supports(&c->dev, sr))
+        return false;
+    const tsr_tensor *src = sr->src[1], *idx = sr->src[2];
+    return src && idx && src->data == rope->data && src->type == TSR_TYPE_F32 && rope->type == TSR_TYPE_F32 &&
+           rope->ne[2] == 1 && rope->ne[3] == 1 && src->ne[0] == rope->ne[0] && src->ne[1] == 1 &&
+           src->ne[2] == rope->ne[1] && src->ne[3] == 1 && src->nb[0] == rope->nb[0] && src->nb[2] == rope->nb[1] &&
+           rope->nb[0] == sizeof(float) && cu_is_float(sr->type) && sr->ne[0] == rope->ne[0] &&
+           sr->ne[2] == rope->ne[1] && idx->ne[0] == 1 && idx->ne[1] == 1 && idx->ne[2] == 1;
+}
+
 /* Launches the nodes' kernels on s->cs. */
 static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
@@ -1058,6 +1081,19 @@ static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_
             st = cu_mul_mat_id(s, node, i);
         } else if (node->op == TSR_OP_FLASH_ATTN && (st = cu_arena_grow(s, cu_scratch_need(c, node))) != TSR_OK) {
             break;
+        } else if (node->op == TSR_OP_ROPE && cu_next_op(nodes, n_nodes, i) < n_nodes &&
+                   cu_fuse_rope_set_rows(c, node, nodes[cu_next_op(nodes, n_nodes, i)])) {
+            tsr_tensor *sr = nodes[i = cu_next_op(nodes, n_nodes, i)];
+            cu_act_forget(s, sr);
+            const tcu_tensor ff = node->src[2] ? cu_t(node->src[2]) : cu_t(node), cache = cu_t(sr),
+                             idx = cu_t(sr->src[2]);
+            const cudaError_t e = tcu_rope_set_rows(s->cs, cu_t(node), cu_t(node->src[0]), cu_t(node->src[1]),
+                                                    node->src[2] ? &ff : NULL, node->op_params, &cache, &idx);
+            if (e != cudaSuccess) {
+                char call[96];
+                snprintf(call, sizeof call, "the %s kernel of node '%.40s'", tsr__op_name(node->op), node->name);
+                st = cu_fail(c, e, call);
+            }
         } else if (i + 1 < n_nodes && cu_fuse_norm_mul(c, node, nodes[i + 1])) {
             tsr_tensor *m = nodes[++i];
             cu_act_forget(s, m);

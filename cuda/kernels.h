@@ -50,6 +50,12 @@ cudaError_t tcu_softmax(cudaStream_t s, tcu_tensor dst, tcu_tensor a, const tcu_
 /* rope.cu: params are the node's op_params (TSR_ROPE_P_* of internal.h). */
 cudaError_t tcu_rope(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos, const tcu_tensor *ff,
                      const int32_t *params);
+/* The same, and (cache not NULL) set_rows of one token's rotated rows
+ * (dst [hd, n_head_kv, 1]) into the cache [hd, n_ctx, n_head_kv]: element
+ * (i0, h) at element i0 of row idx[0] (I32 or I64; a row past the cache
+ * is skipped) of plane h; cache F32, F16 or BF16. */
+cudaError_t tcu_rope_set_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos, const tcu_tensor *ff,
+                              const int32_t *params, const tcu_tensor *cache, const tcu_tensor *idx);
 
 /* rows.cu: gathers, scatters, copies with conversion, concat, argmax. */
 cudaError_t tcu_get_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor idx);

@@ -34,7 +34,7 @@ if [ $# -eq 0 ]; then
     for w in f16 q8_0; do
         for fa in 0 1; do
             printf '%s: ' $w
-            TSR_EMU_LAUNCH_LIMIT=${TSR_EMU_LAUNCH_LIMIT:-18} TSR_BACKEND_PATH=$mod "$top/tests/test-cuda-emu" launches $fa "$d/$w-1.gguf" 1 "$d/$w-3.gguf" 3 > "$log" 2>&1
+            TSR_EMU_LAUNCH_LIMIT=${TSR_EMU_LAUNCH_LIMIT:-17} TSR_BACKEND_PATH=$mod "$top/tests/test-cuda-emu" launches $fa "$d/$w-1.gguf" 1 "$d/$w-3.gguf" 3 > "$log" 2>&1
             r=$?
             grep -h 'launches per decode\|FAIL' "$log"
             [ $r -eq 0 ] || { rm -rf "$d" "$log"; exit 1; }
