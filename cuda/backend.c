@@ -761,13 +761,19 @@ static size_t cu_extent(const tsr_tensor *t) {
 }
 
 /* The mat-vec's activations *y for weights of type wtype: b itself when it
- * is contiguous F32 and the weights float (no copy), the arena's when it
- * holds b converted the same way, else b converted into the arena. */
-static cudaError_t cu_activations(cu_stream *s, const tsr_tensor *b, int wtype, const void **y) {
+ * is contiguous F32 and the weights float (no copy), NULL when strided (the
+ * mat-vec's) and b has F32 rows (read in place through b's strides), the
+ * arena's when it holds b converted the same way, else b converted into
+ * the arena. */
+static cudaError_t cu_activations(cu_stream *s, const tsr_tensor *b, int wtype, bool strided, const void **y) {
     const bool q8 = tcu_dot_q8_1_type(wtype);
     const tcu_tensor tb = cu_t(b);
     if (!q8 && b->type == TSR_TYPE_F32 && cu_is_contiguous(b)) {
         *y = b->data;
+        return cudaSuccess;
+    }
+    if (!q8 && strided && b->type == TSR_TYPE_F32 && b->nb[0] == sizeof(float) && b->nb[1] % sizeof(float) == 0) {
+        *y = NULL; /* tcu_mat_vec reads b through its strides */
         return cudaSuccess;
     }
     *y = s->arena;
@@ -827,7 +833,7 @@ static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node, const tsr_tensor *n
         const void *y = NULL; /* every matrix of b, rows in order, as a's type meets them */
         tcu_mmv_epi epi;
         const bool fuse = cu_fuse_epi(c, node, nx, &epi);
-        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)a->type, &y));
+        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)a->type, true, &y));
         CU_CHECK(c, "tcu_mat_vec (kernel launch)",
                  tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y, fuse ? &epi : NULL));
         *fused = fuse;
@@ -882,7 +888,7 @@ static tsr_status cu_mul_mat_id(cu_stream *s, tsr_tensor *node, size_t index) {
         return st;
     if (cu_use_mmv_id(node)) {
         const void *y = NULL;
-        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)as->type, &y));
+        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)as->type, false, &y));
         CU_CHECK(c, "tcu_mat_vec_id (kernel launch)",
                  tcu_mat_vec_id(s->cs, cu_t(node), cu_t(as), cu_t(ids), y, b->ne[1], index <= INT_MAX ? (int)index : -1,
                                 s->status));

@@ -84,6 +84,8 @@ typedef struct tcu_mmv_epi {
     int mode;
     tcu_tensor dst, x;
 } tcu_mmv_epi;
+/* y NULL: float weights read b (F32, contiguous rows, row strides whole
+ * floats) in place. */
 cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y,
                         const tcu_mmv_epi *epi);
 /* Every element of a into contiguous F32 (rows in order). */

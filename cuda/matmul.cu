@@ -55,7 +55,7 @@ template <int TYPE> struct tcu_qdot {
  * column) for the float types, adjacent lanes on adjacent elements. */
 template <int TYPE>
 __device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t k, int64_t nb0, const void *y,
-                                             int ncols, float *acc, int lane) {
+                                             int ncols, float *acc, int lane, int64_t ycs = 0) {
     if constexpr (tcu_qdot<TYPE>::yes) {
         const tcu_q8_1 *yq = (const tcu_q8_1 *)y;
         const int64_t nseg = k / 32;
@@ -70,12 +70,13 @@ __device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t 
         }
     } else {
         const float *yf = (const float *)y;
+        const int64_t cs = ycs ? ycs : k; /* floats from a column to the next */
         for (int64_t e = lane; e < k; e += 32) {
             const float w = tcu_load(TYPE, arow, e, nb0);
 #pragma unroll
             for (int c = 0; c < TCU_MMV_MAX_COLS; c++)
                 if (c < ncols)
-                    acc[c] += w * yf[c * k + e];
+                    acc[c] += w * yf[c * cs + e];
         }
     }
 }
@@ -93,13 +94,16 @@ __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void
     const int64_t mat = blockIdx.y, i12 = mat % b.ne[2], i13 = mat / b.ne[2];
     const int64_t r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
     const size_t ybytes = tcu_qdot<TYPE>::yes ? sizeof(tcu_q8_1) : sizeof(float);
-    const char *ym = (const char *)y + (size_t)mat * (size_t)(ncols * tcu_ycol<TYPE>(k)) * ybytes;
+    /* y NULL (float weights): b's F32 rows read in place through its strides */
+    const char *ym = y ? (const char *)y + (size_t)mat * (size_t)(ncols * tcu_ycol<TYPE>(k)) * ybytes
+                       : (const char *)tcu_at(b, 0, 0, i12, i13);
+    const int64_t ycs = y ? 0 : b.nb[1] / (int64_t)sizeof(float);
     for (int64_t i = blockIdx.x * (int64_t)MMV_WARPS + warp; i < m; i += (int64_t)gridDim.x * MMV_WARPS) {
         const unsigned char *arow = (const unsigned char *)tcu_at(a, 0, i, i12 / r2, i13 / r3);
         float acc[TCU_MMV_MAX_COLS];
 #pragma unroll
         for (int c = 0; c < TCU_MMV_MAX_COLS; c++) acc[c] = 0.0f;
-        tcu_row_dots<TYPE>(arow, k, a.nb[0], ym, (int)ncols, acc, lane);
+        tcu_row_dots<TYPE>(arow, k, a.nb[0], ym, (int)ncols, acc, lane, ycs);
 #pragma unroll
         for (int c = 0; c < TCU_MMV_MAX_COLS; c++) {
             if (c >= ncols)
