@@ -18,8 +18,8 @@ typedef struct rope_p {
  * element i0 of row idx[0] of plane i1 of cache (a float type): set_rows of
  * the rotated keys into the KV cache [hd, n_ctx, n_head_kv], in the same
  * launch. */
-__global__ void k_rope(tcu_tensor dst, tcu_tensor a, tcu_tensor pos, tcu_tensor ff, int has_ff, rope_p p,
-                       int to_cache, tcu_tensor cache, tcu_tensor idx) {
+__global__ void k_rope(tcu_tensor dst, tcu_tensor a, tcu_tensor pos, tcu_tensor ff, int has_ff, rope_p p, int to_cache,
+                       tcu_tensor cache, tcu_tensor idx) {
     int64_t crow = -1;
     if (to_cache) {
         const char *ip = idx.data;
