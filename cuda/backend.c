@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -70,6 +71,7 @@ typedef struct cu_graph {
     size_t n, cap;
     uint64_t used; /* the stream's tick when last seen (least recent is replaced) */
     cudaGraphExec_t exec;
+    unsigned long long kernels; /* launched into the graph */
     bool no_capture, ids;
 } cu_graph;
 
@@ -97,7 +99,39 @@ typedef struct cu_stream {
     uint64_t *key_new;
     size_t key_new_cap;
     uint64_t tick;
+    /* The activations at the arena's start: b (by address, type, shape
+     * and strides) converted for the mat-vec (Q8_1 when q8, else F32), so
+     * the products that read the same input (Q/K/V, gate/up) convert it
+     * once; forgotten when a node writes into b or another use takes the
+     * arena, and at each compute's start. */
+    tcu_tensor act_b;
+    size_t act_bytes;
+    bool act_valid, act_q8;
 } cu_stream;
+
+/* Kernel launches (tcu_count_launch; a graph's replay adds the kernels it
+ * captured), computes and the last compute's launches, for TSR_PROFILE. */
+static atomic_ullong cu_launches, cu_computes, cu_last_launches;
+static _Thread_local unsigned long long cu_tl_launches; /* this thread's (a capture's own) */
+
+void tcu_count_launch(void) {
+    atomic_fetch_add_explicit(&cu_launches, 1, memory_order_relaxed);
+    cu_tl_launches++;
+}
+
+/* A capture's launches ran nothing: taken back; its replays add them. */
+static void cu_count_kernels(long long n) {
+    atomic_fetch_add_explicit(&cu_launches, (unsigned long long)n, memory_order_relaxed);
+    cu_tl_launches += (unsigned long long)n;
+}
+
+static void cu_prof_print(void) {
+    const unsigned long long n = atomic_load(&cu_launches), c = atomic_load(&cu_computes);
+    fprintf(stderr,
+            "libtensr cuda profile (TSR_PROFILE): %llu kernel launches in %llu computes (%.1f per compute); "
+            "the last compute (a decode token's, after a tg test) %llu\n",
+            n, c, c ? (double)n / (double)c : 0.0, atomic_load(&cu_last_launches));
+}
 
 static cu_dev cu_devs[CU_MAX];
 static size_t cu_n;
@@ -498,15 +532,22 @@ static size_t cu_group_need(const tsr_tensor *node) {
     return 2 * n_pairs + 2 * ((size_t)node->src[0]->ne[2] + 1);
 }
 
+/* The scratch of the node and of the same node over fewer tokens (a
+ * reserve sees the largest graph; a smaller one may take the other path):
+ * the matrix-vector kernel's for up to TCU_MMV_MAX_COLS tokens, and past
+ * that the GEMM's, which grows with the tokens. */
 static size_t cu_scratch_need_id(const tsr_tensor *node) {
     const tsr_tensor *as = node->src[0], *b = node->src[1], *ids = node->src[2];
     const size_t k = (size_t)as->ne[0], m = (size_t)as->ne[1], n_pairs = (size_t)(ids->ne[0] * ids->ne[1]);
+    const int64_t n_tok = b->ne[2] < TCU_MMV_MAX_COLS ? b->ne[2] : TCU_MMV_MAX_COLS;
+    const size_t mmv = tsr__pad(k * (size_t)(b->ne[1] * n_tok) * 4, CU_ALIGN);
     if (cu_use_mmv_id(node))
-        return tsr__pad(k * (size_t)(b->ne[1] * b->ne[2]) * 4, CU_ALIGN);
+        return mmv;
     const bool direct = cu_gemm_direct(as);
     const size_t es = direct && as->type == TSR_TYPE_F32 ? 4 : 2;
-    return tsr__pad(n_pairs * 4, CU_ALIGN) + tsr__pad(n_pairs * k * es, CU_ALIGN) +
-           (direct ? 0 : tsr__pad(k * m * 2, CU_ALIGN)) + tsr__pad(n_pairs * m * 4, CU_ALIGN);
+    const size_t gemm = tsr__pad(n_pairs * 4, CU_ALIGN) + tsr__pad(n_pairs * k * es, CU_ALIGN) +
+                        (direct ? 0 : tsr__pad(k * m * 2, CU_ALIGN)) + tsr__pad(n_pairs * m * 4, CU_ALIGN);
+    return gemm > mmv ? gemm : mmv;
 }
 
 static tcu_tensor cu_t(const tsr_tensor *t);
@@ -521,13 +562,16 @@ static size_t cu_scratch_need(const cu_dev *c, const tsr_tensor *node) {
         return 0;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
     const size_t k = (size_t)a->ne[0], m = (size_t)a->ne[1], n = (size_t)b->ne[1];
+    /* as mul_mat_id's: the mat-vec's for up to TCU_MMV_MAX_COLS columns too */
+    const size_t n_mmv = n < TCU_MMV_MAX_COLS ? n : TCU_MMV_MAX_COLS;
+    const size_t mmv = tsr__pad(k * n_mmv * (size_t)(b->ne[2] * b->ne[3]) * 4, CU_ALIGN);
     if (cu_use_mmv(node))
-        return tsr__pad(k * n * (size_t)(b->ne[2] * b->ne[3]) * 4, CU_ALIGN);
+        return mmv;
     const bool direct = cu_gemm_direct(a); /* else A is dequantized to F16 and B goes F16 too */
     size_t need = tsr__pad(k * n * (direct && a->type == TSR_TYPE_F32 ? 4 : 2), CU_ALIGN);
     if (!direct)
         need += tsr__pad(k * m * 2, CU_ALIGN);
-    return need;
+    return need > mmv ? need : mmv;
 }
 
 static tsr_status cu_arena_grow(cu_stream *s, size_t need) {
@@ -541,6 +585,7 @@ static tsr_status cu_arena_grow(cu_stream *s, size_t need) {
         (void)cudaFree(s->arena);
     s->arena = NULL;
     s->arena_size = 0;
+    s->act_valid = false;
     st = cu_device_malloc(c, need, &s->arena);
     if (st == TSR_OK)
         s->arena_size = need;
@@ -695,17 +740,103 @@ static tcu_tensor cu_t(const tsr_tensor *t) {
     return r;
 }
 
-static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node) {
+static bool cu_same_tensor(const tcu_tensor *x, const tcu_tensor *y) {
+    if (x->data != y->data || x->type != y->type)
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (x->ne[i] != y->ne[i] || x->nb[i] != y->nb[i])
+            return false;
+    return true;
+}
+
+/* The bytes from t's first element to past its last (0 when empty). */
+static size_t cu_extent(const tsr_tensor *t) {
+    size_t n = tsr__type_traits(t->type) ? tsr__type_traits(t->type)->block_bytes : 1;
+    for (int i = 0; i < 4; i++) {
+        if (t->ne[i] == 0)
+            return 0;
+        n += (size_t)(t->ne[i] - 1) * t->nb[i];
+    }
+    return n;
+}
+
+/* The mat-vec's activations *y for weights of type wtype: b itself when it
+ * is contiguous F32 and the weights float (no copy), NULL when strided (the
+ * mat-vec's) and b has F32 rows (read in place through b's strides), the
+ * arena's when it holds b converted the same way, else b converted into
+ * the arena. */
+static cudaError_t cu_activations(cu_stream *s, const tsr_tensor *b, int wtype, bool strided, const void **y) {
+    const bool q8 = tcu_dot_q8_1_type(wtype);
+    const tcu_tensor tb = cu_t(b);
+    if (!q8 && b->type == TSR_TYPE_F32 && cu_is_contiguous(b)) {
+        *y = b->data;
+        return cudaSuccess;
+    }
+    if (!q8 && strided && b->type == TSR_TYPE_F32 && b->nb[0] == sizeof(float) && b->nb[1] % sizeof(float) == 0) {
+        *y = NULL; /* tcu_mat_vec reads b through its strides */
+        return cudaSuccess;
+    }
+    *y = s->arena;
+    if (s->act_valid && s->act_q8 == q8 && cu_same_tensor(&s->act_b, &tb))
+        return cudaSuccess;
+    const cudaError_t e = tcu_activations(s->cs, s->arena, tb, wtype);
+    s->act_valid = e == cudaSuccess;
+    s->act_q8 = q8;
+    s->act_b = tb;
+    s->act_bytes = cu_extent(b);
+    return e;
+}
+
+/* Forgets the arena's activations when the node writes into their source
+ * or uses the arena otherwise. */
+static void cu_act_forget(cu_stream *s, const tsr_tensor *node) {
+    if (!s->act_valid)
+        return;
+    const bool arena = node->op == TSR_OP_FLASH_ATTN || (node->op == TSR_OP_MUL_MAT && !cu_use_mmv(node)) ||
+                       (node->op == TSR_OP_MUL_MAT_ID && !cu_use_mmv_id(node));
+    const uintptr_t d = (uintptr_t)node->data, b = (uintptr_t)s->act_b.data;
+    const size_t nb = s->act_bytes, nd = cu_extent(node);
+    if (arena || (nd && d < b + nb && b < d + nd))
+        s->act_valid = false;
+}
+
+/* Whether the mat-vec of node also computes the next node, nx: the
+ * residual added (add) or the gate's silu times the up projection
+ * (swiglu), F32, of node's shape, with the other operand x too (the
+ * epilogue reads and writes each at the product's coordinates). */
+static bool cu_fuse_epi(const cu_dev *c, const tsr_tensor *node, const tsr_tensor *nx, tcu_mmv_epi *epi) {
+    if (!nx || (nx->op != TSR_OP_ADD && nx->op != TSR_OP_SWIGLU) || nx->type != TSR_TYPE_F32 ||
+        node->type != TSR_TYPE_F32 || (nx->src[0] == node) == (nx->src[1] == node))
+        return false;
+    const tsr_tensor *x = nx->src[0] == node ? nx->src[1] : nx->src[0];
+    if (!x || x->type != TSR_TYPE_F32 || !cu_supports(&c->dev, nx))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (nx->ne[i] != node->ne[i] || x->ne[i] != node->ne[i])
+            return false;
+    epi->mode = nx->op == TSR_OP_ADD ? TCU_EPI_ADD : nx->src[0] == node ? TCU_EPI_SWIGLU_A : TCU_EPI_SWIGLU_B;
+    epi->dst = cu_t(nx);
+    epi->x = cu_t(x);
+    return true;
+}
+
+/* nx: the node after (NULL: none); *fused when the mat-vec computed it too. */
+static tsr_status cu_mul_mat(cu_stream *s, tsr_tensor *node, const tsr_tensor *nx, bool *fused) {
     cu_dev *c = s->c;
     const tsr_tensor *a = node->src[0], *b = node->src[1];
     const int64_t k = a->ne[0], m = a->ne[1], n = b->ne[1];
+    *fused = false;
     tsr_status st = cu_arena_grow(s, cu_scratch_need(c, node));
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv(node)) {
-        void *y = s->arena; /* every matrix of b, rows in order, as a's type meets them */
-        CU_CHECK(c, "tcu_activations (kernel launch)", tcu_activations(s->cs, y, cu_t(b), (int)a->type));
-        CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y));
+        const void *y = NULL; /* every matrix of b, rows in order, as a's type meets them */
+        tcu_mmv_epi epi;
+        const bool fuse = cu_fuse_epi(c, node, nx, &epi);
+        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)a->type, true, &y));
+        CU_CHECK(c, "tcu_mat_vec (kernel launch)",
+                 tcu_mat_vec(s->cs, cu_t(node), cu_t(a), cu_t(b), y, fuse ? &epi : NULL));
+        *fused = fuse;
         return TSR_OK;
     }
     if (m == 0 || n == 0 || b->ne[2] == 0 || b->ne[3] == 0 || a->ne[2] == 0 || a->ne[3] == 0)
@@ -756,8 +887,8 @@ static tsr_status cu_mul_mat_id(cu_stream *s, tsr_tensor *node, size_t index) {
     if (st != TSR_OK)
         return st;
     if (cu_use_mmv_id(node)) {
-        void *y = s->arena;
-        CU_CHECK(c, "tcu_activations (kernel launch)", tcu_activations(s->cs, y, cu_t(b), (int)as->type));
+        const void *y = NULL;
+        CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)as->type, false, &y));
         CU_CHECK(c, "tcu_mat_vec_id (kernel launch)",
                  tcu_mat_vec_id(s->cs, cu_t(node), cu_t(as), cu_t(ids), y, b->ne[1], index <= INT_MAX ? (int)index : -1,
                                 s->status));
@@ -875,23 +1006,117 @@ static cudaError_t cu_launch(cu_stream *s, tsr_tensor *node) {
     }
 }
 
+/* Whether node (rms_norm or norm) and the next one, m = node * w (a
+ * layer's norm weight), run as one kernel: m F32 of node's shape with
+ * contiguous rows, w F32; the norm's result is still written. */
+static bool cu_fuse_norm_mul(const cu_dev *c, const tsr_tensor *node, const tsr_tensor *m) {
+    if ((node->op != TSR_OP_RMS_NORM && node->op != TSR_OP_NORM) || m->op != TSR_OP_MUL || m->src[0] != node)
+        return false;
+    const tsr_tensor *w = m->src[1];
+    if (!w || w->type != TSR_TYPE_F32 || m->type != TSR_TYPE_F32 || node->type != TSR_TYPE_F32 ||
+        m->nb[0] != sizeof(float) || !cu_supports(&c->dev, m))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (m->ne[i] != node->ne[i] || w->ne[i] <= 0 || node->ne[i] % w->ne[i] != 0)
+            return false;
+    return true;
+}
+
+/* Where the fused norm also writes m (its weighted result) as Q8_1: the
+ * arena, when the node after m is a mat-vec with integer-dot weights that
+ * reads m (contiguous, whole 32-value segments) and the arena already
+ * holds its activations (nothing to grow); else NULL. */
+static void *cu_norm_q8_1(const cu_stream *s, const tsr_tensor *m, tsr_tensor *const *rest, size_t n_rest) {
+    if (!n_rest || !s->arena)
+        return NULL;
+    const tsr_tensor *mm = rest[0];
+    if ((mm->op != TSR_OP_MUL_MAT && mm->op != TSR_OP_MUL_MAT_ID) || mm->src[1] != m ||
+        !tcu_dot_q8_1_type((int)mm->src[0]->type) || !cu_is_contiguous(m) || m->ne[0] % 32 ||
+        !cu_supports(&s->c->dev, mm))
+        return NULL;
+    if (mm->op == TSR_OP_MUL_MAT ? !cu_use_mmv(mm) : !cu_use_mmv_id(mm))
+        return NULL;
+    return cu_scratch_need(s->c, mm) <= s->arena_size ? s->arena : NULL;
+}
+
+/* The node after views from i (n_nodes when none). */
+static size_t cu_next_op(tsr_tensor *const *nodes, size_t n_nodes, size_t i) {
+    for (size_t j = i + 1; j < n_nodes; j++)
+        if (nodes[j]->op != TSR_OP_NONE && nodes[j]->op != TSR_OP_VIEW)
+            return j;
+    return n_nodes;
+}
+
+/* Whether rope and sr (set_rows of the rotated keys into a float cache)
+ * run as one kernel: rope's result [hd, n_head_kv, 1] is sr's source as
+ * the cache writer permutes it ([hd, 1, n_head_kv]: one token's rows, one
+ * per head, so no two rows meet), cache [hd, n_ctx, n_head_kv], one index. */
+static bool cu_fuse_rope_set_rows(const cu_dev *c, const tsr_tensor *rope, const tsr_tensor *sr) {
+    if (rope->op != TSR_OP_ROPE || sr->op != TSR_OP_SET_ROWS || !cu_supports(&c->dev, sr))
+        return false;
+    const tsr_tensor *src = sr->src[1], *idx = sr->src[2];
+    return src && idx && src->data == rope->data && src->type == TSR_TYPE_F32 && rope->type == TSR_TYPE_F32 &&
+           rope->ne[2] == 1 && rope->ne[3] == 1 && src->ne[0] == rope->ne[0] && src->ne[1] == 1 &&
+           src->ne[2] == rope->ne[1] && src->ne[3] == 1 && src->nb[0] == rope->nb[0] && src->nb[2] == rope->nb[1] &&
+           rope->nb[0] == sizeof(float) && cu_is_float(sr->type) && sr->ne[0] == rope->ne[0] &&
+           sr->ne[2] == rope->ne[1] && idx->ne[0] == 1 && idx->ne[1] == 1 && idx->ne[2] == 1;
+}
+
 /* Launches the nodes' kernels on s->cs. */
 static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_dev *c = s->c;
     tsr_status st = TSR_OK;
+    s->act_valid = false;
     for (size_t i = 0; st == TSR_OK && i < n_nodes; i++) {
         tsr_tensor *node = nodes[i];
         if (node->op == TSR_OP_NONE || node->op == TSR_OP_VIEW)
             continue;
+        cu_act_forget(s, node);
         if (!cu_supports(&c->dev, node))
             return tsr__error(TSR_E_UNSUPPORTED, "%s: node '%s' (%s) has no CUDA kernel for its types", c->dev.name,
                               node->name, tsr__op_name(node->op));
         if (node->op == TSR_OP_MUL_MAT) {
-            st = cu_mul_mat(s, node);
+            tsr_tensor *nx = i + 1 < n_nodes ? nodes[i + 1] : NULL;
+            bool fused = false;
+            st = cu_mul_mat(s, node, nx, &fused);
+            if (fused) {
+                cu_act_forget(s, nx);
+                i++;
+            }
         } else if (node->op == TSR_OP_MUL_MAT_ID) {
             st = cu_mul_mat_id(s, node, i);
         } else if (node->op == TSR_OP_FLASH_ATTN && (st = cu_arena_grow(s, cu_scratch_need(c, node))) != TSR_OK) {
             break;
+        } else if (node->op == TSR_OP_ROPE && cu_next_op(nodes, n_nodes, i) < n_nodes &&
+                   cu_fuse_rope_set_rows(c, node, nodes[cu_next_op(nodes, n_nodes, i)])) {
+            tsr_tensor *sr = nodes[i = cu_next_op(nodes, n_nodes, i)];
+            cu_act_forget(s, sr);
+            const tcu_tensor ff = node->src[2] ? cu_t(node->src[2]) : cu_t(node), cache = cu_t(sr),
+                             idx = cu_t(sr->src[2]);
+            const cudaError_t e = tcu_rope_set_rows(s->cs, cu_t(node), cu_t(node->src[0]), cu_t(node->src[1]),
+                                                    node->src[2] ? &ff : NULL, node->op_params, &cache, &idx);
+            if (e != cudaSuccess) {
+                char call[96];
+                snprintf(call, sizeof call, "the %s kernel of node '%.40s'", tsr__op_name(node->op), node->name);
+                st = cu_fail(c, e, call);
+            }
+        } else if (i + 1 < n_nodes && cu_fuse_norm_mul(c, node, nodes[i + 1])) {
+            tsr_tensor *m = nodes[++i];
+            cu_act_forget(s, m);
+            void *yq = cu_norm_q8_1(s, m, nodes + i + 1, n_nodes - i - 1);
+            const cudaError_t e = tcu_norm_mul(s->cs, node->op == TSR_OP_RMS_NORM, cu_t(node), cu_t(node->src[0]),
+                                               tsr__get_f32_param(node, 0), cu_t(m), cu_t(m->src[1]), yq);
+            if (yq) { /* the arena holds m as Q8_1 now */
+                s->act_valid = e == cudaSuccess;
+                s->act_q8 = true;
+                s->act_b = cu_t(m);
+                s->act_bytes = cu_extent(m);
+            }
+            if (e != cudaSuccess) {
+                char call[96];
+                snprintf(call, sizeof call, "the %s kernel of node '%.40s'", tsr__op_name(node->op), node->name);
+                st = cu_fail(c, e, call);
+            }
         } else {
             const cudaError_t e = cu_launch(s, node);
             if (e != cudaSuccess) {
@@ -1020,7 +1245,10 @@ static tsr_status cu_capture(cu_stream *s, cu_graph *e, tsr_tensor *const *nodes
     if (st == TSR_OK) {
         s->cs = s->cap;
         s->check_ids = false;
+        const unsigned long long before = cu_tl_launches;
         st = cu_run_nodes(s, nodes, n_nodes);
+        e->kernels = cu_tl_launches - before;
+        cu_count_kernels(-(long long)e->kernels);
         s->cs = c->stream;
         e->ids = s->check_ids;
         s->check_ids = false;
@@ -1060,7 +1288,7 @@ static tsr_status cu_capture(cu_stream *s, cu_graph *e, tsr_tensor *const *nodes
  * (TSR_CUDA_GRAPHS=0: never), so the splits of one graph on the device take
  * turns; a compute the capture cannot take (scratch to grow, host work)
  * and a new one launch their kernels. */
-static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
+static tsr_status cu_compute_nodes(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
     cu_stream *s = (cu_stream *)ts;
     cu_dev *c = s->c;
     tsr_status st = cu_begin(c);
@@ -1100,8 +1328,17 @@ static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_
     if (!e->exec)
         return cu_run_nodes(s, nodes, n_nodes);
     CU_CHECK(c, "cudaGraphLaunch", cudaGraphLaunch(e->exec, c->stream));
+    cu_count_kernels((long long)e->kernels);
     s->check_ids = e->ids;
     return TSR_OK;
+}
+
+static tsr_status cu_compute(tsr_stream *ts, tsr_tensor *const *nodes, size_t n_nodes) {
+    const unsigned long long before = cu_tl_launches;
+    const tsr_status st = cu_compute_nodes(ts, nodes, n_nodes);
+    atomic_store_explicit(&cu_last_launches, cu_tl_launches - before, memory_order_relaxed);
+    atomic_fetch_add_explicit(&cu_computes, 1, memory_order_relaxed);
+    return st;
 }
 
 static tsr_status cu_memory(const tsr_device *d, size_t *free_b, size_t *total) {
@@ -1192,7 +1429,16 @@ static size_t cu_enumerate(tsr_device **devs, size_t max) {
     return cu_n;
 }
 
-static const tsr_backend_reg cu_reg = {"cuda", cu_enumerate, NULL};
+/* TSR_PROFILE (set and not 0, as the core reads it): the launch counts at exit. */
+static size_t cu_enumerate_prof(tsr_device **devs, size_t max) {
+    const size_t n = cu_enumerate(devs, max);
+    const char *e = getenv("TSR_PROFILE");
+    if (n && e && *e && strcmp(e, "0"))
+        atexit(cu_prof_print);
+    return n;
+}
+
+static const tsr_backend_reg cu_reg = {"cuda", cu_enumerate_prof, NULL};
 
 TSR_MODULE_SERVICES_DEFINE
 

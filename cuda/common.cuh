@@ -14,6 +14,10 @@
 #include <math.h>
 
 /* Address of element (i0, i1, i2, i3). */
+/* silu, as swiglu and silu compute it (elementwise.cu) and the mat-vec's
+ * gate epilogue (matmul.cu): the same float operations. */
+__device__ __forceinline__ float tcu_silu(float x) { return x / (1.0f + expf(-x)); }
+
 __device__ __forceinline__ char *tcu_at(const tcu_tensor &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
     return t.data + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
 }
@@ -74,6 +78,8 @@ __device__ __forceinline__ float tcu_block_reduce(float v, bool is_max) {
     return is_max ? tcu_warp_max(v) : tcu_warp_sum(v);
 }
 
-#define TCU_LAUNCHED() cudaGetLastError()
+/* After each kernel launch: counted (tcu_count_launch, backend.c: the
+ * launches per compute of TSR_PROFILE), and the launch's error. */
+#define TCU_LAUNCHED() (tcu_count_launch(), cudaGetLastError())
 
 #endif /* TCU_COMMON_CUH */

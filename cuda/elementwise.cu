@@ -15,7 +15,6 @@ __device__ __forceinline__ void tcu_coords(const tcu_tensor &t, int64_t i, int64
     c[3] = i / t.ne[2];
 }
 
-__device__ __forceinline__ float tcu_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float tcu_gelu(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
     return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));

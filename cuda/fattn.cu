@@ -237,15 +237,43 @@ static bool fa_tiled_ok(tcu_tensor q, tcu_tensor k, tcu_tensor v, int *max_shmem
     return k.ne[2] > 0 && q.ne[2] % k.ne[2] == 0 && fa_shmem(fa_qt(q, k), q.ne[0], v.ne[0]) <= (size_t)*max_shmem;
 }
 
-extern "C" size_t tcu_flash_attn_scratch(tcu_tensor q, tcu_tensor k, tcu_tensor v, int n_sm) {
-    int max_shmem = 0;
-    if (k.ne[1] == 0 || !fa_tiled_ok(q, k, v, &max_shmem))
+/* An upper bound of the splits' scratch for q's rows and at most k's keys:
+ * the split count before it is rounded to whole tiles only grows with the
+ * keys, and the count after rounding is never more. */
+static size_t fa_scratch_bound(tcu_tensor q, tcu_tensor k, tcu_tensor v, int n_sm, int max_shmem) {
+    const int qt = fa_qt(q, k);
+    if (k.ne[1] == 0 || k.ne[2] <= 0 || q.ne[2] % k.ne[2] != 0 || fa_shmem(qt, q.ne[0], v.ne[0]) > (size_t)max_shmem)
         return 0;
-    const int64_t per = fa_keys_per_split(q, k, n_sm), n_split = (k.ne[1] + per - 1) / per;
+    const int64_t rows_g = q.ne[1] * (q.ne[2] / k.ne[2]);
+    const int64_t tiles = (rows_g + qt - 1) / qt * k.ne[2] * q.ne[3];
+    int64_t n_split = tiles > 0 ? (2 * (int64_t)n_sm + tiles - 1) / tiles : 1;
+    const int64_t most = (k.ne[1] + 127) / 128;
+    n_split = n_split < most ? n_split : most;
+    n_split = n_split > TCU_MAX_GRID ? TCU_MAX_GRID : n_split;
     if (n_split <= 1)
         return 0;
-    const int64_t rows_all = q.ne[1] * q.ne[2] * q.ne[3];
-    return sizeof(float) * (size_t)(n_split * rows_all * (v.ne[0] + 2));
+    return sizeof(float) * (size_t)(n_split * q.ne[1] * q.ne[2] * q.ne[3] * (v.ne[0] + 2));
+}
+
+/* Enough for any compute of these nodes or smaller ones: a reserve sees the
+ * largest graph (a whole u-batch, every cell), while a decode step (one
+ * query row, fewer cells) splits its keys more; so the most over every row
+ * count up to q's, for up to k's keys. */
+extern "C" size_t tcu_flash_attn_scratch(tcu_tensor q, tcu_tensor k, tcu_tensor v, int n_sm) {
+    int dev = 0, max_shmem = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&max_shmem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    size_t most = 0;
+    tcu_tensor qn = q;
+    for (int64_t n = 1; n <= q.ne[1]; n++) {
+        qn.ne[1] = n;
+        const size_t x = fa_scratch_bound(qn, k, v, n_sm, max_shmem);
+        most = x > most ? x : most;
+    }
+    return most;
 }
 
 template <int QT>

@@ -25,6 +25,9 @@ typedef struct tcu_tensor {
 
 #define TCU_MAX_GRID 65535
 
+/* backend.c: counts one kernel launch (every launcher calls it per kernel). */
+void tcu_count_launch(void);
+
 enum { TCU_ADD, TCU_SUB, TCU_MUL, TCU_DIV };
 enum { TCU_SILU, TCU_GELU, TCU_SIGMOID };
 
@@ -36,11 +39,23 @@ cudaError_t tcu_glu(cudaStream_t s, int op, tcu_tensor dst, tcu_tensor a, tcu_te
 
 /* norm.cu: rows of F32 (contiguous rows). mask NULL = none. */
 cudaError_t tcu_norm(cudaStream_t s, int rms, tcu_tensor dst, tcu_tensor a, float eps);
+/* The same, and dst2 = dst * w (w F32, broadcast over dst; dst2 F32 of
+ * dst's shape, contiguous rows): a norm and its weight in one launch; yq
+ * (not NULL): dst2 also as the mat-vec's Q8_1 activations (what
+ * tcu_activations writes for an integer weight type; ne0 % 32 == 0). */
+cudaError_t tcu_norm_mul(cudaStream_t s, int rms, tcu_tensor dst, tcu_tensor a, float eps, tcu_tensor dst2,
+                         tcu_tensor w, void *yq);
 cudaError_t tcu_softmax(cudaStream_t s, tcu_tensor dst, tcu_tensor a, const tcu_tensor *mask, float scale);
 
 /* rope.cu: params are the node's op_params (TSR_ROPE_P_* of internal.h). */
 cudaError_t tcu_rope(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos, const tcu_tensor *ff,
                      const int32_t *params);
+/* The same, and (cache not NULL) set_rows of one token's rotated rows
+ * (dst [hd, n_head_kv, 1]) into the cache [hd, n_ctx, n_head_kv]: element
+ * (i0, h) at element i0 of row idx[0] (I32 or I64; a row past the cache
+ * is skipped) of plane h; cache F32, F16 or BF16. */
+cudaError_t tcu_rope_set_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos, const tcu_tensor *ff,
+                              const int32_t *params, const tcu_tensor *cache, const tcu_tensor *idx);
 
 /* rows.cu: gathers, scatters, copies with conversion, concat, argmax. */
 cudaError_t tcu_get_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor idx);
@@ -59,7 +74,20 @@ cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor a, int64_t 
  * float ones; each warp takes a row of a and dots it with every column. */
 #define TCU_MMV_MAX_COLS 8
 cudaError_t tcu_activations(cudaStream_t s, void *y, tcu_tensor b, int wtype);
-cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y);
+/* The node after the product in the same launch (epi NULL: none): dst
+ * still gets the product v, and epi->dst (F32, dst's shape) gets v + x
+ * (TCU_EPI_ADD: the residual), silu(v) * x (TCU_EPI_SWIGLU_A: v is the
+ * gate) or silu(x) * v (TCU_EPI_SWIGLU_B: v is the up projection), x F32
+ * of dst's shape, read and written at v's coordinates. */
+enum { TCU_EPI_NONE, TCU_EPI_ADD, TCU_EPI_SWIGLU_A, TCU_EPI_SWIGLU_B };
+typedef struct tcu_mmv_epi {
+    int mode;
+    tcu_tensor dst, x;
+} tcu_mmv_epi;
+/* y NULL: float weights read b (F32, contiguous rows, row strides whole
+ * floats) in place. */
+cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y,
+                        const tcu_mmv_epi *epi);
 /* Every element of a into contiguous F32 (rows in order). */
 cudaError_t tcu_tensor_to_f32(cudaStream_t s, float *out, tcu_tensor a);
 

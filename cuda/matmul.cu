@@ -55,7 +55,7 @@ template <int TYPE> struct tcu_qdot {
  * column) for the float types, adjacent lanes on adjacent elements. */
 template <int TYPE>
 __device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t k, int64_t nb0, const void *y,
-                                             int ncols, float *acc, int lane) {
+                                             int ncols, float *acc, int lane, int64_t ycs = 0) {
     if constexpr (tcu_qdot<TYPE>::yes) {
         const tcu_q8_1 *yq = (const tcu_q8_1 *)y;
         const int64_t nseg = k / 32;
@@ -70,12 +70,13 @@ __device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t 
         }
     } else {
         const float *yf = (const float *)y;
+        const int64_t cs = ycs ? ycs : k; /* floats from a column to the next */
         for (int64_t e = lane; e < k; e += 32) {
             const float w = tcu_load(TYPE, arow, e, nb0);
 #pragma unroll
             for (int c = 0; c < TCU_MMV_MAX_COLS; c++)
                 if (c < ncols)
-                    acc[c] += w * yf[c * k + e];
+                    acc[c] += w * yf[c * cs + e];
         }
     }
 }
@@ -86,26 +87,37 @@ template <int TYPE> __device__ __forceinline__ int64_t tcu_ycol(int64_t k) { ret
 /* grid.x: rows of a in groups of MMV_WARPS (grid-stride); grid.y: the
  * matrices of b (i12 + ne12 * i13). One instance per weight type, so the
  * loader's type switch and block arithmetic fold at compile time. */
-template <int TYPE> __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y) {
+template <int TYPE>
+__global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y, tcu_mmv_epi epi) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t k = a.ne[0], m = a.ne[1], ncols = b.ne[1];
     const int64_t mat = blockIdx.y, i12 = mat % b.ne[2], i13 = mat / b.ne[2];
     const int64_t r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
     const size_t ybytes = tcu_qdot<TYPE>::yes ? sizeof(tcu_q8_1) : sizeof(float);
-    const char *ym = (const char *)y + (size_t)mat * (size_t)(ncols * tcu_ycol<TYPE>(k)) * ybytes;
+    /* y NULL (float weights): b's F32 rows read in place through its strides */
+    const char *ym = y ? (const char *)y + (size_t)mat * (size_t)(ncols * tcu_ycol<TYPE>(k)) * ybytes
+                       : (const char *)tcu_at(b, 0, 0, i12, i13);
+    const int64_t ycs = y ? 0 : b.nb[1] / (int64_t)sizeof(float);
     for (int64_t i = blockIdx.x * (int64_t)MMV_WARPS + warp; i < m; i += (int64_t)gridDim.x * MMV_WARPS) {
         const unsigned char *arow = (const unsigned char *)tcu_at(a, 0, i, i12 / r2, i13 / r3);
         float acc[TCU_MMV_MAX_COLS];
 #pragma unroll
         for (int c = 0; c < TCU_MMV_MAX_COLS; c++) acc[c] = 0.0f;
-        tcu_row_dots<TYPE>(arow, k, a.nb[0], ym, (int)ncols, acc, lane);
+        tcu_row_dots<TYPE>(arow, k, a.nb[0], ym, (int)ncols, acc, lane, ycs);
 #pragma unroll
         for (int c = 0; c < TCU_MMV_MAX_COLS; c++) {
             if (c >= ncols)
                 break;
             const float v = tcu_warp_sum(acc[c]);
-            if (lane == 0)
-                *(float *)tcu_at(dst, i, c, i12, i13) = v;
+            if (lane != 0)
+                continue;
+            *(float *)tcu_at(dst, i, c, i12, i13) = v;
+            if (epi.mode == TCU_EPI_NONE)
+                continue;
+            const float x = *(const float *)tcu_at(epi.x, i, c, i12, i13);
+            *(float *)tcu_at(epi.dst, i, c, i12, i13) = epi.mode == TCU_EPI_ADD        ? v + x
+                                                        : epi.mode == TCU_EPI_SWIGLU_A ? tcu_silu(v) * x
+                                                                                       : tcu_silu(x) * v;
         }
     }
 }
@@ -141,7 +153,13 @@ static bool tcu_even(const tcu_tensor &a) {
     return !tcu_dot_q8_1_type(a.type) || !(((uintptr_t)a.data | (uint64_t)(a.nb[1] | a.nb[2] | a.nb[3])) & 1);
 }
 
-extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y) {
+extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y,
+                                   const tcu_mmv_epi *epi_p) {
+    tcu_mmv_epi epi;
+    if (epi_p)
+        epi = *epi_p;
+    else
+        epi.mode = TCU_EPI_NONE, epi.dst = epi.x = dst;
     if (!tcu_even(a))
         return cudaErrorInvalidValue;
     const int64_t mats = b.ne[2] * b.ne[3];
@@ -152,17 +170,17 @@ extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a,
     dim3 grid(tcu_blocks(a.ne[1], MMV_WARPS), (unsigned)mats);
     const unsigned nt = 32 * MMV_WARPS;
     switch (a.type) {
-    case TCU_F32: k_mat_vec<TCU_F32><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_F16: k_mat_vec<TCU_F16><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_BF16: k_mat_vec<TCU_BF16><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q4_0: k_mat_vec<TCU_Q4_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q4_1: k_mat_vec<TCU_Q4_1><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q5_0: k_mat_vec<TCU_Q5_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q5_1: k_mat_vec<TCU_Q5_1><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q8_0: k_mat_vec<TCU_Q8_0><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q4_K: k_mat_vec<TCU_Q4_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q5_K: k_mat_vec<TCU_Q5_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
-    case TCU_Q6_K: k_mat_vec<TCU_Q6_K><<<grid, nt, 0, s>>>(dst, a, b, y); break;
+    case TCU_F32: k_mat_vec<TCU_F32><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_F16: k_mat_vec<TCU_F16><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_BF16: k_mat_vec<TCU_BF16><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q4_0: k_mat_vec<TCU_Q4_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q4_1: k_mat_vec<TCU_Q4_1><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q5_0: k_mat_vec<TCU_Q5_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q5_1: k_mat_vec<TCU_Q5_1><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q8_0: k_mat_vec<TCU_Q8_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q4_K: k_mat_vec<TCU_Q4_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q5_K: k_mat_vec<TCU_Q5_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_Q6_K: k_mat_vec<TCU_Q6_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
     default: return cudaErrorInvalidValue;
     }
     return TCU_LAUNCHED();

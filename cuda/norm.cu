@@ -6,7 +6,12 @@
  */
 #include "common.cuh"
 
-__global__ void k_norm(int rms, tcu_tensor dst, tcu_tensor a, float eps) {
+/* mul: dst2 = dst * w (w broadcast over dst, F32; dst2 F32 rows of
+ * contiguous elements), the rms_norm x weight of a layer in one launch;
+ * yq (not NULL): dst2's rows as Q8_1 blocks too, as k_quantize_q8_1 lays
+ * them out for the mat-vec (ne0 a multiple of 32). */
+__global__ void k_norm(int rms, tcu_tensor dst, tcu_tensor a, float eps, int mul, tcu_tensor dst2, tcu_tensor w,
+                       tcu_q8_1 *yq) {
     const int64_t ne0 = dst.ne[0], nrows = tcu_nrows(dst);
     for (int64_t r = blockIdx.x; r < nrows; r += gridDim.x) {
         int64_t i1, i2, i3;
@@ -24,7 +29,22 @@ __global__ void k_norm(int rms, tcu_tensor dst, tcu_tensor a, float eps) {
         for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) s2 += (x[i] - mean) * (x[i] - mean);
         s2 = tcu_block_reduce(s2, false);
         const float scale = rsqrtf((ne0 ? s2 / (float)ne0 : 0.0f) + eps);
-        for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) d[i] = (x[i] - mean) * scale;
+        if (!mul) {
+            for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) d[i] = (x[i] - mean) * scale;
+            continue;
+        }
+        float *d2 = (float *)tcu_at(dst2, 0, i1, i2, i3);
+        const int64_t w1 = i1 % w.ne[1], w2 = i2 % w.ne[2], w3 = i3 % w.ne[3];
+        for (int64_t i = threadIdx.x; i < ne0; i += blockDim.x) {
+            const float v = (x[i] - mean) * scale;
+            d[i] = v;
+            d2[i] = v * tcu_get(w, i % w.ne[0], w1, w2, w3);
+        }
+        if (!yq)
+            continue;
+        __syncthreads(); /* the row's values, written by every thread, before a thread reads 32 of them */
+        const int64_t nseg = ne0 / 32;
+        for (int64_t g = threadIdx.x; g < nseg; g += blockDim.x) tcu_quantize_q8_1(d2 + 32 * g, yq + r * nseg + g);
     }
 }
 
@@ -64,7 +84,18 @@ extern "C" cudaError_t tcu_norm(cudaStream_t s, int rms, tcu_tensor dst, tcu_ten
     const int64_t n = dst.ne[1] * dst.ne[2] * dst.ne[3];
     if (n == 0)
         return cudaSuccess;
-    k_norm<<<tcu_blocks(n, 1), 256, 0, s>>>(rms, dst, a, eps);
+    k_norm<<<tcu_blocks(n, 1), 256, 0, s>>>(rms, dst, a, eps, 0, dst, dst, (tcu_q8_1 *)NULL);
+    return TCU_LAUNCHED();
+}
+
+extern "C" cudaError_t tcu_norm_mul(cudaStream_t s, int rms, tcu_tensor dst, tcu_tensor a, float eps, tcu_tensor dst2,
+                                    tcu_tensor w, void *yq) {
+    const int64_t n = dst.ne[1] * dst.ne[2] * dst.ne[3];
+    if (n == 0)
+        return cudaSuccess;
+    if (yq && dst.ne[0] % 32)
+        return cudaErrorInvalidValue;
+    k_norm<<<tcu_blocks(n, 1), 256, 0, s>>>(rms, dst, a, eps, 1, dst2, w, (tcu_q8_1 *)yq);
     return TCU_LAUNCHED();
 }
 

@@ -253,8 +253,8 @@ TCU_HD float tcu_scale32(const float *x, float *inv) {
         if (a > amax)
             amax = a;
     }
-    const float d = amax / 127.0f;
-    *inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    *inv = id < 3.402823466e38f ? id : 3.402823466e38f; /* a subnormal d: 1/d is inf, and x * inf no integer */
     return d;
 }
 

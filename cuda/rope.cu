@@ -14,7 +14,19 @@ typedef struct rope_p {
     float theta_scale, freq_scale, ext, attn, lo, hi, mscale_ext;
 } rope_p;
 
-__global__ void k_rope(tcu_tensor dst, tcu_tensor a, tcu_tensor pos, tcu_tensor ff, int has_ff, rope_p p) {
+/* to_cache: each value (i0, head i1) of the one token also stored at
+ * element i0 of row idx[0] of plane i1 of cache (a float type): set_rows of
+ * the rotated keys into the KV cache [hd, n_ctx, n_head_kv], in the same
+ * launch. */
+__global__ void k_rope(tcu_tensor dst, tcu_tensor a, tcu_tensor pos, tcu_tensor ff, int has_ff, rope_p p, int to_cache,
+                       tcu_tensor cache, tcu_tensor idx) {
+    int64_t crow = -1;
+    if (to_cache) {
+        const char *ip = idx.data;
+        crow = idx.type == TCU_I64 ? *(const int64_t *)ip : (int64_t) * (const int32_t *)ip;
+        if (crow >= cache.ne[1])
+            crow = -1;
+    }
     /* per row: n_dims/2 rotated pairs, then the ne0 - n_dims copied dims */
     const int64_t per_row = p.n_dims / 2 + (dst.ne[0] - p.n_dims);
     const int64_t n = per_row * tcu_nrows(dst);
@@ -28,6 +40,8 @@ __global__ void k_rope(tcu_tensor dst, tcu_tensor a, tcu_tensor pos, tcu_tensor 
         if (k >= p.n_dims / 2) {
             const int64_t i = p.n_dims + (k - p.n_dims / 2);
             d[i] = *(const float *)(x + i * s0);
+            if (crow >= 0)
+                tcu_store(cache.type, tcu_at(cache, i, crow, i1, 0), d[i]);
             continue;
         }
         const int i0 = (int)(2 * k);
@@ -45,6 +59,10 @@ __global__ void k_rope(tcu_tensor dst, tcu_tensor a, tcu_tensor pos, tcu_tensor 
         const float x0 = *(const float *)(x + j0 * s0), x1 = *(const float *)(x + j1 * s0);
         d[j0] = fmaf(x0, c, -(x1 * sn));
         d[j1] = fmaf(x0, sn, x1 * c);
+        if (crow >= 0) {
+            tcu_store(cache.type, tcu_at(cache, j0, crow, i1, 0), d[j0]);
+            tcu_store(cache.type, tcu_at(cache, j1, crow, i1, 0), d[j1]);
+        }
     }
 }
 
@@ -58,8 +76,9 @@ static float param_f(const int32_t *params, int i) {
     return f;
 }
 
-extern "C" cudaError_t tcu_rope(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos, const tcu_tensor *ff,
-                                const int32_t *params) {
+extern "C" cudaError_t tcu_rope_set_rows(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos,
+                                         const tcu_tensor *ff, const int32_t *params, const tcu_tensor *cache,
+                                         const tcu_tensor *idx) {
     rope_p p;
     p.n_dims = params[P_N_DIMS];
     p.neox = (params[P_MODE] & 2) != 0;
@@ -80,6 +99,12 @@ extern "C" cudaError_t tcu_rope(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tc
     const int64_t n = (p.n_dims / 2 + (dst.ne[0] - p.n_dims)) * dst.ne[1] * dst.ne[2] * dst.ne[3];
     if (n == 0)
         return cudaSuccess;
-    k_rope<<<tcu_blocks(n, 256), 256, 0, s>>>(dst, a, pos, ff ? *ff : pos, ff != NULL, p);
+    k_rope<<<tcu_blocks(n, 256), 256, 0, s>>>(dst, a, pos, ff ? *ff : pos, ff != NULL, p, cache != NULL,
+                                              cache ? *cache : dst, idx ? *idx : pos);
     return TCU_LAUNCHED();
+}
+
+extern "C" cudaError_t tcu_rope(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor pos, const tcu_tensor *ff,
+                                const int32_t *params) {
+    return tcu_rope_set_rows(s, dst, a, pos, ff, params, NULL, NULL);
 }

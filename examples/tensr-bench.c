@@ -90,7 +90,8 @@ static void usage(void) {
            "  -r, --repetitions N       measured runs of each test (default 5)\n"
            "  -o, --output md|json      markdown table (default) or JSON\n"
            "  --no-warmup               no warm-up run before each test\n"
-           "  --profile                 per-token profile of each test (TSR_PROFILE=1) on stderr\n"
+           "  --profile                 per-token profile of each test (TSR_PROFILE=1) on stderr; the CUDA\n"
+           "                            module adds its kernel launches per compute (a tg test's: per token)\n"
            "  --llama-bench PATH        llama.cpp's llama-bench to run beside (default: llama-bench on PATH)\n"
            "  --no-llama                do not measure llama.cpp\n"
            "  -v, --verbose             log at debug level\n",

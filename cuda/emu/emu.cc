@@ -419,6 +419,10 @@ static cudaError_t execute(const launch_rec &r) {
         return g_sticky;
     pthread_mutex_lock(&g_lock);
     g_launches++;
+    static const bool trace = getenv("TCU_EMU_TRACE") && getenv("TCU_EMU_TRACE")[0] == '1';
+    if (trace) /* each launch's kernel and grid on stderr */
+        fprintf(stderr, "tcu-emu: launch %s grid (%u,%u,%u) block (%u,%u,%u)\n", r.name, r.grid.x, r.grid.y,
+                r.grid.z, r.block.x, r.block.y, r.block.z);
     exec e{};
     e.name = r.name;
     e.grid = r.grid;
@@ -652,6 +656,7 @@ TCU_EMU_EXPORT const char *cudaGetErrorString(cudaError_t e) {
 
 static std::map<void *, size_t> g_allocs;
 static size_t g_used;
+static uint64_t g_mallocs; /* cudaMalloc calls that succeeded (tcu_emu_mallocs) */
 static pthread_mutex_t g_mem_lock = PTHREAD_MUTEX_INITIALIZER;
 
 TCU_EMU_EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
@@ -668,8 +673,17 @@ TCU_EMU_EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
     pthread_mutex_lock(&g_mem_lock);
     g_allocs[*p] = size;
     g_used += size;
+    g_mallocs++;
     pthread_mutex_unlock(&g_mem_lock);
     return cudaSuccess;
+}
+
+/* Device allocations so far: a test asserts a compute after reserve adds none. */
+extern "C" __attribute__((visibility("default"))) unsigned long long tcu_emu_mallocs(void) {
+    pthread_mutex_lock(&g_mem_lock);
+    const uint64_t n = g_mallocs;
+    pthread_mutex_unlock(&g_mem_lock);
+    return n;
 }
 
 TCU_EMU_EXPORT cudaError_t cudaFree(void *p) {

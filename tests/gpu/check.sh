@@ -12,7 +12,10 @@
 # logits go to ./gpu-work, too large to bring back):
 #   build    ./configure --enable-cuda=yes --with-cuda-arch=90 (once), make -j16
 #   module   tests/test-cuda-module: CUDA0 listed, an exact add, the pinned
-#            CUDA0_Host type, TSR_E_DEVICE_NOMEM past the card, memory given back
+#            CUDA0_Host type, TSR_E_DEVICE_NOMEM past the card, memory given
+#            back; tests/test-cuda-emu on the real CUDA0: placement, unaligned
+#            views refused, the decode layer's fused pairs (norm x weight with
+#            its Q8_1, product + residual, swiglu) against a double reference
 #   kl       a SmolLM2-shaped random-weight F16 model (tests/gpu/gpu-model.c)
 #            and its Q4_0 copy (tensr-quantize): logits of a 64-token prompt
 #            with -ngl 99 against the CPU's, at -ub 64 (cuBLAS, the prompt
@@ -26,7 +29,9 @@
 #   memcheck compute-sanitizer --tool memcheck on the small model, a 4-token
 #            prompt and 2 decoded tokens with -ngl 99
 #   bench    tensr-bench pp512/tg128 -ngl 99 on both models, CUDA graphs on
-#            and off (TSR_CUDA_GRAPHS=0)
+#            and off (TSR_CUDA_GRAPHS=0); then tg16 --profile on the Q4_0
+#            model: the module's kernel launches of a decode token (row
+#            launches)
 #   llama    llama.cpp's CUDA llama-bench beside (ratios), when its build
 #            (started first, in the background, from ../llama-cuda-src.tar.xz
 #            or $LLAMA_CUDA_SRC: bench/llama-cuda-src.sh) finished in time
@@ -127,15 +132,14 @@ if want build; then
         row configure "$last_res" "${last_time}s"
     fi
     step build 200 "make -j16 && make -j16 tests/test-ops tests/test-cuda-module tests/model-eval \
-        tests/test-attention-devices && \
-        cc -std=gnu11 -O2 -I. tests/gpu/gpu-model.c .libs/libtensr.so -lm -Wl,-rpath,$PWD/.libs -o tests/gpu/gpu-model"
+        tests/test-attention-devices tests/test-cuda-emu tests/gpu/gpu-model"
     row build "$last_res" "${last_time}s (nvcc sm_90, -j16)"
 fi
 
 # ---- module ----
 gpu_note=
 if want module; then
-    step module 30 "tests/test-cuda-module"
+    step module 30 "tests/test-cuda-module && tests/test-cuda-emu"
     row module "$last_res" "$(grep -E '^(CUDA0|out of memory|free memory)|no CUDA device' "$OUT/module.log" | tr '\n' ';' | cut -c1-160)"
     if ! grep -q '^CUDA0:' "$OUT/module.log" 2> /dev/null; then
         gpu_note=" (NO CUDA0: CPU against CPU)"
@@ -200,8 +204,10 @@ if want bench; then
     step bench 60 "$make_models && for m in '$model' '$model_q'; do \
           ./examples/tensr-bench -m \$m -ngl 99 -p 512 -n 128 -r 2 -fa on --no-llama && \
           TSR_CUDA_GRAPHS=0 ./examples/tensr-bench -m \$m -ngl 99 -p 0 -n 128 -r 2 -fa on --no-llama \
-            | sed 's/tg128/tg128 (CUDA graphs off)/' || exit 1; done"
+            | sed 's/tg128/tg128 (CUDA graphs off)/' || exit 1; done && \
+          ./examples/tensr-bench -m '$model_q' -ngl 99 -p 0 -n 16 -r 1 -fa on --no-llama --profile"
     row bench "$last_res" "$(grep -E 'pp512|tg128' "$OUT/bench.log" | tr -s ' ' | tr '\n' ';' | cut -c1-400)$gpu_note"
+    row launches "$last_res" "$(grep -o 'the last compute.*' "$OUT/bench.log" | tail -n 1) (Q4_0, 30 layers: per layer ~ (N - 3) / 30)"
 fi
 
 # ---- llama.cpp beside, if its build is done ----

@@ -7,7 +7,7 @@
  * (model-eval feeds token ids). Plain public API: builds with
  *   cc -I. tests/gpu/gpu-model.c .libs/libtensr.so -lm
  *
- *   gpu-model OUT.gguf [small]   (small: 64 wide, 2 layers, 512 tokens)
+ *   gpu-model OUT.gguf [small [N_LAYER]]   (small: 64 wide, 2 layers, 512 tokens)
  *   gpu-model kl REF.txt OTHER.txt [LIMIT]
  *
  * kl compares two model-eval "logits" answers (tests/model-eval.c): per
@@ -119,11 +119,12 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "kl"))
         return kl_main(argc, argv);
     if (argc < 2) {
-        fprintf(stderr, "usage: gpu-model OUT.gguf [small]\n");
+        fprintf(stderr, "usage: gpu-model OUT.gguf [small [N_LAYER]]\n");
         return 2;
     }
     const int small = argc > 2 && !strcmp(argv[2], "small");
-    const uint32_t n_embd = small ? 64 : 576, n_layer = small ? 2 : 30, n_head = small ? 4 : 9,
+    const uint32_t n_layer = argc > 3 ? (uint32_t)atoi(argv[3]) : small ? 2 : 30;
+    const uint32_t n_embd = small ? 64 : 576, n_head = small ? 4 : 9,
                    n_head_kv = small ? 2 : 3, n_ff = small ? 128 : 1536, n_vocab = small ? 512 : 49152;
     const uint32_t head_dim = n_embd / n_head, ctx = 2048;
     const float eps = 1e-5f, base = 100000.0f;
