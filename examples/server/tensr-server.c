@@ -138,6 +138,7 @@ typedef struct job {
     /* metrics (seconds, now_s) */
     double t_submit, t_first, t_prev, t_quiet; /* t_quiet: the stream's last bytes */
     struct job *next_pending;                  /* the admission list (pending_mu) */
+    int fd; /* the connection's socket (a stream watches it for the client leaving) */
 } job;
 
 typedef struct lp_entry {
@@ -627,6 +628,39 @@ static json_t *token_str(int32_t tok, json_t **bytes, size_t *n_bytes) {
     return json_stringn(out, n);
 }
 
+/* Text as a JSON string, a byte that is no whole UTF-8 character replaced
+ * by U+FFFD: a request that ends (max_tokens, a cancel) within a character
+ * leaves its first bytes, which jansson would refuse. */
+static json_t *json_text(const char *s, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_char((const unsigned char *)s + i, n - i);
+        bad += !l;
+        i += l ? l : 1;
+    }
+    if (!bad)
+        return json_stringn(s, n);
+    char *t = malloc(n + 2 * bad);
+    if (!t)
+        return json_string("");
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_char((const unsigned char *)s + i, n - i);
+        if (l) {
+            memcpy(t + m, s + i, l);
+            m += l;
+            i += l;
+        } else {
+            memcpy(t + m, "\xef\xbf\xbd", 3);
+            m += 3;
+            i++;
+        }
+    }
+    json_t *v = json_stringn(t, m);
+    free(t);
+    return v;
+}
+
 static json_t *lp_real(float v) { return json_real(v == v && v > -1e30f ? (double)v : -9999.0); }
 
 /* The logprobs object of entries [from, to): chat's {"content": [...]} or
@@ -680,10 +714,10 @@ static json_t *choice(const job *j, const char *text, size_t len, int final, jso
         if (!j->stream || !j->sent_role)
             json_object_set_new(m, "role", json_string("assistant"));
         if (text)
-            json_object_set_new(m, "content", json_stringn(text, len));
+            json_object_set_new(m, "content", json_text(text, len));
         json_object_set_new(c, j->stream ? "delta" : "message", m);
     } else {
-        json_object_set_new(c, "text", json_stringn(text ? text : "", text ? len : 0));
+        json_object_set_new(c, "text", json_text(text ? text : "", text ? len : 0));
     }
     json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(c, "finish_reason", final ? json_string(finish_name(j->finish)) : json_null());
@@ -769,7 +803,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             sse_fill(j);
             continue;
         }
-        if (drain_expired) { /* SIGTERM and --timeout passed: cut the stream */
+        struct pollfd pfd = {j->fd, POLLRDHUP, 0};
+        if (drain_expired || /* SIGTERM and --timeout passed: cut the stream */
+            (j->fd >= 0 && poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
+            /* or the client left while nothing was written (queued, in
+             * prefill): end now, stream_end cancels */
             pthread_mutex_unlock(&j->mu);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
@@ -835,6 +873,8 @@ static enum MHD_Result completion(struct MHD_Connection *c, json_t *body, int ch
     j->n_top = r.n_top;
     j->created = time(NULL);
     j->t_submit = j->t_quiet = now_s();
+    const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = fdi ? fdi->connect_fd : -1;
     tsr_request_params rp;
     tsr_request_params_init(&rp, sizeof rp);
     rp.text = r.prompt;
@@ -957,7 +997,7 @@ static enum MHD_Result detokenize(struct MHD_Connection *c, json_t *body) {
         return send_error(c, 500, "server_error", NULL, "detokenize: %s", tsr_last_error());
     }
     free(t);
-    json_t *v = json_pack("{s:s%}", "content", s, len);
+    json_t *v = json_pack("{s:o}", "content", json_text(s, len));
     free(s);
     return send_json(c, 200, v);
 }
