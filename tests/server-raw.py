@@ -289,11 +289,12 @@ def idle():
     return metric("tensr_requests_running") == 0 and metric("tensr_requests_waiting") == 0
 
 
-for _ in range(100 * T):
+for _ in range(300 * T):  # a client's close shows at the server's next write or poll
     if idle():
         break
     time.sleep(0.1)
-check(idle(), "requests still running or queued after their clients left")
+check(idle(), "requests still running or queued after their clients left: "
+      f"{metric('tensr_requests_running')} running, {metric('tensr_requests_waiting')} waiting")
 
 # ---- SIGTERM: running streams finish, the port closes, exit 0 (the shell checks) ----
 results = {}
