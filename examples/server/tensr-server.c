@@ -36,7 +36,7 @@
 #define JSON_DEPTH_MAX 64
 #define TOP_MAX 20
 
-extern const char tsr_chat_page[]; /* chat-page.c, generated from chat.html */
+extern const char tsr_chat_page[]; /* chat.html as a C string (Makefile.am writes it at build time) */
 
 typedef struct opts {
     const char *model, *host, *api_key, *overrides, *cors;
