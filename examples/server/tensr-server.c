@@ -1348,6 +1348,7 @@ static int load(void) {
     return 0;
 }
 
+#ifndef TSR_SERVER_NO_MAIN /* tests/fuzz/fuzz-server.c includes this file */
 int main(int argc, char **argv) {
     parse_args(argc, argv);
     signal(SIGPIPE, SIG_IGN);
@@ -1415,3 +1416,4 @@ int main(int argc, char **argv) {
     tsr_backend_free(backend);
     return 0;
 }
+#endif
