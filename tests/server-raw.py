@@ -18,8 +18,9 @@ import time
 host, port, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 failures = 0
 # under valgrind (TSR_VALGRIND, from make check VALGRIND=valgrind) every token
-# costs ~50 times more: fewer tokens, longer waits; the same checks
-slow_run = bool(os.environ.get("TSR_VALGRIND"))
+# costs ~50 times more, under ASan (TSR_SANITIZER, .ci/run's sanitizer job)
+# a few times: fewer tokens, longer waits; the same checks
+slow_run = bool(os.environ.get("TSR_VALGRIND") or os.environ.get("TSR_SANITIZER"))
 T = 20 if slow_run else 1  # time scale
 
 
