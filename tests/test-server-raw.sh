@@ -31,6 +31,21 @@ trap 'kill $pid 2>/dev/null' EXIT
 # the server's own pid (libtool --mode=execute execs, so $! is it)
 "$py" "$srcdir/tests/server-raw.py" 127.0.0.1 "$port" "$pid"
 rc=$?
+# the script sent SIGTERM at its end; when it stopped before (a failure), or
+# the server ignores it, stop the server here rather than wait for ever
+limit=120
+[ -n "$TSR_VALGRIND" ] && limit=1200
+i=0
+while kill -0 $pid 2>/dev/null && [ $i -lt $limit ]; do
+    [ $rc -ne 0 ] && [ $i -eq 0 ] && kill -TERM $pid 2>/dev/null
+    sleep 1
+    i=$((i + 1))
+done
+if kill -0 $pid 2>/dev/null; then
+    echo "FAIL: tensr-server still runs $limit s after SIGTERM"
+    kill -KILL $pid
+    rc=1
+fi
 wait $pid
 src=$?
 trap - EXIT
