@@ -1,5 +1,5 @@
 #!/bin/sh
-# test-serve-ray.sh - runs tests/test-serve-ray.py with a python that has
+# test-serve-ray.sh - runs tests/serve-ray-client.py with a python that has
 # ray: $PYTHON3 when it has it, else the venv of tests/test-server.sh
 # (tests/.venv-server), into which CI=true installs "ray[serve]" (about
 # 40 s from PyPI); elsewhere a missing ray is a skip with a message.
@@ -21,4 +21,4 @@ if ! "$py" -c 'import ray.serve' >/dev/null 2>&1; then
     fi
     [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import ray.serve' >/dev/null 2>&1 && py=$venv/bin/python
 fi
-exec "$py" "$srcdir/tests/test-serve-ray.py"
+exec "$py" "$srcdir/tests/serve-ray-client.py"

@@ -1,4 +1,4 @@
-"""test-serve-ray.py - examples/python/serve_ray.py: two Ray Serve replicas of
+"""serve-ray-client.py - examples/python/serve_ray.py: two Ray Serve replicas of
 the binding's Model on this machine, concurrent requests over its
 OpenAI-style route, answered by both replicas, equal at temperature 0 to
 one answer alone. Skips (77) without ray (pip install "ray[serve]") or the
@@ -77,5 +77,5 @@ try:
 finally:
     serve.shutdown()
     ray.shutdown()
-print(f"test-serve-ray.py: {failures} failed")
+print(f"serve-ray-client.py: {failures} failed")
 sys.exit(1 if failures else 0)
