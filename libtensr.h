@@ -945,6 +945,12 @@ typedef struct tsr_batch_event {
     int64_t n_prompt; /* prompt tokens */
     int64_t n_cached; /* of them, kept in the slot from an earlier request (not decoded again) */
     int64_t n_generated;
+    /* appended: the n_top most likely tokens at this step and their
+     * log-probabilities, most likely first (tsr_sampler_logprobs), when the
+     * request asked for n_top_logprobs; else n_top 0 and NULL pointers */
+    size_t n_top;
+    const int32_t *top_tokens;
+    const float *top_logprobs;
 } tsr_batch_event;
 typedef int (*tsr_batch_callback)(void *user, const tsr_batch_event *ev);
 
@@ -959,6 +965,7 @@ typedef struct tsr_request_params {
     size_t n_stop;
     tsr_batch_callback callback; /* NULL: read the results with tsr_batcher_poll / _text */
     void *user;
+    int32_t n_top_logprobs; /* 0..20: each token's event also names the most likely tokens (default 0) */
 } tsr_request_params;
 TSR_API void tsr_request_params_init(tsr_request_params *p, size_t size);
 

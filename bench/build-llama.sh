@@ -3,7 +3,9 @@
 # natively (-DGGML_NATIVE=ON, Release) from the llama.cpp source vendored in
 # the llama-cpp-python sdist, fetched with pip download. Everything lives in
 # a cache outside the tracked tree and is reused: a second run does nothing.
-# Prints the folder that holds the two programs.
+# Prints the folder that holds the programs.
+#   LLAMA_TARGETS the programs (default "llama-bench llama-quantize";
+#                 make bench-server asks for llama-server)
 #   LCP_VERSION   llama-cpp-python version (default 0.3.36)
 #   TSR_CACHE     cache folder (default ${XDG_CACHE_HOME:-~/.cache}/libtensr)
 #   JOBS          parallel compile jobs (default 2)
@@ -24,8 +26,11 @@ else
     build=$src/build-$(printf '%s' "$LLAMA_CMAKE_ARGS" | cksum | cut -d' ' -f1)
 fi
 bin=$build/bin
+LLAMA_TARGETS=${LLAMA_TARGETS:-llama-bench llama-quantize}
 
-if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-quantize" ]; then
+have=1
+for t in $LLAMA_TARGETS; do [ -x "$bin/$t" ] || have=0; done
+if [ $have = 1 ]; then
     echo "$bin"
     exit 0
 fi
@@ -51,6 +56,7 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
 fi
 # shellcheck disable=SC2086 # the flags are words
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release $LLAMA_CMAKE_ARGS -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >&2
-nice -n 19 cmake --build "$build" --target llama-bench llama-quantize -j "$JOBS" >&2
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >&2
+# shellcheck disable=SC2086 # the targets are words
+nice -n 19 cmake --build "$build" --target $LLAMA_TARGETS -j "$JOBS" >&2
 echo "$bin"

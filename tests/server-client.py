@@ -141,6 +141,36 @@ back = httpx.post(base + "/detokenize", json={"tokens": toks}, headers=h).json()
 check(back == "Hello world", f"detokenize {back!r}")
 
 
+# logprobs in OpenAI's shapes, read through the client's own types: chat
+# (content entries with bytes and top_logprobs), streamed equal to not
+# streamed, and the completions' legacy lists
+r = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                   top_logprobs=3)
+content = r.choices[0].logprobs.content if r.choices[0].logprobs else None
+check(content and len(content) == r.usage.completion_tokens, f"chat logprobs {r.choices[0].logprobs}")
+if content:
+    check(b"".join(bytes(e.bytes) for e in content).decode() == r.choices[0].message.content,
+          "the logprobs' bytes are not the answer")
+    check(all(len(e.top_logprobs) == 3 and e.top_logprobs[0].logprob >= e.top_logprobs[2].logprob and
+              e.logprob <= 0 and e.token == e.top_logprobs[0].token for e in content),
+          f"top_logprobs at temperature 0 {content[0]}")
+    streamed = []
+    for ch in client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0, logprobs=True,
+                                             top_logprobs=3, stream=True):
+        if ch.choices and ch.choices[0].logprobs and ch.choices[0].logprobs.content:
+            streamed += ch.choices[0].logprobs.content
+    check([(e.token, round(e.logprob, 4)) for e in streamed] == [(e.token, round(e.logprob, 4)) for e in content],
+          "streamed logprobs differ from the whole answer's")
+c = client.completions.create(model=model, prompt=prompt, max_tokens=4, temperature=0, logprobs=2)
+lp = c.choices[0].logprobs
+check(lp and len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset) == 4 and
+      "".join(lp.tokens) == c.choices[0].text and all(len(t) == 2 for t in lp.top_logprobs), f"completion logprobs {lp}")
+for bad in ({"logprobs": True, "top_logprobs": 21}, {"top_logprobs": 2}, {"n": 2}, {"tools": []},
+            {"response_format": {"type": "json_object"}}):
+    e = httpx.post(base + "/v1/chat/completions", headers=h, json={"messages": msgs, **bad})
+    param = e.json()["error"]["param"] if e.status_code == 400 else None
+    check(param in bad, f"{bad}: {e.status_code} {e.text}")
+
 
 def gauge(name):
     for line in httpx.get(base + "/metrics", headers=h).text.splitlines():
@@ -185,6 +215,18 @@ codes = [r.status_code for r in rs]
 busy = [r for r in rs if r.status_code == 503]
 check(all(c in (200, 503) for c in codes) and busy and codes.count(200) >= 8, f"overload: {codes}")
 check(all(r.headers.get("Retry-After") and r.json()["error"]["message"] for r in busy), "503 without Retry-After")
+
+# /metrics: Prometheus text with the counters and histograms tensr-server(1) names
+text = httpx.get(base + "/metrics", headers=h).text
+for name in ("tensr_requests_running", "tensr_requests_waiting", "tensr_kv_cache_usage_ratio",
+             'tensr_requests_total{code="200"}', 'tensr_requests_total{code="503"}',
+             "tensr_time_to_first_token_seconds_count", "tensr_inter_token_latency_seconds_count",
+             "tensr_request_queue_time_seconds_count", "tensr_e2e_request_latency_seconds_count",
+             'tensr_e2e_request_latency_seconds_bucket{le="+Inf"}', "tensr_generation_tokens_total"):
+    v = [float(l.split()[-1]) for l in text.splitlines() if l.startswith(name + " ")]
+    check(v and (v[0] > 0 or "running" in name or "waiting" in name or "ratio" in name), f"/metrics {name}: {v}")
+check(0 < gauge("tensr_request_queue_time_seconds_count") <= gauge("tensr_e2e_request_latency_seconds_count"),
+      "more queue times than finished requests")
 
 print(f"server-client.py: {failures} failed")
 sys.exit(1 if failures else 0)

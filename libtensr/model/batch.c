@@ -34,7 +34,10 @@ typedef struct breq {
     tsr_sampler *smp;
     tsr_batch_callback cb;
     void *user;
+    int32_t n_top; /* top log-probabilities asked for (0..TOP_MAX) */
 } breq;
+
+enum { TOP_MAX = 20 };
 
 typedef struct bslot {
     int32_t *toks; /* the tokens in the slot's cells, by position */
@@ -254,6 +257,9 @@ static tsr_status req_stops(const tsr_request_params *rp, breq *r) {
 static tsr_status req_make(tsr_batcher *b, const tsr_request_params *rp, breq *r) {
     if (!rp->tokens && !rp->text)
         return tsr__error(TSR_E_INVALID, "no prompt (tokens and text are NULL)");
+    if (rp->n_top_logprobs < 0 || rp->n_top_logprobs > TOP_MAX)
+        return tsr__error(TSR_E_INVALID, "n_top_logprobs %d is not within 0..%d", (int)rp->n_top_logprobs, TOP_MAX);
+    r->n_top = rp->n_top_logprobs;
     tsr_status st = req_prompt(b, rp, r);
     if (st == TSR_OK)
         st = req_stops(rp, r);
@@ -474,7 +480,8 @@ static int append_text(breq *r, const char *s, size_t n) {
 
 /* Sends an event with the text that may go out now (all of it once the
  * request finishes); a non-zero return of the callback cancels. */
-static void emit(breq *r, int32_t token, float logprob) {
+static void emit_top(breq *r, int32_t token, float logprob, size_t n_top, const int32_t *top_tokens,
+                     const float *top_logprobs) {
     size_t end = r->n_text;
     if (r->finish == TSR_FINISH_NONE) {
         end -= stop_prefix(r, end);
@@ -482,12 +489,27 @@ static void emit(breq *r, int32_t token, float logprob) {
     }
     if (end < r->n_sent)
         end = r->n_sent;
-    tsr_batch_event ev = {sizeof ev,       r->id,     token,       logprob,     r->text ? r->text + r->n_sent : "",
-                          end - r->n_sent, r->finish, r->n_prompt, r->n_cached, r->n_gen};
+    tsr_batch_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.size = sizeof ev;
+    ev.id = r->id;
+    ev.token = token;
+    ev.logprob = logprob;
+    ev.text = r->text ? r->text + r->n_sent : "";
+    ev.text_len = end - r->n_sent;
+    ev.finish = r->finish;
+    ev.n_prompt = r->n_prompt;
+    ev.n_cached = r->n_cached;
+    ev.n_generated = r->n_gen;
+    ev.n_top = n_top;
+    ev.top_tokens = n_top ? top_tokens : NULL;
+    ev.top_logprobs = n_top ? top_logprobs : NULL;
     r->n_sent = end;
     if (r->cb && r->cb(r->user, &ev) != 0 && r->finish == TSR_FINISH_NONE)
         r->cancel = 1;
 }
+
+static void emit(breq *r, int32_t token, float logprob) { emit_top(r, token, logprob, 0, NULL, NULL); }
 
 /* Ends r with reason f: frees its slot (the cells stay for the next
  * prompt with the same prefix) and sends the last event. */
@@ -502,8 +524,11 @@ static void finish(tsr_batcher *b, breq *r, int f) {
 /* Samples r's next token from logits and sends it. */
 static void take_token(tsr_batcher *b, breq *r, const float *logits) {
     int32_t tok = tsr_sampler_sample(r->smp, logits);
-    float lp = 0.0f;
-    tsr_sampler_logprobs(r->smp, logits, tok, &lp, 0, NULL, NULL);
+    float lp = 0.0f, top_lp[TOP_MAX];
+    int32_t top_tok[TOP_MAX];
+    size_t n_top = (size_t)r->n_top;
+    if (tsr_sampler_logprobs(r->smp, logits, tok, &lp, n_top, top_tok, top_lp) != TSR_OK)
+        n_top = 0;
     if (tsr_model_token_is_eog(b->m, tok)) {
         finish(b, r, TSR_FINISH_STOP);
         return;
@@ -522,10 +547,10 @@ static void take_token(tsr_batcher *b, breq *r, const float *logits) {
         r->finish = TSR_FINISH_STOP; /* the token's event carries the finish */
         r->state = REQ_DONE;
         b->slots[r->slot].req = NULL;
-        emit(r, tok, lp);
+        emit_top(r, tok, lp, n_top, top_tok, top_lp);
         return;
     }
-    emit(r, tok, lp);
+    emit_top(r, tok, lp, n_top, top_tok, top_lp);
     const bslot *sl = &b->slots[r->slot];
     if (r->n_gen >= r->max_tokens || sl->n_held + 1 >= b->p.n_ctx_slot)
         finish(b, r, TSR_FINISH_LENGTH);
