@@ -40,7 +40,7 @@ extern const char tsr_chat_page[]; /* chat.html as a C string (Makefile.am write
 
 typedef struct opts {
     const char *model, *host, *api_key, *overrides, *cors;
-    int port, n_threads, n_slots, flash_attn, n_gpu_layers, verbose;
+    int port, n_threads, n_slots, flash_attn, n_gpu_layers, verbose, batch_invariant;
     int64_t n_ctx, n_batch, n_ubatch, max_queued, timeout_s, keepalive_s;
     size_t amb;
 } opts;
@@ -1203,6 +1203,8 @@ static void usage_exit(int code) {
             "  -ot, --override-tensor P tensor buffer overrides, PATTERN=BUFT,...\n"
             "  -fa, --flash-attn on|off|auto\n"
             "  -amb, --attn-max-batch N attention max batch, MiB\n"
+            "  --batch-invariant on|off a request's tokens the same whatever else is in its batch\n"
+            "                           (default on; off: faster decode of a single request)\n"
             "  --host ADDR              IPv4 address to bind (default 127.0.0.1)\n"
             "  --port N                 (default 8080)\n"
             "  --api-key KEY, --api-key-file FILE\n"
@@ -1259,6 +1261,7 @@ static void parse_args(int argc, char **argv) {
     o.timeout_s = 600;
     o.keepalive_s = 5;
     o.flash_attn = TSR_FLASH_ATTN_AUTO;
+    o.batch_invariant = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (IS(a, "-m", "--model"))
@@ -1286,6 +1289,15 @@ static void parse_args(int argc, char **argv) {
                            : strcmp(v, "auto") == 0
                                ? TSR_FLASH_ATTN_AUTO
                                : (fprintf(stderr, "tensr-server: -fa %s: on, off or auto\n", v), exit(2), 0);
+        } else if (strcmp(a, "--batch-invariant") == 0) {
+            const char *v = arg(argc, argv, &i);
+            o.batch_invariant = strcmp(v, "on") == 0 || strcmp(v, "1") == 0    ? 1
+                                : strcmp(v, "off") == 0 || strcmp(v, "0") == 0 ? 0
+                                                                               : (fprintf(stderr,
+                                                                                          "tensr-server: --batch-invariant "
+                                                                                          "%s: on or off\n",
+                                                                                          v),
+                                                                                  exit(2), 0);
         } else if (strcmp(a, "--host") == 0)
             o.host = arg(argc, argv, &i);
         else if (strcmp(a, "--port") == 0)
@@ -1347,6 +1359,7 @@ static int load(void) {
     if (o.n_threads)
         bp.n_threads = o.n_threads;
     bp.flash_attn = o.flash_attn;
+    bp.batch_invariant = o.batch_invariant;
     bp.attn_max_batch = o.amb;
     tsr_buft_override *ov = NULL;
     if (tsr_backend_new(&bp, &backend) != TSR_OK ||
