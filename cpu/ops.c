@@ -524,6 +524,25 @@ static void copy_rows_float(const tsr_compute_params *p, const tsr_tensor *src, 
 /* Same non-quantized type: byte copies, exact for every type (I32 too). */
 static void copy_rows_same(const tsr_tensor *src, tsr_tensor *dst, int64_t r0, int64_t r1) {
     const size_t es = tsr_type_block_bytes(dst->type);
+    if (src->ne[0] == dst->ne[0] && src->ne[1] == dst->ne[1] && src->ne[2] == dst->ne[2] &&
+        src->ne[3] == dst->ne[3]) { /* the same shape (a permuted view made contiguous): row by row */
+        const int64_t n = dst->ne[0], sb = (int64_t)src->nb[0], db = (int64_t)dst->nb[0];
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t i1, i2, i3;
+            row_coords(dst, r, &i1, &i2, &i3);
+            char *d = at(dst, 0, i1, i2, i3);
+            const char *s = at(src, 0, i1, i2, i3);
+            if (sb == (int64_t)es && db == (int64_t)es)
+                memcpy(d, s, (size_t)n * es);
+            else if (es == 4)
+                for (int64_t i = 0; i < n; i++) memcpy(d + i * db, s + i * sb, 4);
+            else if (es == 2)
+                for (int64_t i = 0; i < n; i++) memcpy(d + i * db, s + i * sb, 2);
+            else
+                for (int64_t i = 0; i < n; i++) memcpy(d + i * db, s + i * sb, es);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         int64_t i1, i2, i3;
         row_coords(dst, r, &i1, &i2, &i3);
