@@ -60,7 +60,10 @@ static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path
         *path = MM_GEMV; /* one column: the multi-row matrix-vector products */
         return k->dot_type[a->type];
     }
-    if (k->gemm[a->type] && nr1 >= 2 && dst->nb[0] == sizeof(float)) {
+    /* (one column in each of several matrices, as deepseek2's per-head
+     * k_b / v_b in decode: the gemm would pack each matrix's rows for one
+     * column; the dots read them as stored) */
+    if (k->gemm[a->type] && nr1 >= 2 && b->ne[1] >= 2 && dst->nb[0] == sizeof(float)) {
         *path = MM_GEMM;
         return k->gemm_type[a->type];
     }
