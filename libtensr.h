@@ -190,7 +190,8 @@ TSR_API float tsr_bf16_to_fp32(uint16_t h);
 /* Devices and buffer types                                                 */
 /* ------------------------------------------------------------------------ */
 
-typedef enum tsr_device_kind_t { TSR_DEVICE_CPU = 0, TSR_DEVICE_GPU = 1, TSR_DEVICE_ACCEL = 2 } tsr_device_kind_t;
+typedef enum tsr_device_class { TSR_DEVICE_CPU = 0, TSR_DEVICE_GPU = 1, TSR_DEVICE_ACCEL = 2 } tsr_device_class;
+typedef tsr_device_class tsr_device_kind_t; /* the old name, kept for callers */
 
 /* Devices: GPUs in driver order, then the CPU. The first call enumerates
  * them (and logs system info once). Thread-safe. Device handles live until
@@ -200,7 +201,7 @@ TSR_API tsr_device *tsr_device_get(size_t i);             /* NULL (TSR_E_RANGE) 
 TSR_API tsr_device *tsr_device_by_name(const char *name); /* case-insensitive: "CPU", "CUDA0" */
 TSR_API const char *tsr_device_name(const tsr_device *d);
 TSR_API const char *tsr_device_description(const tsr_device *d);
-TSR_API tsr_device_kind_t tsr_device_kind(const tsr_device *d);
+TSR_API tsr_device_class tsr_device_kind(const tsr_device *d);
 /* Index of the device among devices with the same description (0, 1, ...). */
 TSR_API int tsr_device_index_in_model(const tsr_device *d);
 TSR_API tsr_status tsr_device_memory(const tsr_device *d, size_t *free, size_t *total);
@@ -241,18 +242,19 @@ TSR_API void tsr_buft_overrides_free(tsr_buft_override *list);
 /* Backend                                                                  */
 /* ------------------------------------------------------------------------ */
 
-typedef enum tsr_flash_attn_t {
+typedef enum tsr_flash_attn_mode {
     TSR_FLASH_ATTN_AUTO = -1,
     TSR_FLASH_ATTN_OFF = 0,
     TSR_FLASH_ATTN_ON = 1
-} tsr_flash_attn_t;
+} tsr_flash_attn_mode;
+typedef tsr_flash_attn_mode tsr_flash_attn_t; /* the old name, kept for callers */
 
 typedef struct tsr_backend_params {
     size_t size;                /* sizeof(tsr_backend_params), set by _init */
     tsr_device *const *devices; /* NULL-terminated devices to use; NULL = all */
     int n_threads;              /* CPU threads; 0 = number of cores; more than the cores
                                  * (online, within the affinity mask) = the cores, logged */
-    int flash_attn;             /* tsr_flash_attn_t; default AUTO */
+    int flash_attn;             /* tsr_flash_attn_mode; default AUTO */
     size_t attn_max_batch;      /* bytes of K*Q scores (with their softmax) per attention step; 0 = no limit */
     int batch_invariant;        /* appended with LIBTENSR_6: 1 = the CPU device's matmuls and attention give a
                                  * token the same bits whatever else is in its batch (one decode path for any

@@ -414,6 +414,6 @@ static size_t cpu_enumerate(tsr_device **devs, size_t max) {
     return 1;
 }
 
-static const tsr_backend_reg cpu_reg = {"cpu", cpu_enumerate, tsr__cpu_features_string};
+static const tsr_device_reg cpu_reg = {"cpu", cpu_enumerate, tsr__cpu_features_string};
 
-const tsr_backend_reg *tsr__cpu_backend_reg(void) { return &cpu_reg; }
+const tsr_device_reg *tsr__cpu_device_reg(void) { return &cpu_reg; }

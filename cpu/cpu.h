@@ -11,7 +11,7 @@
 #include "config.h" /* TSR_HAVE_AVX2_BUILD / TSR_HAVE_AVX512_BUILD */
 #endif
 
-#include "backend.h"
+#include "device.h"
 #include "quant/quants.h"
 
 #include <math.h> /* INFINITY */

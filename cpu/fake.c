@@ -33,7 +33,7 @@
  * "fake-module"; with TSR_FAKE_MODULE_ABI_SKEW it claims a wrong ABI
  * version, so that the loader's refusal can be tested.
  */
-#include "backend.h"
+#include "device.h"
 #ifdef TSR_FAKE_MODULE
 #include "module.h"
 #define FAKE_ENV "TSR_FAKE_MODULE_DEVICES"
@@ -418,20 +418,20 @@ static size_t fake_enumerate(tsr_device **devs, size_t max) {
     return n_fakes;
 }
 
-static const tsr_backend_reg fake_reg = {FAKE_REG_NAME, fake_enumerate, NULL};
+static const tsr_device_reg fake_reg = {FAKE_REG_NAME, fake_enumerate, NULL};
 
 #ifdef TSR_FAKE_MODULE
 TSR_MODULE_SERVICES_DEFINE
 
-TSR_MODULE_EXPORT const tsr_backend_module *TSR_MODULE_ENTRY(const tsr_backend_services *svc) {
-    static tsr_backend_module mod = TSR_BACKEND_MODULE_INIT(&fake_reg);
+TSR_MODULE_EXPORT const tsr_device_module *TSR_MODULE_ENTRY(const tsr_module_services *svc) {
+    static tsr_device_module mod = TSR_DEVICE_MODULE_INIT(&fake_reg);
     if (!tsr__module_attach(svc))
         return NULL;
 #ifdef TSR_FAKE_MODULE_ABI_SKEW
-    mod.abi_version = TSR_BACKEND_ABI_VERSION + 1;
+    mod.abi_version = TSR_MODULE_ABI_VERSION + 1;
 #endif
     return &mod;
 }
 #else
-const tsr_backend_reg *tsr__fake_backend_reg(void) { return &fake_reg; }
+const tsr_device_reg *tsr__fake_device_reg(void) { return &fake_reg; }
 #endif

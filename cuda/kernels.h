@@ -1,6 +1,6 @@
 /*
  * kernels.h - the launchers of the CUDA kernels (the .cu files of cuda/), callable from C
- * (cuda/backend.c). A tensor crosses as a tcu_tensor: type, shape, byte
+ * (cuda/cuda.c). A tensor crosses as a tcu_tensor: type, shape, byte
  * strides and device address, all 64-bit. Each launcher enqueues on the
  * stream and returns cudaGetLastError() of the launch (cudaSuccess or why
  * the launch failed); it never synchronizes. Grids keep every dimension

@@ -4,7 +4,7 @@
  * (value, index) pairs in shared memory with a bitonic network in the CPU's
  * order (cpu/sort.c): by value, NaN above every number, equal values by
  * index, so the result is the CPU's stable sort; rows of up to
- * TCU_SORT_MAX values (cuda/backend.c leaves longer ones to the CPU).
+ * TCU_SORT_MAX values (cuda/cuda.c leaves longer ones to the CPU).
  */
 #include "common.cuh"
 

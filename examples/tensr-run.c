@@ -129,7 +129,7 @@ static int parse_split(const char *s, opts *o)
     return 0;
 }
 
-/* on/off/auto as a tsr_flash_attn_t; -2 for another word. */
+/* on/off/auto as a tsr_flash_attn_mode; -2 for another word. */
 static int parse_fa_word(const char *s)
 {
     if (!strcmp(s, "on") || !strcmp(s, "1") || !strcmp(s, "true"))

@@ -1,12 +1,12 @@
 /*
  * core.h - private structures of the core: backend, context, graph, graph
  * allocator and scheduler. Shared by the libtensr/ sources only (backends see
- * backend.h, never this file).
+ * device.h, never this file).
  */
 #ifndef TSR_CORE_H
 #define TSR_CORE_H
 
-#include "backend.h"
+#include "device.h"
 
 #include <regex.h>
 
@@ -93,7 +93,7 @@ struct tsr_backend {
     tsr_stream **streams; /* one per device */
     int n_threads;
     int flash_attn;     /* resolved: 0 or 1 */
-    int flash_attn_req; /* as asked: tsr_flash_attn_t */
+    int flash_attn_req; /* as asked: tsr_flash_attn_mode */
     size_t attn_max_batch;
     tsr_sched *sched;
     tsr_weight_set weights;

@@ -19,7 +19,7 @@ static atomic_int tsr_log_level_v = -1; /* -1: not read from the environment yet
 
 static const char *const tsr_level_names[] = {"debug", "info", "warn", "error", "none"};
 
-static int tsr_level_from_env(void) {
+static int level_from_env(void) {
     const char *e = getenv("TSR_LOG_LEVEL");
     if (e) {
         for (int i = 0; i <= TSR_LOG_NONE; i++)
@@ -36,7 +36,7 @@ static int tsr_level_from_env(void) {
 tsr_log_level tsr_log_get_level(void) {
     int v = atomic_load(&tsr_log_level_v);
     if (v < 0) {
-        v = tsr_level_from_env();
+        v = level_from_env();
         atomic_store(&tsr_log_level_v, v);
     }
     return (tsr_log_level)v;
@@ -56,7 +56,7 @@ void tsr_log_set(tsr_log_fn fn, void *user) {
 bool tsr__log_enabled(tsr_log_level level) { return level >= tsr_log_get_level() && level < TSR_LOG_NONE; }
 
 /* Appends a logfmt value: quoted when it holds spaces, quotes or '='. */
-static size_t tsr_append_value(char *out, size_t pos, size_t cap, const char *v) {
+static size_t append_value(char *out, size_t pos, size_t cap, const char *v) {
     bool quote = v[0] == '\0';
     for (const char *p = v; *p; p++)
         if (isspace((unsigned char)*p) || *p == '"' || *p == '=')
@@ -74,19 +74,19 @@ static size_t tsr_append_value(char *out, size_t pos, size_t cap, const char *v)
     return pos;
 }
 
-static void tsr_default_log(tsr_log_level level, const char *msg, const tsr_log_field *fields, size_t n_fields,
-                            void *user) {
+static void default_log(tsr_log_level level, const char *msg, const tsr_log_field *fields, size_t n_fields,
+                        void *user) {
     (void)user;
     char line[2048];
     size_t pos = (size_t)snprintf(
         line, sizeof line, "level=%s lib=tensr msg=", tsr_level_names[level <= TSR_LOG_NONE ? level : TSR_LOG_ERROR]);
-    pos = tsr_append_value(line, pos, sizeof line, msg);
+    pos = append_value(line, pos, sizeof line, msg);
     for (size_t i = 0; i < n_fields && pos + 4 < sizeof line; i++) {
         int n = snprintf(line + pos, sizeof line - pos, " %s=", fields[i].key);
         if (n < 0 || (size_t)n >= sizeof line - pos)
             break;
         pos += (size_t)n;
-        pos = tsr_append_value(line, pos, sizeof line, fields[i].value ? fields[i].value : "");
+        pos = append_value(line, pos, sizeof line, fields[i].value ? fields[i].value : "");
     }
     fprintf(stderr, "%s\n", line);
 }
@@ -117,7 +117,7 @@ void tsr__log_fields(tsr_log_level level, const char *msg, size_t n_fields, cons
     if (tsr_log_cb)
         tsr_log_cb(level, msg, fields, n_fields, tsr_log_user);
     else
-        tsr_default_log(level, msg, fields, n_fields, NULL);
+        default_log(level, msg, fields, n_fields, NULL);
 }
 
 const char *tsr__fmt(char *buf, size_t size, const char *fmt, ...) {

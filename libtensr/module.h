@@ -2,7 +2,7 @@
  * module.h - for backends built as run-time modules (outside libtensr.so):
  * the tsr__ helpers of internal.h that a backend uses, routed through the
  * services table the core hands the module's entry point. Include it after
- * backend.h; expand TSR_MODULE_SERVICES_DEFINE in exactly one file of the
+ * device.h; expand TSR_MODULE_SERVICES_DEFINE in exactly one file of the
  * module, and call tsr__module_attach(svc) first thing in the entry point.
  * A module links nothing of libtensr: hidden symbols are out of its reach,
  * and the services are the whole contract.
@@ -10,17 +10,17 @@
 #ifndef TSR_MODULE_H
 #define TSR_MODULE_H
 
-#include "backend.h"
+#include "device.h"
 
 #include <stdio.h>
 
-extern const tsr_backend_services *tsr__svc;
+extern const tsr_module_services *tsr__svc;
 
-#define TSR_MODULE_SERVICES_DEFINE const tsr_backend_services *tsr__svc;
+#define TSR_MODULE_SERVICES_DEFINE const tsr_module_services *tsr__svc;
 
 /* Keeps the core's services; false when they are older than this module needs. */
-static inline bool tsr__module_attach(const tsr_backend_services *svc) {
-    if (!svc || svc->abi_version != TSR_BACKEND_ABI_VERSION || svc->size < sizeof(tsr_backend_services))
+static inline bool tsr__module_attach(const tsr_module_services *svc) {
+    if (!svc || svc->abi_version != TSR_MODULE_ABI_VERSION || svc->size < sizeof(tsr_module_services))
         return false;
     tsr__svc = svc;
     return true;

@@ -105,13 +105,13 @@ uint64_t tsr__alloc_count(void) { return atomic_load(&tsr_n_allocs); }
 int64_t tsr__alloc_live(void) { return atomic_load(&tsr_n_live); }
 
 /* p, as returned by an allocation, counted as live when it is one. */
-static void *tsr_alloc_made(void *p) {
+static void *alloc_made(void *p) {
     if (p)
         atomic_fetch_add(&tsr_n_live, 1);
     return p;
 }
 
-static void tsr_alloc_gone(void *p) {
+static void alloc_gone(void *p) {
     if (p)
         atomic_fetch_sub(&tsr_n_live, 1);
 }
@@ -129,7 +129,7 @@ void tsr__fail_alloc_once(int64_t n) {
 }
 
 /* Counts an allocation; false when the test hook says this one must fail. */
-static bool tsr_alloc_tick(void) {
+static bool alloc_tick(void) {
     atomic_fetch_add(&tsr_n_allocs, 1);
     int_fast64_t left = atomic_load(&tsr_fail_after);
     while (left >= 0) {
@@ -152,29 +152,29 @@ static bool tsr_alloc_tick(void) {
 #define TSR_ALLOC_MAX ((size_t)PTRDIFF_MAX)
 
 void *tsr__malloc(size_t size) {
-    if (!tsr_alloc_tick() || size > TSR_ALLOC_MAX)
+    if (!alloc_tick() || size > TSR_ALLOC_MAX)
         return NULL;
-    return tsr_alloc_made(malloc(size ? size : 1));
+    return alloc_made(malloc(size ? size : 1));
 }
 
 void *tsr__calloc(size_t n, size_t size) {
     size_t bytes;
-    if (!tsr_alloc_tick() || tsr__mul_overflow(n, size, &bytes) || bytes > TSR_ALLOC_MAX)
+    if (!alloc_tick() || tsr__mul_overflow(n, size, &bytes) || bytes > TSR_ALLOC_MAX)
         return NULL;
     if (n == 0 || size == 0)
         n = size = 1;
-    return tsr_alloc_made(calloc(n, size));
+    return alloc_made(calloc(n, size));
 }
 
 void *tsr__realloc(void *p, size_t size) {
-    if (!tsr_alloc_tick() || size > TSR_ALLOC_MAX)
+    if (!alloc_tick() || size > TSR_ALLOC_MAX)
         return NULL;
     void *q = realloc(p, size ? size : 1);
-    return p ? q : tsr_alloc_made(q); /* a resize is the same allocation */
+    return p ? q : alloc_made(q); /* a resize is the same allocation */
 }
 
 void tsr__free(void *p) {
-    tsr_alloc_gone(p);
+    alloc_gone(p);
     free(p);
 }
 
@@ -206,16 +206,16 @@ char *tsr__strdup(const char *s) {
 void *tsr__aligned_alloc(size_t alignment, size_t size) {
     if (alignment < TSR_ALIGN)
         alignment = TSR_ALIGN;
-    if (!tsr_alloc_tick() || size > TSR_ALLOC_MAX)
+    if (!alloc_tick() || size > TSR_ALLOC_MAX)
         return NULL;
     void *p = NULL;
     if (posix_memalign(&p, alignment, size ? size : 1) != 0)
         return NULL;
-    return tsr_alloc_made(p);
+    return alloc_made(p);
 }
 
 void tsr__aligned_free(void *p) {
-    tsr_alloc_gone(p);
+    alloc_gone(p);
     free(p);
 }
 

@@ -23,15 +23,15 @@ static void expect(const char *tmpl_text, const char *name, const char *want)
 {
     chat_template *t = NULL;
     char *out = NULL;
-    tsr_status st = chat_template_detect(tmpl_text, &t);
+    tsr_status st = tsr__chat_template_detect(tmpl_text, &t);
     CHECK(st == TSR_OK, "detect %s: %s", name, tsr_last_error());
     if (st != TSR_OK)
         return;
-    CHECK(!strcmp(chat_template_name(t), name), "detected %s, expected %s", chat_template_name(t), name);
-    CHECK(chat_format(t, conv, 4, 1, &out) == TSR_OK, "format: %s", tsr_last_error());
+    CHECK(!strcmp(tsr__chat_template_name(t), name), "detected %s, expected %s", tsr__chat_template_name(t), name);
+    CHECK(tsr__chat_format(t, conv, 4, 1, &out) == TSR_OK, "format: %s", tsr_last_error());
     CHECK(out && !strcmp(out, want), "%s rendered\n%s\nexpected\n%s", name, out ? out : "(null)", want);
     tsr__free(out);
-    chat_template_free(t);
+    tsr__chat_template_free(t);
 }
 
 static void test_templates(void)
@@ -65,14 +65,14 @@ static void test_templates(void)
            "<|system|>\nBe brief.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n<|user|>\nBye<|end|>\n"
            "<|assistant|>\n");
 
-    CHECK(chat_template_detect("{{ messages | tojson }}", &t) == TSR_E_UNSUPPORTED, "unknown template fails");
+    CHECK(tsr__chat_template_detect("{{ messages | tojson }}", &t) == TSR_E_UNSUPPORTED, "unknown template fails");
     CHECK(strstr(tsr_last_error(), "unknown chat template"), "message: %s", tsr_last_error());
-    CHECK(chat_template_by_name("nope", &t) == TSR_E_NOT_FOUND, "unknown name");
-    CHECK(chat_template_by_name("chatml", &t) == TSR_OK, "by name");
-    CHECK(chat_format(t, NULL, 0, 1, &out) == TSR_OK && !strcmp(out, "<|im_start|>assistant\n"), "empty chat");
+    CHECK(tsr__chat_template_by_name("nope", &t) == TSR_E_NOT_FOUND, "unknown name");
+    CHECK(tsr__chat_template_by_name("chatml", &t) == TSR_OK, "by name");
+    CHECK(tsr__chat_format(t, NULL, 0, 1, &out) == TSR_OK && !strcmp(out, "<|im_start|>assistant\n"), "empty chat");
     tsr__free(out);
-    chat_template_free(t);
-    chat_template_free(NULL);
+    tsr__chat_template_free(t);
+    tsr__chat_template_free(NULL);
 }
 
 /* SmolLM2's template inserts its own system turn when there is none. */
@@ -84,19 +84,19 @@ static void test_default_system(void)
                        "{% endfor %}";
     chat_template *t = NULL;
     char *out = NULL;
-    CHECK(chat_template_detect(tmpl, &t) == TSR_OK, "detect");
-    CHECK(t && chat_template_default_system(t) && !strcmp(chat_template_default_system(t), "You are SmolLM"),
+    CHECK(tsr__chat_template_detect(tmpl, &t) == TSR_OK, "detect");
+    CHECK(t && tsr__chat_template_default_system(t) && !strcmp(tsr__chat_template_default_system(t), "You are SmolLM"),
           "default system");
-    CHECK(chat_format(t, conv + 1, 1, 1, &out) == TSR_OK, "format");
+    CHECK(tsr__chat_format(t, conv + 1, 1, 1, &out) == TSR_OK, "format");
     CHECK(!strcmp(out, "<|im_start|>system\nYou are SmolLM<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                        "<|im_start|>assistant\n"),
           "rendered %s", out);
     tsr__free(out);
-    CHECK(chat_format(t, conv, 2, 0, &out) == TSR_OK, "format");
+    CHECK(tsr__chat_format(t, conv, 2, 0, &out) == TSR_OK, "format");
     CHECK(!strcmp(out, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"),
           "own system kept: %s", out);
     tsr__free(out);
-    chat_template_free(t);
+    tsr__chat_template_free(t);
 }
 
 /* Decodes the JSON string value of key in line (\n \" \\ \uXXXX). */
@@ -148,12 +148,12 @@ static void test_model(const char *label, const char *model, const char *refs)
         const char *arch = "";
         CHECK(tsr_gguf_get_str(g, "general.architecture", &arch, NULL) == TSR_OK && !strcmp(arch, "gemma3"),
               "%s: no chat template, architecture %s", label, arch);
-        CHECK(chat_template_by_name("gemma", &t) == TSR_OK, "gemma: %s", tsr_last_error());
+        CHECK(tsr__chat_template_by_name("gemma", &t) == TSR_OK, "gemma: %s", tsr_last_error());
     } else {
         CHECK(tsr_gguf_get_str(g, "tokenizer.chat_template", &text, NULL) == TSR_OK, "chat template key");
-        CHECK(chat_template_detect(text, &t) == TSR_OK, "detect: %s", tsr_last_error());
+        CHECK(tsr__chat_template_detect(text, &t) == TSR_OK, "detect: %s", tsr_last_error());
     }
-    CHECK(tok_vocab_load(g, &v) == TSR_OK, "vocab: %s", tsr_last_error());
+    CHECK(tsr__tok_vocab_load(g, &v) == TSR_OK, "vocab: %s", tsr_last_error());
     tsr_gguf_close(g);
     if (!t || !v || !(f = fopen(refs, "r"))) {
         CHECK(0, "setup for %s", refs);
@@ -175,9 +175,9 @@ static void test_model(const char *label, const char *model, const char *refs)
         if (strstr(line, "\"role\": \"system\""))
             m[n++] = (chat_msg){"system", sys};
         m[n++] = (chat_msg){"user", u ? u : ""};
-        CHECK(chat_format(t, m, n, 1, &out) == TSR_OK && !strcmp(out, want), "%s chat prompt\n%s\nllama.cpp gave\n%s",
+        CHECK(tsr__chat_format(t, m, n, 1, &out) == TSR_OK && !strcmp(out, want), "%s chat prompt\n%s\nllama.cpp gave\n%s",
               label, out ? out : "", want);
-        CHECK(out && tok_tokenize(v, out, strlen(out), 1, 1, &ids, &n_ids) == TSR_OK, "tokenize");
+        CHECK(out && tsr__tok_tokenize(v, out, strlen(out), 1, 1, &ids, &n_ids) == TSR_OK, "tokenize");
         if (ids) {
             const char *p = strstr(line, "\"prompt_ids\": [");
             size_t k = 0;
@@ -197,8 +197,8 @@ static void test_model(const char *label, const char *model, const char *refs)
     fclose(f);
 done:
     free(line);
-    chat_template_free(t);
-    tok_vocab_free(v);
+    tsr__chat_template_free(t);
+    tsr__tok_vocab_free(v);
 }
 
 int main(void)

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test-model-cuda-emu.sh - whole models on the emulated CUDA0 (the module of
-# tests/test-ops-cuda-emu.sh: cuda/backend.c and every kernel built for the
+# tests/test-ops-cuda-emu.sh: cuda/cuda.c and every kernel built for the
 # host, see cuda/README.md) with -ngl 99 against the CPU: the tiny random
 # models of tests/make_tiny_models.py (llama with a tied head, Mixtral-style
 # Q8_0 experts, deepseek2 V2-Lite-shaped Q8_0 with its legacy kv_b and

@@ -1,6 +1,6 @@
 #!/bin/sh
 # test-ops-cuda-emu.sh - the op harness on CUDA0 of the emulated CUDA module
-# (tests/libtensr-cuda-emu.la: cuda/backend.c and every kernel of cuda/*.cu
+# (tests/libtensr-cuda-emu.la: cuda/cuda.c and every kernel of cuda/*.cu
 # built for the host against cuda/emu/, see cuda/README.md), loaded through
 # TSR_BACKEND_PATH as the real module is. Every case's sources live in
 # CUDA0's memory, each node the module claims must run there, and the

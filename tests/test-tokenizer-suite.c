@@ -117,7 +117,7 @@ static int run_case(const char *vocab, const tok_vocab *v, const tsr_model *m, c
     size_t n_got = 0, n_pub = 0;
     int32_t *got = NULL, *pub = m ? public_ids(m, text, text_len, &n_pub) : NULL;
     int ok, pub_ok;
-    CHECK_OK(tok_tokenize(v, text, text_len, 0, 0, &got, &n_got));
+    CHECK_OK(tsr__tok_tokenize(v, text, text_len, 0, 0, &got, &n_got));
     ok = got && n_got == n_want && memcmp(got, want, n_got * sizeof *got) == 0;
     pub_ok = pub && n_pub == n_want && memcmp(pub, want, n_pub * sizeof *pub) == 0;
     if (!ok || !pub_ok) {
@@ -148,7 +148,7 @@ static int run_vocab(const char *vocab, tsr_backend *be) {
     CHECK(inp && out, "%s: missing .inp or .out", vocab);
     if (!inp || !out)
         goto done;
-    if (tok_vocab_load_file(vocab, &v) != TSR_OK) {
+    if (tsr__tok_vocab_load_file(vocab, &v) != TSR_OK) {
         CHECK(0, "%s: does not load: %s", vocab, tsr_last_error());
         goto done;
     }
@@ -168,7 +168,7 @@ static int run_vocab(const char *vocab, tsr_backend *be) {
     printf("%s: %zu/%zu cases pass\n", vocab, n_pass, n_cases);
 done:
     tsr_model_free(m);
-    tok_vocab_free(v);
+    tsr__tok_vocab_free(v);
     free(inp);
     free(out);
     return n_cases > 0 && n_pass == n_cases;
@@ -182,9 +182,9 @@ static void check_unsupported(const char *vocab) {
     tsr_load_params_init(&lp, sizeof lp);
     lp.vocab_only = 1;
     CHECK_STATUS(tsr_model_load(NULL, vocab, &lp, &m), TSR_E_UNSUPPORTED);
-    CHECK_STATUS(tok_vocab_load_file(vocab, &v), TSR_E_UNSUPPORTED);
+    CHECK_STATUS(tsr__tok_vocab_load_file(vocab, &v), TSR_E_UNSUPPORTED);
     printf("%s: not supported (%s)\n", vocab, tsr_last_error());
-    tok_vocab_free(v);
+    tsr__tok_vocab_free(v);
 }
 
 int main(int argc, char **argv) {

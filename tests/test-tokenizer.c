@@ -132,22 +132,22 @@ static void stream_case(const char *in, size_t n, const size_t *cuts, const char
     size_t k = 0, pos = 0;
     const char *out;
     size_t len;
-    tok_stream_init(&s);
+    tsr__tok_stream_init(&s);
     for (size_t c = 0; pos < n; c++) {
         size_t step = cuts[c] ? cuts[c] : n - pos;
         if (step > n - pos)
             step = n - pos;
-        CHECK(tok_stream_push(&s, in + pos, step, &out, &len) == TSR_OK, "push");
+        CHECK(tsr__tok_stream_push(&s, in + pos, step, &out, &len) == TSR_OK, "push");
         CHECK(valid_utf8((const unsigned char *)out, len), "chunk %zu is not valid UTF-8", c);
         memcpy(all + k, out, len);
         k += len, pos += step;
     }
-    CHECK(tok_stream_flush(&s, &out, &len) == TSR_OK, "flush");
+    CHECK(tsr__tok_stream_flush(&s, &out, &len) == TSR_OK, "flush");
     memcpy(all + k, out, len);
     k += len;
     CHECK(k == strlen(expect) && memcmp(all, expect, k) == 0, "stream gave '%.*s', expected '%s'", (int)k, all,
           expect);
-    tok_stream_free(&s);
+    tsr__tok_stream_free(&s);
 }
 
 static void test_stream(void)
@@ -171,16 +171,16 @@ static void test_unicode(void)
     uint32_t cps[32];
     const char *s = "It's  12ab\xc3\xa9 !!\n";
     size_t n = 0, nw;
-    CHECK(tku_is_letter('a') && tku_is_letter(0xE9) && tku_is_letter(0x4E2D) && !tku_is_letter('1'), "letters");
-    CHECK(tku_is_number('7') && tku_is_number(0xBD) && tku_is_number(0x0663) && !tku_is_number('x'), "numbers");
-    CHECK(tku_is_whitespace(0x3000) && tku_is_whitespace('\n') && !tku_is_whitespace(0x200B), "spaces");
-    CHECK(tku_decode("\xff", 1, &pos) == TKU_REPLACEMENT && pos == 1, "malformed byte");
+    CHECK(tsr__tku_is_letter('a') && tsr__tku_is_letter(0xE9) && tsr__tku_is_letter(0x4E2D) && !tsr__tku_is_letter('1'), "letters");
+    CHECK(tsr__tku_is_number('7') && tsr__tku_is_number(0xBD) && tsr__tku_is_number(0x0663) && !tsr__tku_is_number('x'), "numbers");
+    CHECK(tsr__tku_is_whitespace(0x3000) && tsr__tku_is_whitespace('\n') && !tsr__tku_is_whitespace(0x200B), "spaces");
+    CHECK(tsr__tku_decode("\xff", 1, &pos) == TKU_REPLACEMENT && pos == 1, "malformed byte");
     for (int b = 0; b < 256; b++)
-        CHECK(tku_cp_to_byte(tku_byte_to_cp((unsigned char)b)) == b, "byte %d round trip", b);
+        CHECK(tsr__tku_cp_to_byte(tsr__tku_byte_to_cp((unsigned char)b)) == b, "byte %d round trip", b);
     for (pos = 0; s[pos];)
-        cps[n++] = tku_decode(s, strlen(s), &pos);
+        cps[n++] = tsr__tku_decode(s, strlen(s), &pos);
     /* smollm: "It" "'s" "  " (spaces ending a piece) "1" "2" "abé" " !!" "\n" */
-    nw = tku_split(TKU_PRE_SMOLLM, cps, n, lens);
+    nw = tsr__tku_split(TKU_PRE_SMOLLM, cps, n, lens);
     CHECK(nw == 8 && lens[0] == 2 && lens[1] == 2 && lens[2] == 2 && lens[3] == 1 && lens[4] == 1 &&
               lens[5] == 3 && lens[6] == 3 && lens[7] == 1,
           "smollm split gave %zu words", nw);
@@ -202,24 +202,24 @@ static void check_stream(const tok_vocab *v, const int32_t *ids, size_t n)
     char *all, *raw;
     int ok = 1;
     for (size_t i = 0; i < n; i++)
-        tok_piece(v, ids[i], 1, &len), total += len;
+        tsr__tok_piece(v, ids[i], 1, &len), total += len;
     all = malloc(3 * total + 8), raw = malloc(total + 1);
     if (!all || !raw)
         goto done;
-    tok_stream_init(&s);
+    tsr__tok_stream_init(&s);
     for (size_t i = 0, r = 0; i < n; i++) {
-        const char *p = tok_piece(v, ids[i], 1, &len);
+        const char *p = tsr__tok_piece(v, ids[i], 1, &len);
         memcpy(raw + r, p, len), r += len;
-        if (tok_stream_push(&s, p, len, &out, &len) != TSR_OK || !valid_utf8((const unsigned char *)out, len))
+        if (tsr__tok_stream_push(&s, p, len, &out, &len) != TSR_OK || !valid_utf8((const unsigned char *)out, len))
             ok = 0;
         memcpy(all + k, out, len), k += len;
     }
-    if (tok_stream_flush(&s, &out, &len) == TSR_OK)
+    if (tsr__tok_stream_flush(&s, &out, &len) == TSR_OK)
         memcpy(all + k, out, len), k += len;
     CHECK(ok, "streamed chunks are not all valid UTF-8");
     if (valid_utf8((const unsigned char *)raw, total))
         CHECK(k == total && memcmp(all, raw, k) == 0, "streamed text differs (%zu vs %zu bytes)", k, total);
-    tok_stream_free(&s);
+    tsr__tok_stream_free(&s);
 done:
     free(all);
     free(raw);
@@ -239,7 +239,7 @@ static void check_case(const tok_vocab *v, const char *line, stats *st)
         CHECK(0, "unreadable case: %.80s", line);
         goto done;
     }
-    if (tok_tokenize(v, (const char *)in, n_in, add, parse, &got, &n_got) != TSR_OK) {
+    if (tsr__tok_tokenize(v, (const char *)in, n_in, add, parse, &got, &n_got) != TSR_OK) {
         CHECK(0, "tokenize failed: %s", tsr_last_error());
         goto done;
     }
@@ -252,7 +252,7 @@ static void check_case(const tok_vocab *v, const char *line, stats *st)
         print_ids("llama.cpp", ref, n_ref);
         print_ids("ours     ", got, n_got);
     }
-    if (det && tok_detokenize(v, ref, n_ref, 0, 1, &text, &det_len) == TSR_OK) {
+    if (det && tsr__tok_detokenize(v, ref, n_ref, 0, 1, &text, &det_len) == TSR_OK) {
         if (det_len == n_det && memcmp(text, det, n_det) == 0)
             st->detok_ok++;
         else
@@ -271,7 +271,7 @@ static void check_piece(const tok_vocab *v, const char *line, stats *st)
     size_t n = 0, len;
     long id = json_int(line, "piece_id", -1);
     unsigned char *ref = json_hex(line, "piece_hex", &n);
-    const char *p = tok_piece(v, (int32_t)id, 1, &len);
+    const char *p = tsr__tok_piece(v, (int32_t)id, 1, &len);
     st->pieces++;
     if (ref && len == n && memcmp(p, ref, n) == 0)
         st->pieces_ok++;
@@ -292,7 +292,7 @@ static int run_refs(const char *refs, const char *model)
     CHECK(f, "cannot open %s", refs);
     if (!f)
         return 1;
-    if (tok_vocab_load_file(model, &v) != TSR_OK) {
+    if (tsr__tok_vocab_load_file(model, &v) != TSR_OK) {
         CHECK(0, "%s: %s", model, tsr_last_error());
         fclose(f);
         return 1;
@@ -300,7 +300,7 @@ static int run_refs(const char *refs, const char *model)
     while (getline(&line, &cap, f) > 0) {
         long nv = json_int(line, "n_vocab", -1);
         if (nv >= 0 && strstr(line, "\"generator\""))
-            CHECK(nv == tok_n_vocab(v), "n_vocab %d, llama.cpp %ld", tok_n_vocab(v), nv);
+            CHECK(nv == tsr__tok_n_vocab(v), "n_vocab %d, llama.cpp %ld", tsr__tok_n_vocab(v), nv);
         if (strstr(line, "\"piece_id\""))
             check_piece(v, line, &st);
         else if (strstr(line, "\"ids\": ["))
@@ -311,7 +311,7 @@ static int run_refs(const char *refs, const char *model)
     CHECK(st.cases > 0, "no cases in %s", refs);
     free(line);
     fclose(f);
-    tok_vocab_free(v);
+    tsr__tok_vocab_free(v);
     return tsrtest_failures != fails;
 }
 
@@ -338,8 +338,8 @@ static void test_split_refs(void)
         uint32_t cps[256];
         size_t lens[256];
         int same;
-        while (pos < len && n < 256) cps[n++] = tku_decode(ref->text, len, &pos);
-        n_words = tku_split(ref->pre, cps, n, lens);
+        while (pos < len && n < 256) cps[n++] = tsr__tku_decode(ref->text, len, &pos);
+        n_words = tsr__tku_split(ref->pre, cps, n, lens);
         for (same = 1; same && k < n_words; k++) same = ref->lens[k] == lens[k];
         same = same && ref->lens[n_words] == 0;
         CHECK(same, "pre-tokenizer %d splits '%s' unlike the regexes (row %zu)", (int)ref->pre, ref->text, r);
@@ -389,7 +389,7 @@ static tsr_status load_tiny(const char *pre, const char *model, tok_vocab **v)
     tsr_gguf_writer_free(w);
     warned[0] = warned_pre[0] = '\0';
     if (st == TSR_OK)
-        st = tok_vocab_load(g, v);
+        st = tsr__tok_vocab_load(g, v);
     tsr_gguf_close(g);
     tsr_free(mem);
     return st;
@@ -404,17 +404,17 @@ static void test_pre_fallback(void)
     (void)fuzz_vocab_spm; /* fuzz-vocab.h's other vocabulary, unused here */
     tsr_log_set(catch_log, NULL);
     CHECK_OK(load_tiny("no-such-pre", NULL, &v));
-    CHECK(v && tok_vocab_pre(v) == TKU_PRE_DEFAULT, "unknown pre: splitting %d", v ? tok_vocab_pre(v) : -1);
+    CHECK(v && tsr__tok_vocab_pre(v) == TKU_PRE_DEFAULT, "unknown pre: splitting %d", v ? tsr__tok_vocab_pre(v) : -1);
     CHECK(strstr(warned, "unknown pre-tokenizer") && strcmp(warned_pre, "no-such-pre") == 0,
           "warning '%s' pre='%s'", warned, warned_pre);
-    tok_vocab_free(v), v = NULL;
+    tsr__tok_vocab_free(v), v = NULL;
     CHECK_OK(load_tiny("", NULL, &v));
-    CHECK(v && tok_vocab_pre(v) == TKU_PRE_DEFAULT && strstr(warned, "no tokenizer.ggml.pre"), "missing pre: '%s'",
+    CHECK(v && tsr__tok_vocab_pre(v) == TKU_PRE_DEFAULT && strstr(warned, "no tokenizer.ggml.pre"), "missing pre: '%s'",
           warned);
-    tok_vocab_free(v), v = NULL;
+    tsr__tok_vocab_free(v), v = NULL;
     CHECK_OK(load_tiny("qwen2", NULL, &v));
-    CHECK(v && tok_vocab_pre(v) == TKU_PRE_QWEN2 && warned[0] == '\0', "qwen2: '%s'", warned);
-    tok_vocab_free(v), v = NULL;
+    CHECK(v && tsr__tok_vocab_pre(v) == TKU_PRE_QWEN2 && warned[0] == '\0', "qwen2: '%s'", warned);
+    tsr__tok_vocab_free(v), v = NULL;
     CHECK_STATUS(load_tiny("gpt-2", "t5", &v), TSR_E_UNSUPPORTED);
     CHECK(v == NULL && strstr(tsr_last_error(), "'t5'"), "%s", tsr_last_error());
     tsr_log_set(NULL, NULL);

@@ -1,7 +1,7 @@
 /*
  * cuda_runtime_api.h - the emulator's stand-in for the CUDA runtime header
  * (see cuda/README.md): the types, constants and functions
- * cuda/backend.c and the kernels use, implemented by cuda/emu/emu.cc on the
+ * cuda/cuda.c and the kernels use, implemented by cuda/emu/emu.cc on the
  * host. Test-only: the emulated module (tests/libtensr-cuda-emu.la) builds
  * with this include directory instead of a CUDA toolkit.
  */

@@ -897,7 +897,7 @@ static double gemm_load(const void *p, cudaDataType_t t, size_t i) {
 }
 
 /* C (m x n, column-major, ldc) = alpha op(A) op(B) + beta C: A and B both
- * F32 or both F16, C F32, F32 compute, as cuda/backend.c calls it. */
+ * F32 or both F16, C F32, F32 compute, as cuda/cuda.c calls it. */
 TCU_EMU_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                            int k, const void *alpha, const void *A, cudaDataType_t at, int lda,
                                            const void *B, cudaDataType_t bt, int ldb, const void *beta, void *C,

@@ -37,28 +37,28 @@ void tsr_kv_cache_params_init(tsr_kv_cache_params *p, size_t size) {
     p->size = size;
 }
 
-static const char *tsr_tn(tsr_type t) {
+static const char *tn(tsr_type t) {
     const char *n = tsr_type_name(t);
     return n ? n : "?";
 }
 
-static tsr_status tsr_check_type(tsr_type t, int head_dim, bool flash, bool is_v) {
+static tsr_status check_type(tsr_type t, int head_dim, bool flash, bool is_v) {
     const char *what = is_v ? "type_v" : "type_k";
     bool ok = t == TSR_TYPE_F32 || t == TSR_TYPE_F16 || t == TSR_TYPE_Q8_0;
     if (!ok)
-        return tsr__error(TSR_E_UNSUPPORTED, "tsr_kv_cache_new: %s is %s; expected f16, f32 or q8_0", what, tsr_tn(t));
+        return tsr__error(TSR_E_UNSUPPORTED, "tsr_kv_cache_new: %s is %s; expected f16, f32 or q8_0", what, tn(t));
     /* V is stored transposed on the plain path: a quantized block would span cells */
     if (t == TSR_TYPE_Q8_0 && is_v && !flash)
         return tsr__error(TSR_E_UNSUPPORTED,
                           "tsr_kv_cache_new: type_v q8_0 needs flash attention (the backend has it off)");
     if (head_dim % tsr_type_block_size(t) != 0)
         return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: %s %s needs head dims that are multiples of %lld, got %d",
-                          what, tsr_tn(t), (long long)tsr_type_block_size(t), head_dim);
+                          what, tn(t), (long long)tsr_type_block_size(t), head_dim);
     return TSR_OK;
 }
 
 /* Per-layer window flags: the caller's (copied) or every layer. */
-static tsr_status tsr_layer_windows(tsr_kv_cache *c) {
+static tsr_status layer_windows(tsr_kv_cache *c) {
     const tsr_kv_cache_params *p = &c->p;
     c->l_swa = tsr__calloc((size_t)p->n_layers, 1);
     if (!c->l_swa)
@@ -72,7 +72,7 @@ static tsr_status tsr_layer_windows(tsr_kv_cache *c) {
 }
 
 /* Per-layer shapes: the caller's arrays (copied) or the single values. */
-static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
+static tsr_status layer_shapes(tsr_kv_cache *c) {
     const tsr_kv_cache_params *p = &c->p;
     size_t nl = (size_t)p->n_layers;
     c->l_nkvh = tsr__malloc(nl * sizeof(int));
@@ -93,17 +93,17 @@ static tsr_status tsr_layer_shapes(tsr_kv_cache *c) {
                 TSR_E_INVALID,
                 "tsr_kv_cache_new: layer %d: head_dim_v %d > head_dim_k %d, but V is read from K (v_in_k)", il,
                 c->l_hdv[il], c->l_hdk[il]);
-        tsr_status s = tsr_check_type(p->type_k, c->l_hdk[il], c->flash, false);
+        tsr_status s = check_type(p->type_k, c->l_hdk[il], c->flash, false);
         if (s == TSR_OK && !p->v_in_k)
-            s = tsr_check_type(p->type_v, c->l_hdv[il], c->flash, true);
+            s = check_type(p->type_v, c->l_hdv[il], c->flash, true);
         if (s != TSR_OK)
             return s;
     }
     c->p.n_head_kv_layer = c->p.head_dim_k_layer = c->p.head_dim_v_layer = NULL; /* not the caller's memory later */
-    return tsr_layer_windows(c);
+    return layer_windows(c);
 }
 
-static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
+static tsr_status check_params(const tsr_kv_cache_params *p, bool flash) {
     if (p->n_layers <= 0 || p->n_ctx <= 0 || (p->n_head_kv <= 0 && !p->n_head_kv_layer) ||
         (p->head_dim_k <= 0 && !p->head_dim_k_layer) || (p->head_dim_v <= 0 && !p->head_dim_v_layer) || p->n_seq <= 0 ||
         p->n_batch_max < 0 || p->n_swa < 0)
@@ -115,14 +115,14 @@ static tsr_status tsr_check_params(const tsr_kv_cache_params *p, bool flash) {
     if (p->n_ctx > INT32_MAX)
         return tsr__error(TSR_E_RANGE, "tsr_kv_cache_new: n_ctx %lld is larger than %d", (long long)p->n_ctx,
                           INT32_MAX);
-    tsr_status s = tsr_check_type(p->type_k, p->head_dim_k_layer ? 0 : p->head_dim_k, flash, false);
+    tsr_status s = check_type(p->type_k, p->head_dim_k_layer ? 0 : p->head_dim_k, flash, false);
     if (s != TSR_OK || p->v_in_k)
         return s;
-    return tsr_check_type(p->type_v, p->head_dim_v_layer ? 0 : p->head_dim_v, flash, true);
+    return check_type(p->type_v, p->head_dim_v_layer ? 0 : p->head_dim_v, flash, true);
 }
 
 /* Shapes one cache tensor struct (layer il, K or V). */
-static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
+static bool shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) {
     const tsr_kv_cache_params *p = &c->p;
     int64_t hd = is_v ? c->l_hdv[il] : c->l_hdk[il], width = hd * c->l_nkvh[il];
     /* v_in_k: the V struct is never allocated nor read (F32 keeps its shape valid) */
@@ -140,32 +140,32 @@ static bool tsr_shape_tensor(tsr_kv_cache *c, tsr_tensor *t, int il, bool is_v) 
     return tsr__set_contiguous_strides(t);
 }
 
-static tsr_buffer_type *tsr_layer_buft(const tsr_backend *b, int il) {
+static tsr_buffer_type *layer_buffer_type(const tsr_backend *b, int il) {
     tsr_buffer_type *bt = tsr_backend_layer_buffer_type(b, il);
     return bt ? bt : tsr_device_buffer_type(tsr__host_device());
 }
 
-static size_t tsr_dev_of(const tsr_backend *b, tsr_buffer_type *bt) {
+static size_t dev_of(const tsr_backend *b, tsr_buffer_type *bt) {
     size_t d = tsr__backend_device_index(b, bt->device);
     return d < b->n_devices ? d : tsr__backend_host_index(b);
 }
 
-static size_t tsr_align_of(const tsr_buffer_type *bt) { return bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN; }
+static size_t align_of(const tsr_buffer_type *bt) { return bt->alignment > TSR_ALIGN ? bt->alignment : TSR_ALIGN; }
 
 /* Groups the layers by buffer type (layer order) and sums each group's
  * bytes (aligned per tensor); false on overflow. */
-static bool tsr_group(tsr_kv_cache *c) {
+static bool group_layers(tsr_kv_cache *c) {
     for (int il = 0; il < c->p.n_layers; il++) {
-        tsr_buffer_type *bt = tsr_layer_buft(c->b, il);
+        tsr_buffer_type *bt = layer_buffer_type(c->b, il);
         size_t g = 0;
         while (g < c->n_grp && c->grp_bt[g] != bt) g++;
         if (g == c->n_grp) {
             c->grp_bt[c->n_grp] = bt;
-            c->grp_dev[c->n_grp] = tsr_dev_of(c->b, bt);
+            c->grp_dev[c->n_grp] = dev_of(c->b, bt);
             c->grp_size[c->n_grp++] = 0;
         }
-        size_t kb = tsr__pad(tsr_tensor_nbytes(&c->k[il]), tsr_align_of(bt));
-        size_t vb = c->p.v_in_k ? 0 : tsr__pad(tsr_tensor_nbytes(&c->v[il]), tsr_align_of(bt));
+        size_t kb = tsr__pad(tsr_tensor_nbytes(&c->k[il]), align_of(bt));
+        size_t vb = c->p.v_in_k ? 0 : tsr__pad(tsr_tensor_nbytes(&c->v[il]), align_of(bt));
         if (tsr__add_overflow(c->grp_size[g], kb, &c->grp_size[g]) ||
             tsr__add_overflow(c->grp_size[g], vb, &c->grp_size[g]))
             return false;
@@ -174,7 +174,7 @@ static bool tsr_group(tsr_kv_cache *c) {
 }
 
 /* Allocates group g's buffer (zeroed) and points its layers' tensors into it. */
-static tsr_status tsr_alloc_group(tsr_kv_cache *c, size_t g) {
+static tsr_status alloc_group(tsr_kv_cache *c, size_t g) {
     tsr_buffer_type *bt = c->grp_bt[g];
     tsr_buffer *buf = NULL;
     tsr_status s = tsr_buffer_alloc(bt, c->grp_size[g], &buf);
@@ -188,14 +188,14 @@ static tsr_status tsr_alloc_group(tsr_kv_cache *c, size_t g) {
         return s;
     size_t off = 0;
     for (int il = 0; il < c->p.n_layers; il++) {
-        if (tsr_layer_buft(c->b, il) != bt)
+        if (layer_buffer_type(c->b, il) != bt)
             continue;
         tsr_tensor *ts[2] = {&c->k[il], &c->v[il]};
         for (int j = 0; j < (c->p.v_in_k ? 1 : 2); j++) {
             ts[j]->buffer = buf;
             ts[j]->data = (char *)buf->base + off;
             ts[j]->device_id = (int)c->grp_dev[g];
-            off += tsr__pad(tsr_tensor_nbytes(ts[j]), tsr_align_of(bt));
+            off += tsr__pad(tsr_tensor_nbytes(ts[j]), align_of(bt));
         }
     }
     return TSR_OK;
@@ -204,8 +204,8 @@ static tsr_status tsr_alloc_group(tsr_kv_cache *c, size_t g) {
 /* Plans every group into the backend's memory plan, checks that the plan
  * fits every device (TSR_E_DEVICE_NOMEM naming the device and the bytes
  * missing), then allocates. */
-static tsr_status tsr_alloc_all(tsr_kv_cache *c) {
-    if (!tsr_group(c))
+static tsr_status alloc_all(tsr_kv_cache *c) {
+    if (!group_layers(c))
         return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: the cache size overflows");
     for (size_t g = 0; g < c->n_grp; g++) c->b->plan_kv[c->grp_dev[g]] += c->grp_size[g];
     c->planned = true;
@@ -217,15 +217,15 @@ static tsr_status tsr_alloc_all(tsr_kv_cache *c) {
     if (c->b->plan_mode) { /* a dry run: each layer's K/V on its planned device, no memory */
         for (int il = 0; il < c->p.n_layers; il++)
             for (size_t g = 0; g < c->n_grp; g++)
-                if (tsr_layer_buft(c->b, il) == c->grp_bt[g])
+                if (layer_buffer_type(c->b, il) == c->grp_bt[g])
                     c->k[il].device_id = c->v[il].device_id = (int)c->grp_dev[g];
         return TSR_OK;
     }
-    for (size_t g = 0; g < c->n_grp && s == TSR_OK; g++) s = tsr_alloc_group(c, g);
+    for (size_t g = 0; g < c->n_grp && s == TSR_OK; g++) s = alloc_group(c, g);
     return s;
 }
 
-static tsr_status tsr_cache_init(tsr_kv_cache *c) {
+static tsr_status cache_init(tsr_kv_cache *c) {
     size_t nl = (size_t)c->p.n_layers, nc = (size_t)c->p.n_ctx;
     c->k = tsr__calloc(nl, sizeof *c->k);
     c->v = tsr__calloc(nl, sizeof *c->v);
@@ -236,9 +236,9 @@ static tsr_status tsr_cache_init(tsr_kv_cache *c) {
     if (!c->k || !c->v || !c->grp_bt || !c->grp_size || !c->grp_dev || !c->bufs)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_new: out of host memory");
     for (int il = 0; il < c->p.n_layers; il++)
-        if (!tsr_shape_tensor(c, &c->k[il], il, false) || !tsr_shape_tensor(c, &c->v[il], il, true))
+        if (!shape_tensor(c, &c->k[il], il, false) || !shape_tensor(c, &c->v[il], il, true))
             return tsr__error(TSR_E_INVALID, "tsr_kv_cache_new: layer %d: the cache size overflows", il);
-    tsr_status s = tsr_alloc_all(c); /* first: a cache that does not fit fails before any cell array */
+    tsr_status s = alloc_all(c); /* first: a cache that does not fit fails before any cell array */
     if (s != TSR_OK)
         return s;
     c->cell_pos = tsr__malloc(nc * sizeof *c->cell_pos);
@@ -272,11 +272,11 @@ tsr_status tsr_kv_cache_new(tsr_backend *b, const tsr_kv_cache_params *p, tsr_kv
     c->b = b;
     c->flash = tsr_backend_flash_attn(b) != 0;
     c->n_ctx_alloc = c->flash ? (int64_t)tsr__pad((size_t)c->p.n_ctx, TSR_KV_PAD) : c->p.n_ctx;
-    tsr_status s = tsr_check_params(&c->p, c->flash);
+    tsr_status s = check_params(&c->p, c->flash);
     if (s == TSR_OK)
-        s = tsr_layer_shapes(c);
+        s = layer_shapes(c);
     if (s == TSR_OK)
-        s = tsr_cache_init(c);
+        s = cache_init(c);
     if (s != TSR_OK) {
         tsr_kv_cache_free(c);
         return s;
@@ -365,7 +365,7 @@ int32_t tsr_kv_cache_seq_pos_max(const tsr_kv_cache *c, int seq) {
 
 /* ---- begin ---------------------------------------------------------------------- */
 
-static tsr_status tsr_check_batch(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq) {
+static tsr_status check_batch(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq) {
     if (n_tokens < 0 || n_tokens > c->p.n_batch_max)
         return tsr__error(n_tokens < 0 ? TSR_E_INVALID : TSR_E_RANGE,
                           "tsr_kv_cache_begin: batch of %lld tokens; expected 0..%lld (n_batch_max)",
@@ -383,7 +383,7 @@ static tsr_status tsr_check_batch(const tsr_kv_cache *c, int64_t n_tokens, const
 
 /* Positions when the caller gives none: each sequence continues after its
  * largest position. */
-static void tsr_default_positions(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int32_t *out) {
+static void default_positions(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int32_t *out) {
     int32_t *next = c->next_buf;
     memset(next, 0, (size_t)c->p.n_seq * sizeof *next);
     for (int64_t i = 0; i < c->p.n_ctx; i++)
@@ -400,8 +400,8 @@ static void tsr_default_positions(const tsr_kv_cache *c, int64_t n_tokens, const
 /* Causal mask: token i sees cell j when the cell is in use, of the same
  * sequence, at a position <= its own and, with a window (n_swa > 0), less
  * than n_swa positions behind it. Padding rows are fully masked. */
-static void tsr_fill_mask(const tsr_kv_cache *c, uint16_t *m, int64_t n_kv, int64_t n_rows, int64_t n_tokens,
-                          const int32_t *pos, const int32_t *seq, int64_t n_swa) {
+static void fill_mask(const tsr_kv_cache *c, uint16_t *m, int64_t n_kv, int64_t n_rows, int64_t n_tokens,
+                      const int32_t *pos, const int32_t *seq, int64_t n_swa) {
     const uint16_t zero = 0x0000, ninf = 0xFC00; /* F16 0 and -inf */
     for (int64_t i = 0; i < n_rows; i++) {
         uint16_t *row = m + i * n_kv;
@@ -419,7 +419,7 @@ static void tsr_fill_mask(const tsr_kv_cache *c, uint16_t *m, int64_t n_kv, int6
 }
 
 /* The graph's bound of cells: the last cell in use, rounded up. */
-static int64_t tsr_n_kv(const tsr_kv_cache *c) {
+static int64_t cells_bound(const tsr_kv_cache *c) {
     int64_t last = -1;
     for (int64_t i = c->p.n_ctx; i-- > 0;)
         if (c->cell_pos[i] >= 0) {
@@ -432,8 +432,8 @@ static int64_t tsr_n_kv(const tsr_kv_cache *c) {
 
 /* Builds the inputs of a batch whose cells are in cells[]; on failure the
  * context holds the error. */
-static tsr_status tsr_build_inputs(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, int64_t n_kv,
-                                   const int32_t *pos, const int32_t *seq, const int64_t *cells, bool reserve) {
+static tsr_status build_inputs(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, int64_t n_kv, const int32_t *pos,
+                               const int32_t *seq, const int64_t *cells, bool reserve) {
     int64_t n_rows = c->flash ? (int64_t)tsr__pad((size_t)n_tokens, TSR_KV_MASK_ROWS_PAD) : n_tokens;
     int64_t ne_idx[1] = {n_tokens}, ne_mask[2] = {n_kv, n_rows};
     tsr_tensor *idx = tsr_input(ctx, TSR_TYPE_I64, 1, ne_idx, cells);
@@ -444,11 +444,11 @@ static tsr_status tsr_build_inputs(tsr_kv_cache *c, tsr_context *ctx, int64_t n_
     tsr_set_name(idx, "kv_idx");
     tsr_set_name(mask, "kq_mask");
     if (!reserve && mask->data)
-        tsr_fill_mask(c, mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
+        fill_mask(c, mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
     if (mask_swa) {
         tsr_set_name(mask_swa, "kq_mask_swa");
         if (!reserve && mask_swa->data)
-            tsr_fill_mask(c, mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
+            fill_mask(c, mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
     }
     c->ctx = ctx;
     c->ctx_id = ctx->id;
@@ -472,7 +472,7 @@ void tsr__kv_seq_range(const tsr_kv_cache *c, int seq, int64_t *c0, int64_t *c1)
 /* Lowest free cells first, so n_kv stays small; with per_seq_cells each
  * token's in its sequence's range (a cursor per sequence in next_buf, free
  * once the positions are known). */
-static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int64_t *cells) {
+static int64_t find_cells(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq, int64_t *cells) {
     int64_t found = 0;
     if (!c->p.per_seq_cells) {
         for (int64_t i = 0; i < c->p.n_ctx && found < n_tokens; i++)
@@ -499,7 +499,7 @@ static int64_t tsr_find_cells(const tsr_kv_cache *c, int64_t n_tokens, const int
 /* TSR_E_FULL when fewer than n_tokens cells are free, or with
  * per_seq_cells, fewer than a sequence's tokens in its range (then nothing
  * changes). */
-static tsr_status tsr_check_room(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq) {
+static tsr_status check_room(const tsr_kv_cache *c, int64_t n_tokens, const int32_t *seq) {
     if (n_tokens > c->p.n_ctx - c->n_used)
         return tsr__error(TSR_E_FULL,
                           "tsr_kv_cache_begin: batch of %lld tokens needs free cells; %lld of %lld are free",
@@ -521,11 +521,11 @@ static tsr_status tsr_check_room(const tsr_kv_cache *c, int64_t n_tokens, const 
 }
 
 /* Cells for the batch (marked used), or TSR_E_FULL with nothing changed
- * (after tsr_check_room, which keeps the scratch in bounds, only if the
+ * (after check_room, which keeps the scratch in bounds, only if the
  * count of cells used were wrong). */
-static tsr_status tsr_take_cells(tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
-                                 int64_t *cells) {
-    const int64_t found = tsr_find_cells(c, n_tokens, seq, cells);
+static tsr_status take_cells(tsr_kv_cache *c, int64_t n_tokens, const int32_t *pos, const int32_t *seq,
+                             int64_t *cells) {
+    const int64_t found = find_cells(c, n_tokens, seq, cells);
     if (found < n_tokens)
         return tsr__error(TSR_E_FULL, "tsr_kv_cache_begin: batch of %lld tokens; %lld cells are free",
                           (long long)n_tokens, (long long)found);
@@ -537,28 +537,28 @@ static tsr_status tsr_take_cells(tsr_kv_cache *c, int64_t n_tokens, const int32_
 }
 
 /* The arguments of a begin: a cache and a context of its backend, a batch. */
-static tsr_status tsr_check_begin(const tsr_kv_cache *c, const tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
-                                  const int32_t *seq, const char *what) {
+static tsr_status check_begin(const tsr_kv_cache *c, const tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
+                              const int32_t *seq, const char *what) {
     if (!c || !ctx)
         return tsr__error(TSR_E_INVALID, "%s: NULL %s", what, !c ? "cache" : "context");
     if (ctx->backend != c->b)
         return tsr__error(TSR_E_INVALID, "%s: the context belongs to another backend than the cache", what);
-    return tsr_check_batch(c, n_tokens, pos, seq);
+    return check_batch(c, n_tokens, pos, seq);
 }
 
 tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
                               const int32_t *seq) {
-    tsr_status s = tsr_check_begin(c, ctx, n_tokens, pos, seq, "tsr_kv_cache_begin");
-    if (s != TSR_OK || (s = tsr_check_room(c, n_tokens, seq)) != TSR_OK)
+    tsr_status s = check_begin(c, ctx, n_tokens, pos, seq, "tsr_kv_cache_begin");
+    if (s != TSR_OK || (s = check_room(c, n_tokens, seq)) != TSR_OK)
         return s;
     if (!pos) {
-        tsr_default_positions(c, n_tokens, seq, c->pos_buf);
+        default_positions(c, n_tokens, seq, c->pos_buf);
         pos = c->pos_buf;
     }
     int64_t *cells = c->cells_buf;
-    if ((s = tsr_take_cells(c, n_tokens, pos, seq, cells)) != TSR_OK)
+    if ((s = take_cells(c, n_tokens, pos, seq, cells)) != TSR_OK)
         return s;
-    s = tsr_build_inputs(c, ctx, n_tokens, tsr_n_kv(c), pos, seq, cells, false);
+    s = build_inputs(c, ctx, n_tokens, cells_bound(c), pos, seq, cells, false);
     if (s != TSR_OK) { /* nothing changes on failure */
         for (int64_t i = 0; i < n_tokens; i++) c->cell_pos[cells[i]] = -1;
         return s;
@@ -569,7 +569,7 @@ tsr_status tsr_kv_cache_begin(tsr_kv_cache *c, tsr_context *ctx, int64_t n_token
 
 tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n_tokens, const int32_t *pos,
                                     const int32_t *seq) {
-    tsr_status s = tsr_check_begin(c, ctx, n_tokens, pos, seq, "tsr_kv_cache_begin_again");
+    tsr_status s = check_begin(c, ctx, n_tokens, pos, seq, "tsr_kv_cache_begin_again");
     if (s != TSR_OK)
         return s;
     /* the id, not the pointer: a context made where a closed one was is another */
@@ -582,16 +582,16 @@ tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n
     const int64_t n_rows = c->mask->ne[1];
     if ((n_tokens > 0 && !cells) || (n_rows > 0 && (!c->mask->data || (c->mask_swa && !c->mask_swa->data))))
         return tsr__error(TSR_E_STATE, "tsr_kv_cache_begin_again: the inputs of the last begin have no memory");
-    if ((s = tsr_check_room(c, n_tokens, seq)) != TSR_OK)
+    if ((s = check_room(c, n_tokens, seq)) != TSR_OK)
         return s;
     if (!pos) {
-        tsr_default_positions(c, n_tokens, seq, c->pos_buf);
+        default_positions(c, n_tokens, seq, c->pos_buf);
         pos = c->pos_buf;
     }
     /* the cells into scratch first: the graph's keep their values when the shape differs */
-    if ((s = tsr_take_cells(c, n_tokens, pos, seq, c->cells_buf)) != TSR_OK)
+    if ((s = take_cells(c, n_tokens, pos, seq, c->cells_buf)) != TSR_OK)
         return s;
-    const int64_t n_kv = tsr_n_kv(c);
+    const int64_t n_kv = cells_bound(c);
     if (n_kv != c->n_kv) { /* another shape: undo */
         for (int64_t i = 0; i < n_tokens; i++) c->cell_pos[c->cells_buf[i]] = -1;
         return tsr__error(TSR_E_STATE,
@@ -601,9 +601,9 @@ tsr_status tsr_kv_cache_begin_again(tsr_kv_cache *c, tsr_context *ctx, int64_t n
     if (n_tokens > 0)
         memcpy(cells, c->cells_buf, (size_t)n_tokens * sizeof *cells);
     if (n_rows > 0)
-        tsr_fill_mask(c, c->mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
+        fill_mask(c, c->mask->data, n_kv, n_rows, n_tokens, pos, seq, 0);
     if (c->mask_swa && n_rows > 0)
-        tsr_fill_mask(c, c->mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
+        fill_mask(c, c->mask_swa->data, n_kv, n_rows, n_tokens, pos, seq, c->p.n_swa);
     c->n_used += n_tokens;
     return TSR_OK;
 }
@@ -622,7 +622,7 @@ tsr_status tsr_kv_cache_begin_reserve(tsr_kv_cache *c, tsr_context *ctx, int64_t
     if (!cells)
         return tsr__error(TSR_E_NOMEM, "tsr_kv_cache_begin_reserve: out of host memory");
     for (int64_t i = 0; i < n_tokens; i++) cells[i] = i;
-    tsr_status s = tsr_build_inputs(c, ctx, n_tokens, c->n_ctx_alloc, NULL, NULL, cells, true);
+    tsr_status s = build_inputs(c, ctx, n_tokens, c->n_ctx_alloc, NULL, NULL, cells, true);
     tsr__free(cells);
     return s;
 }

@@ -71,7 +71,7 @@ void tsr__galloc_free(tsr_galloc *ga) {
 #define TSR_GROW_PARALLEL(arr, cap, need, out) \
     (*(out) = (cap), tsr__grow((void **)&(arr), (out), (need), sizeof *(arr)))
 
-static tsr_status tsr_reserve_ids(tsr_galloc *ga, size_t n) {
+static tsr_status reserve_ids(tsr_galloc *ga, size_t n) {
     size_t c = ga->cap;
     if (!TSR_GROW_PARALLEL(ga->roots, ga->cap, n, &c) || !TSR_GROW_PARALLEL(ga->dev, ga->cap, n, &c) ||
         !TSR_GROW_PARALLEL(ga->first, ga->cap, n, &c) || !TSR_GROW_PARALLEL(ga->last, ga->cap, n, &c) ||
@@ -83,7 +83,7 @@ static tsr_status tsr_reserve_ids(tsr_galloc *ga, size_t n) {
     return TSR_OK;
 }
 
-static tsr_status tsr_reserve_nodes(tsr_galloc *ga, size_t n) {
+static tsr_status reserve_nodes(tsr_galloc *ga, size_t n) {
     size_t c = ga->cap_nodes;
     if (!TSR_GROW_PARALLEL(ga->head_alloc, ga->cap_nodes, n + 1, &c) ||
         !TSR_GROW_PARALLEL(ga->head_free, ga->cap_nodes, n + 1, &c))
@@ -94,7 +94,7 @@ static tsr_status tsr_reserve_nodes(tsr_galloc *ga, size_t n) {
 
 /* ---- heap: best fit over free blocks, growing at the end ----------------- */
 
-static size_t tsr_heap_alloc(tsr_heap *h, size_t size) {
+static size_t heap_alloc(tsr_heap *h, size_t size) {
     size_t best = h->n;
     for (size_t i = 0; i < h->n; i++)
         if (h->blocks[i].size >= size && (best == h->n || h->blocks[i].size < h->blocks[best].size))
@@ -121,7 +121,7 @@ static size_t tsr_heap_alloc(tsr_heap *h, size_t size) {
     return off;
 }
 
-static tsr_status tsr_heap_free(tsr_heap *h, size_t off, size_t size) {
+static tsr_status heap_free(tsr_heap *h, size_t off, size_t size) {
     size_t i = 0;
     while (i < h->n && h->blocks[i].offset < off) i++;
     bool merge_prev = i > 0 && h->blocks[i - 1].offset + h->blocks[i - 1].size == off;
@@ -147,7 +147,7 @@ static tsr_status tsr_heap_free(tsr_heap *h, size_t off, size_t size) {
 
 /* ---- planning ------------------------------------------------------------- */
 
-static bool tsr_needs_memory(const tsr_tensor *t) {
+static bool needs_memory(const tsr_tensor *t) {
     if (t->view_src)
         return false;
     if (t->op == TSR_OP_NONE && (t->flags & (TSR_FLAG_INPUT | TSR_FLAG_WEIGHT | TSR_FLAG_PERSIST)))
@@ -155,8 +155,8 @@ static bool tsr_needs_memory(const tsr_tensor *t) {
     return tsr_tensor_nbytes(t) > 0;
 }
 
-static tsr_status tsr_add_root(tsr_galloc *ga, tsr_tensor *t) {
-    tsr_status s = tsr_reserve_ids(ga, ga->n + 1);
+static tsr_status add_root(tsr_galloc *ga, tsr_tensor *t) {
+    tsr_status s = reserve_ids(ga, ga->n + 1);
     if (s != TSR_OK)
         return s;
     int id = (int)ga->n++;
@@ -171,7 +171,7 @@ static tsr_status tsr_add_root(tsr_galloc *ga, tsr_tensor *t) {
 }
 
 /* Records that node i uses root-of-t (reads or writes it). */
-static void tsr_use(tsr_galloc *ga, tsr_tensor *t, int i, int dev) {
+static void use(tsr_galloc *ga, tsr_tensor *t, int i, int dev) {
     if (!t)
         return;
     tsr_tensor *r = tsr__view_root(t);
@@ -187,21 +187,21 @@ static void tsr_use(tsr_galloc *ga, tsr_tensor *t, int i, int dev) {
         ga->last[id] = i;
 }
 
-static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g, const tsr_galloc_extra *extras, size_t n_extras) {
+static tsr_status collect(tsr_galloc *ga, const tsr_graph *g, const tsr_galloc_extra *extras, size_t n_extras) {
     ga->n = 0;
     for (size_t i = 0; i < g->n_leafs; i++) g->leafs[i]->alloc_id = -1;
     for (size_t i = 0; i < g->n_views; i++) g->views[i]->alloc_id = -1;
     for (size_t i = 0; i < g->n_nodes; i++) g->nodes[i]->alloc_id = -1;
     tsr_status s = TSR_OK;
     for (size_t i = 0; i < g->n_leafs && s == TSR_OK; i++)
-        if (tsr_needs_memory(g->leafs[i]))
-            s = tsr_add_root(ga, g->leafs[i]);
+        if (needs_memory(g->leafs[i]))
+            s = add_root(ga, g->leafs[i]);
     for (size_t i = 0; i < g->n_nodes && s == TSR_OK; i++)
-        if (tsr_needs_memory(g->nodes[i]))
-            s = tsr_add_root(ga, g->nodes[i]);
+        if (needs_memory(g->nodes[i]))
+            s = add_root(ga, g->nodes[i]);
     for (size_t i = 0; i < n_extras && s == TSR_OK; i++) {
         extras[i].t->alloc_id = -1;
-        if (tsr_tensor_nbytes(extras[i].t) > 0 && (s = tsr_add_root(ga, extras[i].t)) == TSR_OK)
+        if (tsr_tensor_nbytes(extras[i].t) > 0 && (s = add_root(ga, extras[i].t)) == TSR_OK)
             ga->dev[extras[i].t->alloc_id] = extras[i].dev;
     }
     return s;
@@ -210,7 +210,7 @@ static tsr_status tsr_collect(tsr_galloc *ga, const tsr_graph *g, const tsr_gall
 /* A source of node i whose memory the node may take over: it dies at i, is
  * its own root with the node's layout on the node's device, and no other
  * source of the node reads the same memory through another view. */
-static int tsr_find_donor(const tsr_galloc *ga, const tsr_tensor *node, int i, int self) {
+static int find_donor(const tsr_galloc *ga, const tsr_tensor *node, int i, int self) {
     const unsigned donors = tsr__op_info(node->op)->donors; /* the op table's in-place rule */
     for (int j = 0; j < TSR_MAX_SRC; j++) {
         const tsr_tensor *src = node->src[j];
@@ -233,19 +233,19 @@ static int tsr_find_donor(const tsr_galloc *ga, const tsr_tensor *node, int i, i
 
 tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *const *outs, size_t n_outs,
                             const tsr_galloc_extra *extras, size_t n_extras, size_t *peak) {
-    tsr_status s = tsr_collect(ga, g, extras, n_extras);
-    if (s != TSR_OK || (s = tsr_reserve_nodes(ga, g->n_nodes)) != TSR_OK)
+    tsr_status s = collect(ga, g, extras, n_extras);
+    if (s != TSR_OK || (s = reserve_nodes(ga, g->n_nodes)) != TSR_OK)
         return s;
     int n_nodes = (int)g->n_nodes;
     for (int i = 0; i < n_nodes; i++) {
         tsr_tensor *node = g->nodes[i];
-        tsr_use(ga, node, i, node->device_id);
-        for (int j = 0; j < TSR_MAX_SRC; j++) tsr_use(ga, node->src[j], i, node->device_id);
+        use(ga, node, i, node->device_id);
+        for (int j = 0; j < TSR_MAX_SRC; j++) use(ga, node->src[j], i, node->device_id);
     }
     /* a copy is written before its split's first node; its source must live until then */
     for (size_t e = 0; e < n_extras; e++) {
-        tsr_use(ga, extras[e].t, extras[e].first, extras[e].dev);
-        tsr_use(ga, extras[e].src_root, extras[e].first, extras[e].dev);
+        use(ga, extras[e].t, extras[e].first, extras[e].dev);
+        use(ga, extras[e].src_root, extras[e].first, extras[e].dev);
     }
     for (size_t o = 0; o < n_outs; o++) {
         int id = tsr__view_root(outs[o])->alloc_id;
@@ -273,17 +273,17 @@ tsr_status tsr__galloc_plan(tsr_galloc *ga, const tsr_graph *g, tsr_tensor *cons
     for (int i = 0; i < (n_nodes > 0 ? n_nodes : 1); i++) {
         int self = i < n_nodes ? g->nodes[i]->alloc_id : -1;
         for (int id = ga->head_alloc[i]; id >= 0; id = ga->next_alloc[id]) {
-            int donor = id == self ? tsr_find_donor(ga, g->nodes[i], i, id) : -1;
+            int donor = id == self ? find_donor(ga, g->nodes[i], i, id) : -1;
             if (donor >= 0) { /* the node overwrites a source that dies here: reuse its memory */
                 ga->offs[id] = ga->offs[donor];
                 ga->size[id] = ga->size[donor];
                 ga->donated[donor] = true;
             } else {
-                ga->offs[id] = tsr_heap_alloc(&ga->heaps[ga->dev[id]], ga->size[id]);
+                ga->offs[id] = heap_alloc(&ga->heaps[ga->dev[id]], ga->size[id]);
             }
         }
         for (int id = i < n_nodes ? ga->head_free[i] : -1; id >= 0; id = ga->next_free[id])
-            if (!ga->donated[id] && (s = tsr_heap_free(&ga->heaps[ga->dev[id]], ga->offs[id], ga->size[id])) != TSR_OK)
+            if (!ga->donated[id] && (s = heap_free(&ga->heaps[ga->dev[id]], ga->offs[id], ga->size[id])) != TSR_OK)
                 return s;
     }
     for (size_t d = 0; d < ga->n_devices; d++) peak[d] = ga->heaps[d].peak;

@@ -99,7 +99,7 @@ tsr_tensor *tsr__new_tensor_struct(tsr_context *ctx) {
     return t;
 }
 
-static tsr_status tsr_context_own(tsr_context *ctx, void *ptr, int kind) {
+static tsr_status context_own(tsr_context *ctx, void *ptr, int kind) {
     if (!TSR_GROW(ctx->owned, ctx->cap_owned, ctx->n_owned + 1))
         return tsr__error(TSR_E_NOMEM, "out of host memory");
     ctx->owned[ctx->n_owned].ptr = ptr;
@@ -108,12 +108,12 @@ static tsr_status tsr_context_own(tsr_context *ctx, void *ptr, int kind) {
     return TSR_OK;
 }
 
-tsr_status tsr__context_own_host(tsr_context *ctx, void *mem) { return tsr_context_own(ctx, mem, 0); }
+tsr_status tsr__context_own_host(tsr_context *ctx, void *mem) { return context_own(ctx, mem, 0); }
 
-tsr_status tsr__context_own_buffer(tsr_context *ctx, tsr_buffer *buf) { return tsr_context_own(ctx, buf, 1); }
+tsr_status tsr__context_own_buffer(tsr_context *ctx, tsr_buffer *buf) { return context_own(ctx, buf, 1); }
 
 /* A leaf tensor struct with a checked shape and contiguous strides. */
-static tsr_tensor *tsr_leaf(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne, const char *what) {
+static tsr_tensor *new_leaf(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne, const char *what) {
     if (!ctx) {
         tsr__error(TSR_E_INVALID, "%s: NULL context", what);
         return NULL;
@@ -143,7 +143,7 @@ static tsr_tensor *tsr_leaf(tsr_context *ctx, tsr_type type, int n_dims, const i
 }
 
 tsr_tensor *tsr_input(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne, const void *data) {
-    tsr_tensor *t = tsr_leaf(ctx, type, n_dims, ne, "tsr_input");
+    tsr_tensor *t = new_leaf(ctx, type, n_dims, ne, "tsr_input");
     if (!t)
         return NULL;
     size_t size = tsr_tensor_nbytes(t);
@@ -166,7 +166,7 @@ tsr_tensor *tsr_input(tsr_context *ctx, tsr_type type, int n_dims, const int64_t
 }
 
 tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type type, int n_dims, const int64_t *ne) {
-    tsr_tensor *t = tsr_leaf(ctx, type, n_dims, ne, "tsr_new_tensor");
+    tsr_tensor *t = new_leaf(ctx, type, n_dims, ne, "tsr_new_tensor");
     if (!t)
         return NULL;
     t->flags = TSR_FLAG_PERSIST;
@@ -191,5 +191,5 @@ tsr_tensor *tsr_new_tensor(tsr_context *ctx, tsr_buffer_type *buft, tsr_type typ
 }
 
 tsr_tensor *tsr_empty(tsr_context *ctx, tsr_type type, int n_dims, const int64_t *ne) {
-    return tsr_leaf(ctx, type, n_dims, ne, "tsr_empty");
+    return new_leaf(ctx, type, n_dims, ne, "tsr_empty");
 }

@@ -5,11 +5,11 @@
  * arrays are kept between computes so a graph no larger than an earlier one
  * allocates nothing. Matmuls of one activation tensor (Q, K and V of a
  * layer; gate and up) are then made neighbours where the order allows it
- * (tsr_cluster), so that a device can run them together.
+ * (cluster), so that a device can run them together.
  */
 #include "core.h"
 
-static tsr_status tsr_push(tsr_tensor ***arr, size_t *n, size_t *cap, tsr_tensor *t) {
+static tsr_status push_tensor(tsr_tensor ***arr, size_t *n, size_t *cap, tsr_tensor *t) {
     if (!tsr__grow((void **)arr, cap, *n + 1, sizeof **arr))
         return tsr__error(TSR_E_NOMEM, "out of host memory building the graph (%zu nodes)", *n + 1);
     (*arr)[(*n)++] = t;
@@ -17,7 +17,7 @@ static tsr_status tsr_push(tsr_tensor ***arr, size_t *n, size_t *cap, tsr_tensor
 }
 
 /* Children of t in a fixed order: sources, then the view source. */
-static tsr_tensor *tsr_child(tsr_tensor *t, int i) {
+static tsr_tensor *child(tsr_tensor *t, int i) {
     if (i < TSR_MAX_SRC)
         return t->src[i];
     if (i == TSR_MAX_SRC)
@@ -27,12 +27,12 @@ static tsr_tensor *tsr_child(tsr_tensor *t, int i) {
 
 #define TSR_N_CHILDREN (TSR_MAX_SRC + 1)
 
-static tsr_status tsr_emit(tsr_graph *g, tsr_tensor *t) {
+static tsr_status emit(tsr_graph *g, tsr_tensor *t) {
     if (t->op == TSR_OP_NONE)
-        return tsr_push(&g->leafs, &g->n_leafs, &g->cap_leafs, t);
+        return push_tensor(&g->leafs, &g->n_leafs, &g->cap_leafs, t);
     if (t->op == TSR_OP_VIEW)
-        return tsr_push(&g->views, &g->n_views, &g->cap_views, t);
-    return tsr_push(&g->nodes, &g->n_nodes, &g->cap_nodes, t);
+        return push_tensor(&g->views, &g->n_views, &g->cap_views, t);
+    return push_tensor(&g->nodes, &g->n_nodes, &g->cap_nodes, t);
 }
 
 typedef struct tsr_frame {
@@ -40,17 +40,17 @@ typedef struct tsr_frame {
     int next;
 } tsr_frame;
 
-static tsr_status tsr_stack_reserve(tsr_graph *g, size_t n) {
+static tsr_status stack_reserve(tsr_graph *g, size_t n) {
     if (!tsr__grow(&g->stack, &g->cap_stack, n, sizeof(tsr_frame)))
         return tsr__error(TSR_E_NOMEM, "out of host memory building the graph");
     return TSR_OK;
 }
 
-static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
+static tsr_status visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
     if (root->visit_mark == mark)
         return TSR_OK;
     size_t sp = 0;
-    tsr_status s = tsr_stack_reserve(g, 1);
+    tsr_status s = stack_reserve(g, 1);
     if (s != TSR_OK)
         return s;
     root->visit_mark = mark;
@@ -58,16 +58,16 @@ static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
     while (sp > 0) {
         tsr_frame *f = &((tsr_frame *)g->stack)[sp - 1];
         if (f->next >= TSR_N_CHILDREN) {
-            if ((s = tsr_emit(g, f->t)) != TSR_OK)
+            if ((s = emit(g, f->t)) != TSR_OK)
                 return s;
             sp--;
             continue;
         }
-        tsr_tensor *c = tsr_child(f->t, f->next++);
+        tsr_tensor *c = child(f->t, f->next++);
         if (!c || c->visit_mark == mark)
             continue;
         c->visit_mark = mark;
-        if ((s = tsr_stack_reserve(g, sp + 1)) != TSR_OK)
+        if ((s = stack_reserve(g, sp + 1)) != TSR_OK)
             return s;
         ((tsr_frame *)g->stack)[sp++] = (tsr_frame){c, 0};
     }
@@ -81,7 +81,7 @@ static tsr_status tsr_visit(tsr_graph *g, tsr_tensor *root, uint32_t mark) {
 /* Whether node b may run before nodes[from, to) (b = nodes[to]): none of
  * them is b's source or a view source on the way to one, and none writes in
  * place into storage b reads (b itself writes only its own). */
-static bool tsr_may_hoist(tsr_tensor *const *nodes, size_t from, size_t to) {
+static bool may_hoist(tsr_tensor *const *nodes, size_t from, size_t to) {
     const tsr_tensor *b = nodes[to];
     if (b->view_src)
         return false;
@@ -98,8 +98,8 @@ static bool tsr_may_hoist(tsr_tensor *const *nodes, size_t from, size_t to) {
 
 /* After each matmul, the matmuls of the same activation tensor found within
  * CLUSTER_AHEAD nodes move up to follow it, when nothing they skip is theirs
- * to wait for (tsr_may_hoist); the order stays topological. */
-static void tsr_cluster(tsr_graph *g) {
+ * to wait for (may_hoist); the order stays topological. */
+static void cluster(tsr_graph *g) {
     tsr_tensor **nodes = g->nodes;
     for (size_t i = 0; i < g->n_nodes; i++) {
         const tsr_tensor *a = nodes[i];
@@ -111,7 +111,7 @@ static void tsr_cluster(tsr_graph *g) {
             if (b->op != TSR_OP_MUL_MAT || b->src[1] != a->src[1])
                 continue;
             if (j > end) {
-                if (!tsr_may_hoist(nodes, end, j))
+                if (!may_hoist(nodes, end, j))
                     continue;
                 memmove(nodes + end + 1, nodes + end, (j - end) * sizeof *nodes);
                 nodes[end] = b;
@@ -125,11 +125,11 @@ static void tsr_cluster(tsr_graph *g) {
 tsr_status tsr__graph_build(tsr_graph *g, tsr_tensor *const *outs, size_t n_outs, uint32_t mark) {
     g->n_nodes = g->n_leafs = g->n_views = 0;
     for (size_t i = 0; i < n_outs; i++) {
-        tsr_status s = tsr_visit(g, outs[i], mark);
+        tsr_status s = visit(g, outs[i], mark);
         if (s != TSR_OK)
             return s;
     }
-    tsr_cluster(g);
+    cluster(g);
     return TSR_OK;
 }
 

@@ -22,7 +22,7 @@ const tsr_op_info *tsr__op_info(tsr_op op) { return (unsigned)op < TSR_OP_COUNT 
 const char *tsr__op_name(tsr_op op) { return (unsigned)op < TSR_OP_COUNT ? tsr_op_table[op].name : "?"; }
 
 /* Context of an op from its first source; records a NULL-source error. */
-static bool tsr_srcs_ok(tsr_context *ctx, const char *op, int n, tsr_tensor *const *srcs) {
+static bool srcs_ok(tsr_context *ctx, const char *op, int n, tsr_tensor *const *srcs) {
     if (!ctx) {
         tsr__error(TSR_E_INVALID, "tsr_%s: NULL context", op);
         return false;
@@ -36,29 +36,29 @@ static bool tsr_srcs_ok(tsr_context *ctx, const char *op, int n, tsr_tensor *con
     return true;
 }
 
-#define TSR_CHECK_SRCS(ctx, name, ...)                                                       \
-    do {                                                                                     \
-        tsr_tensor *const tsr_srcs_[] = {__VA_ARGS__};                                       \
-        if (!tsr_srcs_ok(ctx, name, (int)(sizeof tsr_srcs_ / sizeof *tsr_srcs_), tsr_srcs_)) \
-            return NULL;                                                                     \
+#define TSR_CHECK_SRCS(ctx, name, ...)                                                   \
+    do {                                                                                 \
+        tsr_tensor *const tsr_srcs_[] = {__VA_ARGS__};                                   \
+        if (!srcs_ok(ctx, name, (int)(sizeof tsr_srcs_ / sizeof *tsr_srcs_), tsr_srcs_)) \
+            return NULL;                                                                 \
     } while (0)
 
-static const char *tsr_tname(tsr_type t) {
+static const char *tname(tsr_type t) {
     const char *n = tsr_type_name(t);
     return n ? n : "?";
 }
 
 /* Formats a shape "[a, b, c, d]" into buf. */
-static const char *tsr_shape(char *buf, size_t size, const tsr_tensor *t) {
+static const char *shape_str(char *buf, size_t size, const tsr_tensor *t) {
     snprintf(buf, size, "[%lld, %lld, %lld, %lld]", (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
              (long long)t->ne[3]);
     return buf;
 }
 
-static int tsr_max_int(int a, int b) { return a > b ? a : b; }
+static int max_int(int a, int b) { return a > b ? a : b; }
 
 /* A new op node with contiguous strides. */
-static tsr_tensor *tsr_node(tsr_context *ctx, tsr_op op, tsr_type type, int n_dims, const int64_t ne[4]) {
+static tsr_tensor *new_node(tsr_context *ctx, tsr_op op, tsr_type type, int n_dims, const int64_t ne[4]) {
     tsr_tensor *t = tsr__new_tensor_struct(ctx);
     if (!t)
         return NULL;
@@ -71,14 +71,14 @@ static tsr_tensor *tsr_node(tsr_context *ctx, tsr_op op, tsr_type type, int n_di
     return t;
 }
 
-static tsr_tensor *tsr_node_like(tsr_context *ctx, tsr_op op, tsr_type type, const tsr_tensor *a) {
-    return tsr_node(ctx, op, type, a->n_dims, a->ne);
+static tsr_tensor *node_like(tsr_context *ctx, tsr_op op, tsr_type type, const tsr_tensor *a) {
+    return new_node(ctx, op, type, a->n_dims, a->ne);
 }
 
 /* Which types (and layouts) an op takes is each device's fact, stated in its
  * op table (cpu/cpu.c): a finished node that no device of the backend runs is
  * refused here, when it is built, instead of at compute. */
-static tsr_tensor *tsr_supported(tsr_context *ctx, tsr_tensor *t) {
+static tsr_tensor *supported(tsr_context *ctx, tsr_tensor *t) {
     if (!t)
         return NULL;
     const tsr_backend *b = ctx->backend;
@@ -91,83 +91,81 @@ static tsr_tensor *tsr_supported(tsr_context *ctx, tsr_tensor *t) {
     size_t len = 0;
     for (int j = 0; j < tsr__op_info(t->op)->n_src && len < sizeof types; j++)
         len += (size_t)snprintf(types + len, sizeof types - len, "%s%s", j ? ", " : "",
-                                t->src[j] ? tsr_tname(t->src[j]->type) : "none");
+                                t->src[j] ? tname(t->src[j]->type) : "none");
     return tsr__op_error(ctx, TSR_E_UNSUPPORTED,
                          "tsr_%s: no device of the backend runs %s with sources of types (%s) "
                          "and a %s result",
-                         tsr__op_name(t->op), tsr__op_name(t->op), types, tsr_tname(t->type));
+                         tsr__op_name(t->op), tsr__op_name(t->op), types, tname(t->type));
 }
 
 /* ---- element-wise --------------------------------------------------------- */
 
-static tsr_tensor *tsr_binary(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tensor *b) {
+static tsr_tensor *binary(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tensor *b) {
     const char *name = tsr__op_name(op);
     TSR_CHECK_SRCS(ctx, name, a, b);
     if (!tsr__can_repeat(b, a)) {
         char sa[96], sb[96];
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: b %s does not broadcast over a %s", name,
-                             tsr_shape(sb, sizeof sb, b), tsr_shape(sa, sizeof sa, a));
+                             shape_str(sb, sizeof sb, b), shape_str(sa, sizeof sa, a));
     }
-    tsr_tensor *t = tsr_node_like(ctx, op, TSR_TYPE_F32, a);
+    tsr_tensor *t = node_like(ctx, op, TSR_TYPE_F32, a);
     if (t) {
         t->src[0] = a;
         t->src[1] = b;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
-tsr_tensor *tsr_add(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_binary(ctx, TSR_OP_ADD, a, b); }
-tsr_tensor *tsr_sub(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_binary(ctx, TSR_OP_SUB, a, b); }
-tsr_tensor *tsr_mul(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_binary(ctx, TSR_OP_MUL, a, b); }
-tsr_tensor *tsr_div(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_binary(ctx, TSR_OP_DIV, a, b); }
+tsr_tensor *tsr_add(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return binary(ctx, TSR_OP_ADD, a, b); }
+tsr_tensor *tsr_sub(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return binary(ctx, TSR_OP_SUB, a, b); }
+tsr_tensor *tsr_mul(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return binary(ctx, TSR_OP_MUL, a, b); }
+tsr_tensor *tsr_div(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return binary(ctx, TSR_OP_DIV, a, b); }
 
 /* Unary F32 op with optional f32 parameter; rows must be contiguous when asked. */
-static tsr_tensor *tsr_unary(tsr_context *ctx, tsr_op op, tsr_tensor *a, float param, bool rows) {
+static tsr_tensor *unary(tsr_context *ctx, tsr_op op, tsr_tensor *a, float param, bool rows) {
     const char *name = tsr__op_name(op);
     TSR_CHECK_SRCS(ctx, name, a);
     if (rows && !tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: rows of a must be contiguous (nb[0] = %zu)", name, a->nb[0]);
-    tsr_tensor *t = tsr_node_like(ctx, op, TSR_TYPE_F32, a);
+    tsr_tensor *t = node_like(ctx, op, TSR_TYPE_F32, a);
     if (t) {
         t->src[0] = a;
         tsr__set_f32_param(t, 0, param);
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
-tsr_tensor *tsr_scale(tsr_context *ctx, tsr_tensor *a, float s) { return tsr_unary(ctx, TSR_OP_SCALE, a, s, false); }
-tsr_tensor *tsr_silu(tsr_context *ctx, tsr_tensor *a) { return tsr_unary(ctx, TSR_OP_SILU, a, 0.0f, false); }
-tsr_tensor *tsr_gelu(tsr_context *ctx, tsr_tensor *a) { return tsr_unary(ctx, TSR_OP_GELU, a, 0.0f, false); }
+tsr_tensor *tsr_scale(tsr_context *ctx, tsr_tensor *a, float s) { return unary(ctx, TSR_OP_SCALE, a, s, false); }
+tsr_tensor *tsr_silu(tsr_context *ctx, tsr_tensor *a) { return unary(ctx, TSR_OP_SILU, a, 0.0f, false); }
+tsr_tensor *tsr_gelu(tsr_context *ctx, tsr_tensor *a) { return unary(ctx, TSR_OP_GELU, a, 0.0f, false); }
 
-static tsr_tensor *tsr_norm_op(tsr_context *ctx, tsr_op op, tsr_tensor *a, float eps) {
+static tsr_tensor *norm_op(tsr_context *ctx, tsr_op op, tsr_tensor *a, float eps) {
     if (ctx && a && !(eps >= 0.0f))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: eps must be >= 0, got %g", tsr__op_name(op), eps);
-    return tsr_unary(ctx, op, a, eps, true);
+    return unary(ctx, op, a, eps, true);
 }
 
-tsr_tensor *tsr_rms_norm(tsr_context *ctx, tsr_tensor *a, float eps) {
-    return tsr_norm_op(ctx, TSR_OP_RMS_NORM, a, eps);
-}
-tsr_tensor *tsr_norm(tsr_context *ctx, tsr_tensor *a, float eps) { return tsr_norm_op(ctx, TSR_OP_NORM, a, eps); }
+tsr_tensor *tsr_rms_norm(tsr_context *ctx, tsr_tensor *a, float eps) { return norm_op(ctx, TSR_OP_RMS_NORM, a, eps); }
+tsr_tensor *tsr_norm(tsr_context *ctx, tsr_tensor *a, float eps) { return norm_op(ctx, TSR_OP_NORM, a, eps); }
 
-static tsr_tensor *tsr_glu(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tensor *b) {
+static tsr_tensor *glu(tsr_context *ctx, tsr_op op, tsr_tensor *a, tsr_tensor *b) {
     const char *name = tsr__op_name(op);
     TSR_CHECK_SRCS(ctx, name, a, b);
     if (!tsr__same_shape(a, b)) {
         char sa[96], sb[96];
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_%s: a %s and b %s differ in shape", name,
-                             tsr_shape(sa, sizeof sa, a), tsr_shape(sb, sizeof sb, b));
+                             shape_str(sa, sizeof sa, a), shape_str(sb, sizeof sb, b));
     }
-    tsr_tensor *t = tsr_node_like(ctx, op, TSR_TYPE_F32, a);
+    tsr_tensor *t = node_like(ctx, op, TSR_TYPE_F32, a);
     if (t) {
         t->src[0] = a;
         t->src[1] = b;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
-tsr_tensor *tsr_swiglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_glu(ctx, TSR_OP_SWIGLU, a, b); }
-tsr_tensor *tsr_geglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return tsr_glu(ctx, TSR_OP_GEGLU, a, b); }
+tsr_tensor *tsr_swiglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return glu(ctx, TSR_OP_SWIGLU, a, b); }
+tsr_tensor *tsr_geglu(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) { return glu(ctx, TSR_OP_GEGLU, a, b); }
 
 /* ---- matrix multiplication ---------------------------------------------------- */
 
@@ -179,16 +177,16 @@ tsr_tensor *tsr_mul_mat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
         return tsr__op_error(ctx, TSR_E_INVALID,
                              "tsr_mul_mat: a %s and b %s do not match (need a.ne[0] == b.ne[0] and b.ne[2], "
                              "b.ne[3] multiples of a's)",
-                             tsr_shape(sa, sizeof sa, a), tsr_shape(sb, sizeof sb, b));
+                             shape_str(sa, sizeof sa, a), shape_str(sb, sizeof sb, b));
     if (!tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_mul_mat: rows of a must be contiguous");
     int64_t ne[4] = {a->ne[1], b->ne[1], b->ne[2], b->ne[3]};
-    tsr_tensor *t = tsr_node(ctx, TSR_OP_MUL_MAT, TSR_TYPE_F32, tsr_max_int(2, b->n_dims), ne);
+    tsr_tensor *t = new_node(ctx, TSR_OP_MUL_MAT, TSR_TYPE_F32, max_int(2, b->n_dims), ne);
     if (t) {
         t->src[0] = a;
         t->src[1] = b;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 /* The experts' weights as [k, m, n_expert], b [k, n_b, n_tokens] with n_b 1 or
@@ -199,33 +197,33 @@ tsr_tensor *tsr_mul_mat_id(tsr_context *ctx, tsr_tensor *as, tsr_tensor *b, tsr_
     char sa[96], sb[96], si[96];
     if (b->type != TSR_TYPE_F32 || ids->type != TSR_TYPE_I32)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_mul_mat_id: b must be f32 and ids i32, got %s and %s",
-                             tsr_tname(b->type), tsr_tname(ids->type));
+                             tname(b->type), tname(ids->type));
     const int64_t n_used = ids->ne[0], n_tokens = ids->ne[1];
     if (as->ne[3] != 1 || b->ne[3] != 1 || ids->ne[2] != 1 || ids->ne[3] != 1 || as->ne[0] != b->ne[0] ||
         b->ne[2] != n_tokens || (b->ne[1] != 1 && b->ne[1] != n_used))
         return tsr__op_error(ctx, TSR_E_INVALID,
                              "tsr_mul_mat_id: as %s, b %s and ids %s do not match (need as [k, m, n_expert], "
                              "b [k, 1 or n_used, n_tokens], ids [n_used, n_tokens])",
-                             tsr_shape(sa, sizeof sa, as), tsr_shape(sb, sizeof sb, b), tsr_shape(si, sizeof si, ids));
+                             shape_str(sa, sizeof sa, as), shape_str(sb, sizeof sb, b), shape_str(si, sizeof si, ids));
     if (!tsr__is_contiguous_rows(as))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_mul_mat_id: rows of as must be contiguous");
     int64_t ne[4] = {as->ne[1], n_used, n_tokens, 1};
-    tsr_tensor *t = tsr_node(ctx, TSR_OP_MUL_MAT_ID, TSR_TYPE_F32, 3, ne);
+    tsr_tensor *t = new_node(ctx, TSR_OP_MUL_MAT_ID, TSR_TYPE_F32, 3, ne);
     if (t) {
         t->src[0] = as;
         t->src[1] = b;
         t->src[2] = ids;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 /* ---- rows ---------------------------------------------------------------- */
 
 /* Checks known index values (inputs already filled) against [0, limit). */
-static tsr_tensor *tsr_check_indices(tsr_context *ctx, const char *op, const tsr_tensor *idx, int64_t limit) {
+static tsr_tensor *check_indices(tsr_context *ctx, const char *op, const tsr_tensor *idx, int64_t limit) {
     if (!(idx->flags & TSR_FLAG_INPUT) || !idx->data || !tsr__is_contiguous(idx) ||
         (idx->type != TSR_TYPE_I32 && idx->type != TSR_TYPE_I64))
-        return (tsr_tensor *)idx; /* other index types: refused by the devices (tsr_supported) */
+        return (tsr_tensor *)idx; /* other index types: refused by the devices (supported) */
     int64_t n = tsr__nelements(idx);
     for (int64_t i = 0; i < n; i++) {
         int64_t v = idx->type == TSR_TYPE_I32 ? ((const int32_t *)idx->data)[i] : ((const int64_t *)idx->data)[i];
@@ -242,20 +240,20 @@ tsr_tensor *tsr_get_rows(tsr_context *ctx, tsr_tensor *a, tsr_tensor *idx) {
     if (idx->ne[3] != 1 || a->ne[2] != idx->ne[1] || a->ne[3] != idx->ne[2])
         return tsr__op_error(ctx, TSR_E_INVALID,
                              "tsr_get_rows: idx %s does not match a %s (need idx [n, a.ne[2], a.ne[3]])",
-                             tsr_shape(si, sizeof si, idx), tsr_shape(sa, sizeof sa, a));
-    if (!tsr_check_indices(ctx, "get_rows", idx, a->ne[1]))
+                             shape_str(si, sizeof si, idx), shape_str(sa, sizeof sa, a));
+    if (!check_indices(ctx, "get_rows", idx, a->ne[1]))
         return NULL;
     int64_t ne[4] = {a->ne[0], idx->ne[0], idx->ne[1], idx->ne[2]};
-    tsr_tensor *t = tsr_node(ctx, TSR_OP_GET_ROWS, TSR_TYPE_F32, tsr_max_int(2, idx->n_dims + 1), ne);
+    tsr_tensor *t = new_node(ctx, TSR_OP_GET_ROWS, TSR_TYPE_F32, max_int(2, idx->n_dims + 1), ne);
     if (t) {
         t->src[0] = a;
         t->src[1] = idx;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 /* The in-place result of SET_ROWS/CPY: a view of `target` carrying the op. */
-static tsr_tensor *tsr_inplace_node(tsr_context *ctx, tsr_op op, tsr_tensor *target) {
+static tsr_tensor *inplace_node(tsr_context *ctx, tsr_op op, tsr_tensor *target) {
     tsr_tensor *t = tsr__new_tensor_struct(ctx);
     if (!t)
         return NULL;
@@ -277,19 +275,19 @@ tsr_tensor *tsr_set_rows(tsr_context *ctx, tsr_tensor *dst, tsr_tensor *src, tsr
         idx->ne[3] != 1 || (idx->ne[1] == 0 ? src->ne[2] != 0 : src->ne[2] % idx->ne[1]) ||
         (idx->ne[2] == 0 ? src->ne[3] != 0 : src->ne[3] % idx->ne[2]))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_set_rows: dst %s, src %s and idx %s do not match",
-                             tsr_shape(sd, sizeof sd, dst), tsr_shape(ss, sizeof ss, src),
-                             tsr_shape(si, sizeof si, idx));
+                             shape_str(sd, sizeof sd, dst), shape_str(ss, sizeof ss, src),
+                             shape_str(si, sizeof si, idx));
     if (!tsr__is_contiguous_rows(dst))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_set_rows: rows of dst must be contiguous");
-    if (!tsr_check_indices(ctx, "set_rows", idx, dst->ne[1]))
+    if (!check_indices(ctx, "set_rows", idx, dst->ne[1]))
         return NULL;
-    tsr_tensor *t = tsr_inplace_node(ctx, TSR_OP_SET_ROWS, dst);
+    tsr_tensor *t = inplace_node(ctx, TSR_OP_SET_ROWS, dst);
     if (t) {
         t->src[0] = dst;
         t->src[1] = src;
         t->src[2] = idx;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 /* ---- rope, softmax ------------------------------------------------------- */
@@ -320,7 +318,7 @@ tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, tsr_t
                              "tsr_rope_ext: n_ctx_orig %d must be >= 0; ext_factor %g, attn_factor %g, beta_fast %g "
                              "and beta_slow %g finite",
                              n_ctx_orig, ext_factor, attn_factor, beta_fast, beta_slow);
-    tsr_tensor *t = tsr_node_like(ctx, TSR_OP_ROPE, TSR_TYPE_F32, a);
+    tsr_tensor *t = node_like(ctx, TSR_OP_ROPE, TSR_TYPE_F32, a);
     if (!t)
         return NULL;
     t->src[0] = a;
@@ -335,7 +333,7 @@ tsr_tensor *tsr_rope_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, tsr_t
     tsr__set_f32_param(t, TSR_ROPE_P_ATTN_FACTOR, attn_factor);
     tsr__set_f32_param(t, TSR_ROPE_P_BETA_FAST, beta_fast);
     tsr__set_f32_param(t, TSR_ROPE_P_BETA_SLOW, beta_slow);
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 tsr_tensor *tsr_rope(tsr_context *ctx, tsr_tensor *a, tsr_tensor *pos, int n_dims, int mode, float freq_base,
@@ -355,17 +353,17 @@ tsr_tensor *tsr_softmax_ext(tsr_context *ctx, tsr_tensor *a, tsr_tensor *mask, f
             (mask->ne[2] == 0 ? a->ne[2] != 0 : a->ne[2] % mask->ne[2]) ||
             (mask->ne[3] == 0 ? a->ne[3] != 0 : a->ne[3] % mask->ne[3]))
             return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax: mask %s does not fit a %s",
-                                 tsr_shape(sm, sizeof sm, mask), tsr_shape(sa, sizeof sa, a));
+                                 shape_str(sm, sizeof sm, mask), shape_str(sa, sizeof sa, a));
         if (!tsr__is_contiguous_rows(mask))
             return tsr__op_error(ctx, TSR_E_INVALID, "tsr_softmax: rows of mask must be contiguous");
     }
-    tsr_tensor *t = tsr_node_like(ctx, TSR_OP_SOFTMAX, TSR_TYPE_F32, a);
+    tsr_tensor *t = node_like(ctx, TSR_OP_SOFTMAX, TSR_TYPE_F32, a);
     if (t) {
         t->src[0] = a;
         t->src[1] = mask;
         tsr__set_f32_param(t, 0, scale);
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 tsr_tensor *tsr_softmax(tsr_context *ctx, tsr_tensor *a) { return tsr_softmax_ext(ctx, a, NULL, 1.0f); }
@@ -381,17 +379,17 @@ tsr_tensor *tsr_concat(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b, int dim) 
         if (i != dim && a->ne[i] != b->ne[i]) {
             char sa[96], sb[96];
             return tsr__op_error(ctx, TSR_E_INVALID, "tsr_concat: a %s and b %s differ outside dim %d",
-                                 tsr_shape(sa, sizeof sa, a), tsr_shape(sb, sizeof sb, b), dim);
+                                 shape_str(sa, sizeof sa, a), shape_str(sb, sizeof sb, b), dim);
         }
         ne[i] = i == dim ? a->ne[i] + b->ne[i] : a->ne[i];
     }
-    tsr_tensor *t = tsr_node(ctx, TSR_OP_CONCAT, a->type, tsr_max_int(tsr_max_int(a->n_dims, b->n_dims), dim + 1), ne);
+    tsr_tensor *t = new_node(ctx, TSR_OP_CONCAT, a->type, max_int(max_int(a->n_dims, b->n_dims), dim + 1), ne);
     if (t) {
         t->src[0] = a;
         t->src[1] = b;
         t->op_params[0] = dim;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 tsr_tensor *tsr_argmax(tsr_context *ctx, tsr_tensor *a) {
@@ -399,59 +397,59 @@ tsr_tensor *tsr_argmax(tsr_context *ctx, tsr_tensor *a) {
     if (!tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argmax: rows of a must be contiguous");
     int64_t ne[4] = {a->ne[1], a->ne[2], a->ne[3], 1};
-    tsr_tensor *t = tsr_node(ctx, TSR_OP_ARGMAX, TSR_TYPE_I32, tsr_max_int(1, a->n_dims - 1), ne);
+    tsr_tensor *t = new_node(ctx, TSR_OP_ARGMAX, TSR_TYPE_I32, max_int(1, a->n_dims - 1), ne);
     if (t)
         t->src[0] = a;
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
-tsr_tensor *tsr_sigmoid(tsr_context *ctx, tsr_tensor *a) { return tsr_unary(ctx, TSR_OP_SIGMOID, a, 0.0f, false); }
+tsr_tensor *tsr_sigmoid(tsr_context *ctx, tsr_tensor *a) { return unary(ctx, TSR_OP_SIGMOID, a, 0.0f, false); }
 
 tsr_tensor *tsr_sum_rows(tsr_context *ctx, tsr_tensor *a) {
     TSR_CHECK_SRCS(ctx, "sum_rows", a);
     if (a->type != TSR_TYPE_F32)
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_sum_rows: a must be f32, got %s", tsr_tname(a->type));
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_sum_rows: a must be f32, got %s", tname(a->type));
     int64_t ne[4] = {1, a->ne[1], a->ne[2], a->ne[3]};
-    tsr_tensor *t = tsr_node(ctx, TSR_OP_SUM_ROWS, TSR_TYPE_F32, a->n_dims, ne);
+    tsr_tensor *t = new_node(ctx, TSR_OP_SUM_ROWS, TSR_TYPE_F32, a->n_dims, ne);
     if (t)
         t->src[0] = a;
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 /* Row-wise index ops (argsort, top_k): F32 rows in, I32 [k, ne1, ne2, ne3] out. */
-static tsr_tensor *tsr_row_index_op(tsr_context *ctx, tsr_op op, tsr_tensor *a, int64_t k, int param) {
+static tsr_tensor *row_index_op(tsr_context *ctx, tsr_op op, tsr_tensor *a, int64_t k, int param) {
     int64_t ne[4] = {k, a->ne[1], a->ne[2], a->ne[3]};
-    tsr_tensor *t = tsr_node(ctx, op, TSR_TYPE_I32, a->n_dims, ne);
+    tsr_tensor *t = new_node(ctx, op, TSR_TYPE_I32, a->n_dims, ne);
     if (t) {
         t->src[0] = a;
         t->op_params[0] = param;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 tsr_tensor *tsr_argsort(tsr_context *ctx, tsr_tensor *a, tsr_sort_order order) {
     TSR_CHECK_SRCS(ctx, "argsort", a);
     if (a->type != TSR_TYPE_F32)
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argsort: a must be f32, got %s", tsr_tname(a->type));
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argsort: a must be f32, got %s", tname(a->type));
     if (order != TSR_SORT_ASC && order != TSR_SORT_DESC)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argsort: order %d is neither TSR_SORT_ASC (0) nor DESC (1)",
                              (int)order);
     if (a->ne[0] > INT32_MAX)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_argsort: rows of %lld elements do not fit i32 indices",
                              (long long)a->ne[0]);
-    return tsr_row_index_op(ctx, TSR_OP_ARGSORT, a, a->ne[0], (int)order);
+    return row_index_op(ctx, TSR_OP_ARGSORT, a, a->ne[0], (int)order);
 }
 
 tsr_tensor *tsr_top_k(tsr_context *ctx, tsr_tensor *a, int k) {
     TSR_CHECK_SRCS(ctx, "top_k", a);
     if (a->type != TSR_TYPE_F32)
-        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_top_k: a must be f32, got %s", tsr_tname(a->type));
+        return tsr__op_error(ctx, TSR_E_INVALID, "tsr_top_k: a must be f32, got %s", tname(a->type));
     if (k < 1 || k > a->ne[0])
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_top_k: k %d is outside 1..ne[0] = %lld", k, (long long)a->ne[0]);
     if (a->ne[0] > INT32_MAX)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_top_k: rows of %lld elements do not fit i32 indices",
                              (long long)a->ne[0]);
-    return tsr_row_index_op(ctx, TSR_OP_TOP_K, a, k, k);
+    return row_index_op(ctx, TSR_OP_TOP_K, a, k, k);
 }
 
 tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
@@ -464,12 +462,12 @@ tsr_tensor *tsr_cpy(tsr_context *ctx, tsr_tensor *a, tsr_tensor *b) {
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cpy: quantized rows must be contiguous");
     if (tsr_type_is_quantized(a->type) && tsr_type_is_quantized(b->type) && a->ne[0] != b->ne[0])
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cpy: quantized copies need equal row lengths");
-    tsr_tensor *t = tsr_inplace_node(ctx, TSR_OP_CPY, b);
+    tsr_tensor *t = inplace_node(ctx, TSR_OP_CPY, b);
     if (t) {
         t->src[0] = a;
         t->src[1] = b;
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 tsr_tensor *tsr_cast(tsr_context *ctx, tsr_tensor *a, tsr_type type) {
@@ -477,16 +475,16 @@ tsr_tensor *tsr_cast(tsr_context *ctx, tsr_tensor *a, tsr_type type) {
     const tsr_type_traits *tr = tsr__type_traits(type);
     if (!tr || !tr->block_size)
         return tsr__op_error(ctx, TSR_E_UNSUPPORTED, "tsr_cast: no conversion from %s to an unknown type",
-                             tsr_tname(a->type));
+                             tname(a->type));
     if (a->ne[0] % tr->block_size != 0)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cast: ne[0] %lld is not a multiple of %s's block %lld",
                              (long long)a->ne[0], tr->name, (long long)tr->block_size);
     if (tsr_type_is_quantized(a->type) && !tsr__is_contiguous_rows(a))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_cast: quantized rows must be contiguous");
-    tsr_tensor *t = tsr_node_like(ctx, TSR_OP_CONT, type, a);
+    tsr_tensor *t = node_like(ctx, TSR_OP_CONT, type, a);
     if (t)
         t->src[0] = a;
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }
 
 tsr_tensor *tsr_cont(tsr_context *ctx, tsr_tensor *a) {
@@ -497,7 +495,7 @@ tsr_tensor *tsr_cont(tsr_context *ctx, tsr_tensor *a) {
 
 /* Bytes from a view's first element to the end of its last (tsr__nbytes),
  * false when that overflows: the view's sizes and strides are the caller's. */
-static bool tsr_view_extent(const tsr_tensor *t, size_t *extent) {
+static bool view_extent(const tsr_tensor *t, size_t *extent) {
     const tsr_type_traits *tr = tsr__type_traits(t->type);
     size_t bs = (size_t)tr->block_size, n, step;
     *extent = 0;
@@ -517,8 +515,8 @@ static bool tsr_view_extent(const tsr_tensor *t, size_t *extent) {
     return true;
 }
 
-static tsr_tensor *tsr_view_nd(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64_t ne[4], const size_t nb[4],
-                               size_t offset, const char *name) {
+static tsr_tensor *view_nd(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64_t ne[4], const size_t nb[4],
+                           size_t offset, const char *name) {
     TSR_CHECK_SRCS(ctx, name, a);
     const tsr_type_traits *tr = tsr__type_traits(a->type);
     for (int i = 0; i < TSR_MAX_DIMS; i++)
@@ -539,7 +537,7 @@ static tsr_tensor *tsr_view_nd(tsr_context *ctx, tsr_tensor *a, int n_dims, cons
     t->view_offs = offset;
     t->src[0] = a;
     size_t extent, end, avail = tsr__nbytes(a);
-    if (!tsr_view_extent(t, &extent) || tsr__add_overflow(offset, extent, &end) || (extent && end > avail))
+    if (!view_extent(t, &extent) || tsr__add_overflow(offset, extent, &end) || (extent && end > avail))
         return tsr__op_error(ctx, TSR_E_RANGE, "tsr_%s: view of %zu bytes at offset %zu exceeds the %zu bytes of '%s'",
                              name, extent, offset, avail, a->name);
     if (a->data && tsr__has_static_data(a))
@@ -551,30 +549,30 @@ tsr_tensor *tsr_view_4d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne
                         size_t nb2, size_t nb3, size_t offset) {
     int64_t ne[4] = {ne0, ne1, ne2, ne3};
     size_t nb[4] = {a ? a->nb[0] : 0, nb1, nb2, nb3};
-    return tsr_view_nd(ctx, a, 4, ne, nb, offset, "view_4d");
+    return view_nd(ctx, a, 4, ne, nb, offset, "view_4d");
 }
 
 tsr_tensor *tsr_view_3d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, int64_t ne2, size_t nb1, size_t nb2,
                         size_t offset) {
     int64_t ne[4] = {ne0, ne1, ne2, 1};
     size_t nb[4] = {a ? a->nb[0] : 0, nb1, nb2, nb2 * (size_t)(ne2 > 0 ? ne2 : 1)};
-    return tsr_view_nd(ctx, a, 3, ne, nb, offset, "view_3d");
+    return view_nd(ctx, a, 3, ne, nb, offset, "view_3d");
 }
 
 tsr_tensor *tsr_view_2d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, int64_t ne1, size_t nb1, size_t offset) {
     int64_t ne[4] = {ne0, ne1, 1, 1};
     size_t nb2 = nb1 * (size_t)(ne1 > 0 ? ne1 : 1);
     size_t nb[4] = {a ? a->nb[0] : 0, nb1, nb2, nb2};
-    return tsr_view_nd(ctx, a, 2, ne, nb, offset, "view_2d");
+    return view_nd(ctx, a, 2, ne, nb, offset, "view_2d");
 }
 
 tsr_tensor *tsr_view_1d(tsr_context *ctx, tsr_tensor *a, int64_t ne0, size_t offset) {
     if (!a)
-        return tsr_view_nd(ctx, a, 1, NULL, NULL, offset, "view_1d");
+        return view_nd(ctx, a, 1, NULL, NULL, offset, "view_1d");
     int64_t ne[4] = {ne0, 1, 1, 1};
     size_t row = tsr_row_size(a->type, ne0);
     size_t nb[4] = {a->nb[0], row, row, row};
-    return tsr_view_nd(ctx, a, 1, ne, nb, offset, "view_1d");
+    return view_nd(ctx, a, 1, ne, nb, offset, "view_1d");
 }
 
 tsr_tensor *tsr_reshape(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64_t *ne_in) {
@@ -600,7 +598,7 @@ tsr_tensor *tsr_reshape(tsr_context *ctx, tsr_tensor *a, int n_dims, const int64
     if (!tsr__set_contiguous_strides(&tmp) || ne[0] % tsr_type_block_size(a->type) != 0)
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_reshape: ne[0] %lld does not fit the type's blocks",
                              (long long)ne[0]);
-    return tsr_view_nd(ctx, a, n_dims, ne, tmp.nb, 0, "reshape");
+    return view_nd(ctx, a, n_dims, ne, tmp.nb, 0, "reshape");
 }
 
 tsr_tensor *tsr_reshape_1d(tsr_context *ctx, tsr_tensor *a, int64_t ne0) {
@@ -641,7 +639,7 @@ tsr_tensor *tsr_permute(tsr_context *ctx, tsr_tensor *a, int axis0, int axis1, i
         if (a->ne[i] != 1 && ax[i] + 1 > n_dims)
             n_dims = ax[i] + 1;
     }
-    tsr_tensor *t = tsr_view_nd(ctx, a, n_dims, ne, nb, 0, "permute");
+    tsr_tensor *t = view_nd(ctx, a, n_dims, ne, nb, 0, "permute");
     return t;
 }
 
@@ -658,16 +656,16 @@ tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_t
     if (q->ne[0] != k->ne[0] || k->ne[1] != v->ne[1] || k->ne[2] != v->ne[2] || k->ne[2] == 0 ||
         q->ne[2] % k->ne[2] != 0 || q->ne[3] != k->ne[3] || k->ne[3] != v->ne[3])
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_flash_attn: q %s, k %s, v %s do not match",
-                             tsr_shape(sq, sizeof sq, q), tsr_shape(sk, sizeof sk, k), tsr_shape(sv, sizeof sv, v));
+                             shape_str(sq, sizeof sq, q), shape_str(sk, sizeof sk, k), shape_str(sv, sizeof sv, v));
     if (!tsr__is_contiguous_rows(q) || !tsr__is_contiguous_rows(k) || !tsr__is_contiguous_rows(v))
         return tsr__op_error(ctx, TSR_E_INVALID, "tsr_flash_attn: rows of q, k and v must be contiguous");
     if (mask) {
         if (mask->ne[0] != k->ne[1] || mask->ne[1] < q->ne[1] || !tsr__is_contiguous_rows(mask))
             return tsr__op_error(ctx, TSR_E_INVALID, "tsr_flash_attn: mask %s must be [n_kv = %lld, >= n_q = %lld]",
-                                 tsr_shape(sk, sizeof sk, mask), (long long)k->ne[1], (long long)q->ne[1]);
+                                 shape_str(sk, sizeof sk, mask), (long long)k->ne[1], (long long)q->ne[1]);
     }
     int64_t ne[4] = {v->ne[0], q->ne[2], q->ne[1], q->ne[3]};
-    tsr_tensor *t = tsr_node(ctx, TSR_OP_FLASH_ATTN, TSR_TYPE_F32, 4, ne);
+    tsr_tensor *t = new_node(ctx, TSR_OP_FLASH_ATTN, TSR_TYPE_F32, 4, ne);
     if (t) {
         t->src[0] = q;
         t->src[1] = k;
@@ -675,5 +673,5 @@ tsr_tensor *tsr_flash_attn(tsr_context *ctx, tsr_tensor *q, tsr_tensor *k, tsr_t
         t->src[3] = mask;
         tsr__set_f32_param(t, 0, scale);
     }
-    return tsr_supported(ctx, t);
+    return supported(ctx, t);
 }

@@ -153,7 +153,7 @@ tsr_buffer_type *tsr_tensor_buffer_type(const tsr_tensor *t) {
 
 /* Copies between host memory and the tensor's storage, in contiguous order.
  * to_tensor selects the direction. */
-static tsr_status tsr_tensor_xfer(tsr_tensor *t, void *host, size_t offset, size_t size, bool to_tensor) {
+static tsr_status tensor_xfer(tsr_tensor *t, void *host, size_t offset, size_t size, bool to_tensor) {
     /* a tensor its buffer type keeps in a layout of its own: its bytes as stored first */
     tsr_status st = tsr__tensor_to_stored(t);
     if (st != TSR_OK)
@@ -202,7 +202,7 @@ static tsr_status tsr_tensor_xfer(tsr_tensor *t, void *host, size_t offset, size
     return TSR_OK;
 }
 
-static tsr_status tsr_check_xfer(const tsr_tensor *t, const void *host, size_t offset, size_t size, const char *what) {
+static tsr_status check_xfer(const tsr_tensor *t, const void *host, size_t offset, size_t size, const char *what) {
     if (!t || (!host && size))
         return tsr__error(TSR_E_INVALID, "%s: NULL %s", what, t ? "buffer" : "tensor");
     size_t total = tsr_tensor_nbytes(t), end;
@@ -218,17 +218,17 @@ static tsr_status tsr_check_xfer(const tsr_tensor *t, const void *host, size_t o
 }
 
 tsr_status tsr_tensor_read(const tsr_tensor *t, void *dst, size_t offset, size_t size) {
-    tsr_status s = tsr_check_xfer(t, dst, offset, size, "tsr_tensor_read");
+    tsr_status s = check_xfer(t, dst, offset, size, "tsr_tensor_read");
     if (s != TSR_OK || size == 0)
         return s;
-    return tsr_tensor_xfer((tsr_tensor *)t, dst, offset, size, false);
+    return tensor_xfer((tsr_tensor *)t, dst, offset, size, false);
 }
 
 tsr_status tsr_tensor_write(tsr_tensor *t, const void *src, size_t offset, size_t size) {
-    tsr_status s = tsr_check_xfer(t, src, offset, size, "tsr_tensor_write");
+    tsr_status s = check_xfer(t, src, offset, size, "tsr_tensor_write");
     if (s != TSR_OK || size == 0)
         return s;
     if (tsr__view_root(t)->flags & TSR_FLAG_WEIGHT)
         tsr__weights_touch(); /* per-device copies of shared weights follow (sched.c) */
-    return tsr_tensor_xfer(t, (void *)src, offset, size, true);
+    return tensor_xfer(t, (void *)src, offset, size, true);
 }

@@ -19,8 +19,8 @@
 static void load_template(tsr_model *m) {
     const char *text = NULL;
     int has = tsr_gguf_find_key(m->gguf, "tokenizer.chat_template") >= 0;
-    if (!has && llm_is_gemma3(&m->hp)) {
-        m->tmpl_status = chat_template_by_name("gemma", &m->tmpl);
+    if (!has && tsr__llm_is_gemma3(&m->hp)) {
+        m->tmpl_status = tsr__chat_template_by_name("gemma", &m->tmpl);
         if (m->tmpl_status != TSR_OK)
             snprintf(m->tmpl_error, sizeof m->tmpl_error, "%s", tsr_last_error());
         tsr_clear_error();
@@ -33,7 +33,7 @@ static void load_template(tsr_model *m) {
         tsr_clear_error();
         return;
     }
-    m->tmpl_status = chat_template_detect(text, &m->tmpl);
+    m->tmpl_status = tsr__chat_template_detect(text, &m->tmpl);
     if (m->tmpl_status != TSR_OK)
         snprintf(m->tmpl_error, sizeof m->tmpl_error, "%s: %s", tsr_gguf_path(m->gguf), tsr_last_error());
     tsr_clear_error();
@@ -55,11 +55,11 @@ static tsr_status load_vocab_only(tsr_model *m, const char *path) {
     if (tsr_gguf_get_str(m->gguf, "general.architecture", &arch, NULL) != TSR_OK)
         return tsr__error(TSR_E_MALFORMED, "%s: no general.architecture string", path);
     snprintf(m->hp.arch, sizeof m->hp.arch, "%s", arch);
-    if ((st = llm_key_i64(m->gguf, &m->hp, "context_length", 0, &m->hp.n_ctx_train)) != TSR_OK)
+    if ((st = tsr__llm_key_i64(m->gguf, &m->hp, "context_length", 0, &m->hp.n_ctx_train)) != TSR_OK)
         return st;
-    if ((st = tok_vocab_load(m->gguf, &m->vocab)) != TSR_OK)
+    if ((st = tsr__tok_vocab_load(m->gguf, &m->vocab)) != TSR_OK)
         return st;
-    m->hp.n_vocab = tok_n_vocab(m->vocab);
+    m->hp.n_vocab = tsr__tok_n_vocab(m->vocab);
     m->vocab_only = 1;
     load_template(m);
     return TSR_OK;
@@ -70,10 +70,10 @@ static tsr_status load_vocab_only(tsr_model *m, const char *path) {
 static tsr_status load_planned(tsr_model *m, tsr_gguf *g, const char *path, const tsr_load_params *lp) {
     m->gguf = g;
     m->gguf_borrowed = 1;
-    tsr_status st = llm_hparams_read(m->gguf, &m->hp);
+    tsr_status st = tsr__llm_hparams_read(m->gguf, &m->hp);
     if (st == TSR_OK && (st = tsr_backend_load_gguf(m->be, path, lp)) != TSR_OK)
         return tsr__error(st, "loading weights: %s", tsr_last_error());
-    return st == TSR_OK ? llm_bind_weights(m) : st;
+    return st == TSR_OK ? tsr__llm_bind_weights(m) : st;
 }
 
 static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp) {
@@ -83,16 +83,16 @@ static tsr_status load(tsr_model *m, const char *path, const tsr_load_params *lp
     tsr_status st = tsr_gguf_open(path, &m->gguf);
     if (st != TSR_OK)
         return st; /* the detail names the file */
-    if ((st = llm_hparams_read(m->gguf, &m->hp)) != TSR_OK)
+    if ((st = tsr__llm_hparams_read(m->gguf, &m->hp)) != TSR_OK)
         return st;
-    if ((st = tok_vocab_load(m->gguf, &m->vocab)) != TSR_OK)
+    if ((st = tsr__tok_vocab_load(m->gguf, &m->vocab)) != TSR_OK)
         return st;
-    if (tok_n_vocab(m->vocab) != m->hp.n_vocab)
+    if (tsr__tok_n_vocab(m->vocab) != m->hp.n_vocab)
         return tsr__error(TSR_E_MALFORMED, "%s: the vocabulary has %d tokens, token_embd.weight %lld rows", path,
-                          tok_n_vocab(m->vocab), (long long)m->hp.n_vocab);
+                          tsr__tok_n_vocab(m->vocab), (long long)m->hp.n_vocab);
     if ((st = tsr__backend_load_parsed(m->be, m->gguf, lp)) != TSR_OK) /* the file parsed above */
         return tsr__error(st, "loading weights: %s", tsr_last_error());
-    if ((st = llm_bind_weights(m)) != TSR_OK)
+    if ((st = tsr__llm_bind_weights(m)) != TSR_OK)
         return st;
     load_template(m);
     return TSR_OK;
@@ -113,7 +113,7 @@ tsr_status tsr_model_load(tsr_backend *b, const char *path, const tsr_load_param
     m->be = vocab_only ? NULL : b;
     tsr_status st = vocab_only ? load_vocab_only(m, path) : load(m, path, lp);
     if (st != TSR_OK) {
-        llm_model_destroy(m);
+        tsr__llm_model_destroy(m);
         return st;
     }
     *out = m;
@@ -127,13 +127,13 @@ void tsr_model_free(tsr_model *m) {
         m->freed = 1;
         return;
     }
-    llm_model_destroy(m);
+    tsr__llm_model_destroy(m);
 }
 
-void llm_model_destroy(tsr_model *m) {
+void tsr__llm_model_destroy(tsr_model *m) {
     tsr__free(m->layers);
-    tok_vocab_free(m->vocab);
-    chat_template_free(m->tmpl);
+    tsr__tok_vocab_free(m->vocab);
+    tsr__chat_template_free(m->tmpl);
     if (!m->gguf_borrowed)
         tsr_gguf_close(m->gguf);
     tsr__free(m);
@@ -142,9 +142,9 @@ void llm_model_destroy(tsr_model *m) {
 const char *tsr_model_arch(const tsr_model *m) { return m ? m->hp.arch : NULL; }
 int32_t tsr_model_n_vocab(const tsr_model *m) { return m ? (int32_t)m->hp.n_vocab : 0; }
 int64_t tsr_model_n_ctx_train(const tsr_model *m) { return m ? m->hp.n_ctx_train : 0; }
-int32_t tsr_model_token_bos(const tsr_model *m) { return m ? tok_bos(m->vocab) : -1; }
-int32_t tsr_model_token_eos(const tsr_model *m) { return m ? tok_eos(m->vocab) : -1; }
-int tsr_model_token_is_eog(const tsr_model *m, int32_t token) { return m && tok_is_eog(m->vocab, token); }
+int32_t tsr_model_token_bos(const tsr_model *m) { return m ? tsr__tok_bos(m->vocab) : -1; }
+int32_t tsr_model_token_eos(const tsr_model *m) { return m ? tsr__tok_eos(m->vocab) : -1; }
+int tsr_model_token_is_eog(const tsr_model *m, int32_t token) { return m && tsr__tok_is_eog(m->vocab, token); }
 
 /* ---- text ------------------------------------------------------------------ */
 
@@ -171,8 +171,8 @@ tsr_status tsr_model_tokenize(const tsr_model *m, const char *text, size_t len, 
         return tsr__error(TSR_E_INVALID, "tsr_model_tokenize: unknown flags 0x%x", flags);
     int32_t *ids = NULL;
     size_t n = 0;
-    tsr_status st = tok_tokenize(m->vocab, text ? text : "", len, (flags & TSR_TOKENIZE_ADD_SPECIAL) != 0,
-                                 (flags & TSR_TOKENIZE_PARSE_SPECIAL) != 0, &ids, &n);
+    tsr_status st = tsr__tok_tokenize(m->vocab, text ? text : "", len, (flags & TSR_TOKENIZE_ADD_SPECIAL) != 0,
+                                      (flags & TSR_TOKENIZE_PARSE_SPECIAL) != 0, &ids, &n);
     if (st != TSR_OK)
         return st;
     *n_tokens = n;
@@ -193,7 +193,7 @@ tsr_status tsr_model_token_piece(const tsr_model *m, int32_t token, int special,
         return tsr__error(TSR_E_INVALID, "tsr_model_token_piece: token %d is outside the vocabulary (0..%lld)", token,
                           (long long)m->hp.n_vocab - 1);
     size_t n = 0;
-    const char *p = tok_piece(m->vocab, token, special, &n);
+    const char *p = tsr__tok_piece(m->vocab, token, special, &n);
     return copy_out("tsr_model_token_piece", p, n, buf, cap, 0, len);
 }
 
@@ -209,7 +209,7 @@ tsr_status tsr_model_detokenize(const tsr_model *m, const int32_t *tokens, size_
                               tokens[i]);
     char *text = NULL;
     size_t n_text = 0;
-    tsr_status st = tok_detokenize(m->vocab, tokens, n, 0, special, &text, &n_text);
+    tsr_status st = tsr__tok_detokenize(m->vocab, tokens, n, 0, special, &text, &n_text);
     if (st == TSR_OK)
         st = copy_out("tsr_model_detokenize", text, n_text, buf, cap, 1, len);
     tsr__free(text);
@@ -233,7 +233,7 @@ tsr_status tsr_model_chat_format(const tsr_model *m, const tsr_chat_message *msg
     if (n && !cm)
         return tsr__error(TSR_E_NOMEM, "tsr_model_chat_format: out of host memory");
     for (size_t i = 0; i < n; i++) cm[i] = (chat_msg){msgs[i].role, msgs[i].content};
-    tsr_status st = chat_format(m->tmpl, cm, n, add_assistant, &text);
+    tsr_status st = tsr__chat_format(m->tmpl, cm, n, add_assistant, &text);
     tsr__free(cm);
     if (st == TSR_OK)
         st = copy_out("tsr_model_chat_format", text, strlen(text), buf, cap, 1, len);
@@ -259,7 +259,7 @@ void tsr_sampler_params_init(tsr_sampler_params *p, size_t size) {
     tsr_sampler_params d;
     memset(&d, 0, sizeof d);
     smp_params sp;
-    smp_params_default(&sp);
+    tsr__smp_params_default(&sp);
     d.temp = sp.temp;
     d.top_k = sp.top_k;
     d.top_p = sp.top_p;
@@ -305,7 +305,7 @@ static tsr_status set_bias(tsr_sampler *s, const tsr_sampler_params *q) {
         bias[i] = q->logit_bias[i].bias;
     }
     if (st == TSR_OK)
-        st = smp_set_bias(s->s, ids, bias, n);
+        st = tsr__smp_set_bias(s->s, ids, bias, n);
     tsr__free(ids);
     tsr__free(bias);
     return st;
@@ -334,7 +334,7 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     if (st != TSR_OK)
         return st;
     smp_params sp;
-    smp_params_default(&sp);
+    tsr__smp_params_default(&sp);
     sp.freq_penalty = q.freq_penalty;
     sp.presence_penalty = q.presence_penalty;
     sp.temp = q.temp;
@@ -348,7 +348,7 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
     if (!s)
         return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
     s->n_vocab = (int32_t)m->hp.n_vocab;
-    st = smp_new(&sp, s->n_vocab, &s->s);
+    st = tsr__smp_new(&sp, s->n_vocab, &s->s);
     if (st == TSR_OK && !(s->row = tsr__malloc((size_t)s->n_vocab * sizeof *s->row)))
         st = tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory");
     if (st == TSR_OK)
@@ -364,7 +364,7 @@ tsr_status tsr_sampler_new(const tsr_model *m, const tsr_sampler_params *p, tsr_
 void tsr_sampler_free(tsr_sampler *s) {
     if (!s)
         return;
-    smp_free(s->s);
+    tsr__smp_free(s->s);
     tsr__free(s->row);
     tsr__free(s);
 }
@@ -374,8 +374,8 @@ int32_t tsr_sampler_sample(tsr_sampler *s, const float *logits) {
         tsr__error(TSR_E_INVALID, "tsr_sampler_sample: NULL %s", s ? "logits" : "sampler");
         return -1;
     }
-    int32_t id = smp_sample(s->s, logits);
-    smp_accept(s->s, id);
+    int32_t id = tsr__smp_sample(s->s, logits);
+    tsr__smp_accept(s->s, id);
     return id;
 }
 
@@ -385,13 +385,13 @@ tsr_status tsr_sampler_accept(tsr_sampler *s, int32_t token) {
     if (token < 0 || token >= s->n_vocab)
         return tsr__error(TSR_E_INVALID, "tsr_sampler_accept: token %d is outside the vocabulary (0..%d)", token,
                           s->n_vocab - 1);
-    smp_accept(s->s, token);
+    tsr__smp_accept(s->s, token);
     return TSR_OK;
 }
 
 void tsr_sampler_reset(tsr_sampler *s) {
     if (s)
-        smp_reset(s->s);
+        tsr__smp_reset(s->s);
 }
 
 /* Inserts (id, v) into the top list of n_top (sorted, most likely first,
@@ -420,7 +420,7 @@ tsr_status tsr_sampler_logprobs(const tsr_sampler *s, const float *logits, int32
         return tsr__error(TSR_E_INVALID, "tsr_sampler_logprobs: token %d is outside the vocabulary (0..%d)", token,
                           s->n_vocab - 1);
     float *row = s->row; /* scratch: the sampler is used by one thread at a time */
-    smp_biased(s->s, logits, row);
+    tsr__smp_biased(s->s, logits, row);
     float max = -INFINITY;
     for (int32_t i = 0; i < s->n_vocab; i++) max = row[i] > max ? row[i] : max;
     double sum = 0.0;

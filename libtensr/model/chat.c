@@ -96,7 +96,7 @@ static int detect_inst(const char *t) {
     return has(t, "<<SYS>>") ? K_LLAMA2_SYS : K_LLAMA2;
 }
 
-tsr_status chat_template_detect(const char *t, chat_template **out) {
+tsr_status tsr__chat_template_detect(const char *t, chat_template **out) {
     int k = -1;
     tsr_status st;
     if (!t || !out)
@@ -125,7 +125,7 @@ tsr_status chat_template_detect(const char *t, chat_template **out) {
     return TSR_OK;
 }
 
-tsr_status chat_template_by_name(const char *name, chat_template **out) {
+tsr_status tsr__chat_template_by_name(const char *name, chat_template **out) {
     if (!name || !out)
         return tsr__error(TSR_E_INVALID, "chat_template_by_name: NULL argument");
     for (size_t i = 0; i < sizeof kind_names / sizeof kind_names[0]; i++)
@@ -134,15 +134,15 @@ tsr_status chat_template_by_name(const char *name, chat_template **out) {
     return tsr__error(TSR_E_NOT_FOUND, "chat: no chat template named '%s'", name);
 }
 
-void chat_template_free(chat_template *t) {
+void tsr__chat_template_free(chat_template *t) {
     if (!t)
         return;
     tsr__free(t->default_system);
     tsr__free(t);
 }
 
-const char *chat_template_name(const chat_template *t) { return kind_names[t->k]; }
-const char *chat_template_default_system(const chat_template *t) { return t->default_system; }
+const char *tsr__chat_template_name(const chat_template *t) { return kind_names[t->k]; }
+const char *tsr__chat_template_default_system(const chat_template *t) { return t->default_system; }
 
 /* ---- rendering ----------------------------------------------------------- */
 
@@ -281,7 +281,7 @@ static void render_simple(sbuf *b, kind k, const chat_msg *m, size_t n, int add)
                                : "<|assistant|>\n");
 }
 
-tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, int add_assistant, char **out) {
+tsr_status tsr__chat_format(const chat_template *t, const chat_msg *msgs, size_t n, int add_assistant, char **out) {
     sbuf b = {0};
     chat_msg *all = NULL;
 

@@ -27,20 +27,20 @@ typedef struct chat_msg {
 typedef struct chat_template chat_template;
 
 /* Recognizes a template from its Jinja text. */
-tsr_status chat_template_detect(const char *text, chat_template **out);
+tsr_status tsr__chat_template_detect(const char *text, chat_template **out);
 /* By name: chatml, llama2, llama2-sys, mistral-v1, mistral-v3,
  * mistral-v3-tekken, mistral-v7, llama3, zephyr, gemma, phi3. */
-tsr_status chat_template_by_name(const char *name, chat_template **out);
-void chat_template_free(chat_template *t); /* NULL is a no-op */
-const char *chat_template_name(const chat_template *t);
+tsr_status tsr__chat_template_by_name(const char *name, chat_template **out);
+void tsr__chat_template_free(chat_template *t); /* NULL is a no-op */
+const char *tsr__chat_template_name(const chat_template *t);
 /* The system message the template inserts when the conversation has none
  * (NULL when it inserts none). */
-const char *chat_template_default_system(const chat_template *t);
+const char *tsr__chat_template_default_system(const chat_template *t);
 
 /* Renders msgs[0..n) into a prompt; add_assistant opens the assistant's
  * turn. *out is tsr__malloc'ed and NUL-terminated (free with tsr__free()). Tokenize it
  * with special-token parsing on. */
-tsr_status chat_format(const chat_template *t, const chat_msg *msgs, size_t n, int add_assistant, char **out);
+tsr_status tsr__chat_format(const chat_template *t, const chat_msg *msgs, size_t n, int add_assistant, char **out);
 
 #ifdef __cplusplus
 }

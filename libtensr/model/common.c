@@ -149,15 +149,16 @@ static tsr_status read_head_dims(const tsr_gguf *g, llm_hparams *hp) {
  * hyper-parameters and weights, and its graph. Adding an architecture = one
  * file with its functions + one row here. */
 static const llm_arch llm_archs[] = {
-    {"llama", TSR_ROPE_NORMAL, LLM_MOE_OPT, NULL, NULL, llm_bind_layer_std, llama_graph},
-    {"mistral", TSR_ROPE_NORMAL, 0, NULL, NULL, llm_bind_layer_std, llama_graph},
-    {"qwen2", TSR_ROPE_NEOX, LLM_OUT_BIAS, NULL, NULL, llm_bind_layer_std, llama_graph},
-    {"qwen3", TSR_ROPE_NEOX, LLM_QK_NORM, NULL, NULL, llm_bind_layer_std, llama_graph},
-    {"qwen3moe", TSR_ROPE_NEOX, LLM_QK_NORM | LLM_MOE | LLM_FF_EXP_KEY, NULL, NULL, llm_bind_layer_std, llama_graph},
-    {"gemma3", TSR_ROPE_NEOX, LLM_QK_NORM | LLM_NO_BIAS, gemma3_hparams_read, gemma3_known_tensor, gemma3_bind_layer,
-     gemma3_graph},
-    {"deepseek2", TSR_ROPE_NORMAL, LLM_MOE_OPT | LLM_FF_EXP_KEY | LLM_MOE_GROUPS | LLM_YARN, deepseek2_hparams_read,
-     deepseek2_known_tensor, deepseek2_bind_layer, deepseek2_graph},
+    {"llama", TSR_ROPE_NORMAL, LLM_MOE_OPT, NULL, NULL, tsr__llm_bind_layer_std, tsr__llama_graph},
+    {"mistral", TSR_ROPE_NORMAL, 0, NULL, NULL, tsr__llm_bind_layer_std, tsr__llama_graph},
+    {"qwen2", TSR_ROPE_NEOX, LLM_OUT_BIAS, NULL, NULL, tsr__llm_bind_layer_std, tsr__llama_graph},
+    {"qwen3", TSR_ROPE_NEOX, LLM_QK_NORM, NULL, NULL, tsr__llm_bind_layer_std, tsr__llama_graph},
+    {"qwen3moe", TSR_ROPE_NEOX, LLM_QK_NORM | LLM_MOE | LLM_FF_EXP_KEY, NULL, NULL, tsr__llm_bind_layer_std,
+     tsr__llama_graph},
+    {"gemma3", TSR_ROPE_NEOX, LLM_QK_NORM | LLM_NO_BIAS, tsr__gemma3_hparams_read, tsr__gemma3_known_tensor,
+     tsr__gemma3_bind_layer, tsr__gemma3_graph},
+    {"deepseek2", TSR_ROPE_NORMAL, LLM_MOE_OPT | LLM_FF_EXP_KEY | LLM_MOE_GROUPS | LLM_YARN,
+     tsr__deepseek2_hparams_read, tsr__deepseek2_known_tensor, tsr__deepseek2_bind_layer, tsr__deepseek2_graph},
 };
 #define N_ARCHS (sizeof llm_archs / sizeof llm_archs[0])
 
@@ -291,7 +292,7 @@ static tsr_status read_tensor_facts(const tsr_gguf *g, llm_hparams *hp) {
     return check_layer_tensors(g, hp);
 }
 
-tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
+tsr_status tsr__llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     tsr_status st;
     memset(hp, 0, sizeof *hp);
     if ((st = read_arch(g, hp)) != TSR_OK)
@@ -315,11 +316,11 @@ tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     return check_hparams(g, hp);
 }
 
-tsr_status llm_key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out) {
+tsr_status tsr__llm_key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out) {
     return key_i64(g, hp, suffix, def, out);
 }
 
-tsr_status llm_key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out) {
+tsr_status tsr__llm_key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out) {
     return key_f32(g, hp, suffix, def, out);
 }
 
@@ -351,7 +352,7 @@ static tsr_status bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1,
     return bind3(m, name, ne0, ne1, 0, optional, out);
 }
 
-tsr_status llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out) {
+tsr_status tsr__llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out) {
     return bind(m, name, ne0, ne1, optional, out);
 }
 
@@ -363,7 +364,7 @@ typedef struct layer_weight {
     tsr_tensor **dst;
 } layer_weight;
 
-tsr_status llm_bind_layer_std(tsr_model *m, int il) {
+tsr_status tsr__llm_bind_layer_std(tsr_model *m, int il) {
     const llm_hparams *hp = &m->hp;
     llm_layer *l = &m->layers[il];
     int64_t nq = (int64_t)hp->n_head * hp->head_dim_k, nk = (int64_t)hp->n_head_kv * hp->head_dim_k;
@@ -410,7 +411,7 @@ tsr_status llm_bind_layer_std(tsr_model *m, int il) {
     return TSR_OK;
 }
 
-tsr_status llm_bind_weights(tsr_model *m) {
+tsr_status tsr__llm_bind_weights(tsr_model *m) {
     const llm_hparams *hp = &m->hp;
     tsr_status st;
     if ((st = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, 0, &m->tok_embd)) != TSR_OK ||
@@ -435,24 +436,26 @@ tsr_status llm_bind_weights(tsr_model *m) {
 
 /* ---- the blocks every graph is built from --------------------------------- */
 
-tsr_tensor *llm_rms_norm(llm_fwd *f, tsr_tensor *x, tsr_tensor *w) {
+tsr_tensor *tsr__llm_rms_norm(llm_fwd *f, tsr_tensor *x, tsr_tensor *w) {
     return tsr_mul(f->ctx, tsr_rms_norm(f->ctx, x, f->m->hp.norm_eps), w);
 }
 
-tsr_tensor *llm_linear(llm_fwd *f, tsr_tensor *w, tsr_tensor *b, tsr_tensor *x) {
+tsr_tensor *tsr__llm_linear(llm_fwd *f, tsr_tensor *w, tsr_tensor *b, tsr_tensor *x) {
     tsr_tensor *y = tsr_mul_mat(f->ctx, w, x);
     return b ? tsr_add(f->ctx, y, b) : y;
 }
 
-tsr_tensor *llm_rope(llm_fwd *f, tsr_tensor *x, tsr_tensor *factors) {
+tsr_tensor *tsr__llm_rope(llm_fwd *f, tsr_tensor *x, tsr_tensor *factors) {
     const llm_hparams *hp = &f->m->hp;
     return tsr_rope_ext(f->ctx, x, f->pos, factors, hp->n_rot, hp->rope_mode, (int)hp->n_ctx_orig, hp->rope_freq_base,
                         hp->rope_freq_scale, hp->rope_ext_factor, hp->rope_attn_factor, 32.0f, 1.0f);
 }
 
-tsr_tensor *llm_out_rows(llm_fwd *f, tsr_tensor *t) { return f->out_ids ? tsr_get_rows(f->ctx, t, f->out_ids) : t; }
+tsr_tensor *tsr__llm_out_rows(llm_fwd *f, tsr_tensor *t) {
+    return f->out_ids ? tsr_get_rows(f->ctx, t, f->out_ids) : t;
+}
 
-tsr_tensor *llm_ffn(llm_fwd *f, tsr_tensor *gate, tsr_tensor *up, tsr_tensor *down, tsr_tensor *x) {
+tsr_tensor *tsr__llm_ffn(llm_fwd *f, tsr_tensor *gate, tsr_tensor *up, tsr_tensor *down, tsr_tensor *x) {
     tsr_tensor *g = tsr_mul_mat(f->ctx, gate, x);
     tsr_tensor *u = tsr_mul_mat(f->ctx, up, x);
     return tsr_mul_mat(f->ctx, down, tsr_swiglu(f->ctx, g, u));
@@ -497,7 +500,7 @@ static tsr_tensor *moe_mask_groups(llm_fwd *f, tsr_tensor *sel, int64_t n) {
  * least the largest score, so llama.cpp's clamp of it from below (F16's
  * smallest normal) is left out: it could only act when every chosen sigmoid
  * is under 6e-5. cur: [n_embd, n]. */
-tsr_tensor *llm_moe(llm_fwd *f, const llm_layer *l, tsr_tensor *cur) {
+tsr_tensor *tsr__llm_moe(llm_fwd *f, const llm_layer *l, tsr_tensor *cur) {
     const llm_hparams *hp = &f->m->hp;
     tsr_context *ctx = f->ctx;
     int64_t n = tsr_tensor_ne(cur, 1), nx = hp->n_expert, k = hp->n_expert_used, e = hp->n_embd;
@@ -537,19 +540,20 @@ static int all_rows(const llm_batch *b) {
     return 1;
 }
 
-int llm_gathers_rows(const llm_batch *b) { return b->n_out > 0 && (!b->tokens || !all_rows(b)); }
+int tsr__llm_gathers_rows(const llm_batch *b) { return b->n_out > 0 && (!b->tokens || !all_rows(b)); }
 
-tsr_tensor *llm_fwd_begin(llm_fwd *f, const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b) {
+tsr_tensor *tsr__llm_fwd_begin(llm_fwd *f, const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache,
+                               const llm_batch *b) {
     const int64_t ne = b->n, ne_out = b->n_out;
     *f = (llm_fwd){m, ctx, cache, NULL, NULL, NULL, b->n, b->n_out};
     tsr_tensor *tok = f->tok = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->tokens);
     f->pos = tsr_input(ctx, TSR_TYPE_I32, 1, &ne, b->pos);
-    if (llm_gathers_rows(b))
+    if (tsr__llm_gathers_rows(b))
         f->out_ids = tsr_input(ctx, TSR_TYPE_I32, 1, &ne_out, b->out_ids);
     return tok;
 }
 
-tsr_status llm_fwd_end(tsr_context *ctx, const tsr_tensor *out) {
+tsr_status tsr__llm_fwd_end(tsr_context *ctx, const tsr_tensor *out) {
     if (out)
         return TSR_OK;
     tsr_status st = tsr_context_status(ctx);
@@ -557,12 +561,12 @@ tsr_status llm_fwd_end(tsr_context *ctx, const tsr_tensor *out) {
                       tsr_context_error(ctx) ? tsr_context_error(ctx) : tsr_last_error());
 }
 
-tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out,
-                     llm_fwd *inputs) {
+tsr_status tsr__llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
+                          tsr_tensor **out, llm_fwd *inputs) {
     llm_fwd f;
-    tsr_tensor *tok = llm_fwd_begin(&f, m, ctx, cache, b);
+    tsr_tensor *tok = tsr__llm_fwd_begin(&f, m, ctx, cache, b);
     *out = m->hp.def->graph(&f, tok);
     if (inputs)
         *inputs = f;
-    return llm_fwd_end(ctx, *out);
+    return tsr__llm_fwd_end(ctx, *out);
 }

@@ -24,7 +24,7 @@
  * head for such files; the results agree to rounding).
  *
  * Feed-forward: the first leading_dense_block_count layers are dense
- * SwiGLU; the others a mixture of experts (common.c's llm_moe: softmax or
+ * SwiGLU; the others a mixture of experts (common.c's tsr__llm_moe: softmax or
  * sigmoid scores, exp_probs_b for the choice only, grouped selection,
  * expert_weights_norm / expert_weights_scale) plus the shared experts'
  * SwiGLU FFN (ffn_*_shexp) added to the routed output. */
@@ -36,7 +36,7 @@
 
 static tsr_status key_int(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int *out) {
     int64_t v = 0;
-    tsr_status st = llm_key_i64(g, hp, suffix, def, &v);
+    tsr_status st = tsr__llm_key_i64(g, hp, suffix, def, &v);
     if (st == TSR_OK && v > INT32_MAX)
         st = tsr__error(TSR_E_MALFORMED, "%s: key '%s.%s' is out of range", tsr_gguf_path(g), hp->arch, suffix);
     *out = st == TSR_OK ? (int)v : 0;
@@ -60,22 +60,22 @@ static tsr_status key_bool(const tsr_gguf *g, const llm_hparams *hp, const char 
     return TSR_OK;
 }
 
-tsr_status deepseek2_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
+tsr_status tsr__deepseek2_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     const char *path = tsr_gguf_path(g);
     int64_t q_lora = 0, kv_lora = 0, k_mla = 0, v_mla = 0;
     int gating = 0;
     float log_mul = 0.0f;
     tsr_status st;
-    if ((st = llm_key_i64(g, hp, "attention.q_lora_rank", 0, &q_lora)) != TSR_OK ||
-        (st = llm_key_i64(g, hp, "attention.kv_lora_rank", -1, &kv_lora)) != TSR_OK ||
-        (st = llm_key_i64(g, hp, "attention.key_length_mla", hp->head_dim_k, &k_mla)) != TSR_OK ||
-        (st = llm_key_i64(g, hp, "attention.value_length_mla", hp->head_dim_v, &v_mla)) != TSR_OK ||
+    if ((st = tsr__llm_key_i64(g, hp, "attention.q_lora_rank", 0, &q_lora)) != TSR_OK ||
+        (st = tsr__llm_key_i64(g, hp, "attention.kv_lora_rank", -1, &kv_lora)) != TSR_OK ||
+        (st = tsr__llm_key_i64(g, hp, "attention.key_length_mla", hp->head_dim_k, &k_mla)) != TSR_OK ||
+        (st = tsr__llm_key_i64(g, hp, "attention.value_length_mla", hp->head_dim_v, &v_mla)) != TSR_OK ||
         (st = key_int(g, hp, "leading_dense_block_count", 0, &hp->ds.n_dense_lead)) != TSR_OK ||
         (st = key_int(g, hp, "expert_shared_count", 0, &hp->ds.n_shared)) != TSR_OK ||
-        (st = llm_key_f32(g, hp, "expert_weights_scale", 0.0f, &hp->moe_w_scale)) != TSR_OK ||
+        (st = tsr__llm_key_f32(g, hp, "expert_weights_scale", 0.0f, &hp->moe_w_scale)) != TSR_OK ||
         (st = key_bool(g, hp, "expert_weights_norm", &hp->moe_norm_w)) != TSR_OK ||
         (st = key_int(g, hp, "expert_gating_func", 0, &gating)) != TSR_OK ||
-        (st = llm_key_f32(g, hp, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul)) != TSR_OK)
+        (st = tsr__llm_key_f32(g, hp, "rope.scaling.yarn_log_multiplier", 0.0f, &log_mul)) != TSR_OK)
         return st;
     /* llama.cpp's gating functions: 0 (absent: V2, V2.5) and 1 softmax, 2 sigmoid */
     if (gating > 2)
@@ -120,7 +120,7 @@ tsr_status deepseek2_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     return TSR_OK;
 }
 
-int deepseek2_known_tensor(const llm_hparams *hp, const char *suffix) {
+int tsr__deepseek2_known_tensor(const llm_hparams *hp, const char *suffix) {
     static const char *const names[] = {
         "attn_norm.weight",      "attn_q_a.weight",      "attn_q_a_norm.weight",  "attn_q_b.weight",
         "attn_q.weight",         "attn_kv_a_mqa.weight", "attn_kv_a_norm.weight", "attn_kv_b.weight",
@@ -165,7 +165,7 @@ static tsr_status bind_one(tsr_model *m, int il, const ds_weight *w) {
     return TSR_OK;
 }
 
-tsr_status deepseek2_bind_layer(tsr_model *m, int il) {
+tsr_status tsr__deepseek2_bind_layer(tsr_model *m, int il) {
     const llm_hparams *hp = &m->hp;
     llm_layer *l = &m->layers[il];
     int64_t e = hp->n_embd, nh = hp->n_head, ql = hp->ds.q_lora, kvl = hp->ds.kv_lora, r = hp->n_rot;
@@ -240,19 +240,19 @@ static tsr_tensor *attention(llm_fwd *f, int il, tsr_tensor *cur) {
     int64_t n = f->n, nh = hp->n_head, kvl = hp->ds.kv_lora, r = hp->n_rot, nope = hp->ds.nope;
     tsr_tensor *q = l->wq ? tsr_mul_mat(ctx, l->wq, cur)
                           : tsr_mul_mat(ctx, l->ds.q_b,
-                                        llm_rms_norm(f, tsr_mul_mat(ctx, l->ds.q_a, cur), l->ds.q_a_norm));
+                                        tsr__llm_rms_norm(f, tsr_mul_mat(ctx, l->ds.q_a, cur), l->ds.q_a_norm));
     q = tsr_reshape_3d(ctx, q, hp->ds.k_mla, nh, n);
     size_t qb1 = tsr_tensor_nb(q, 1), qb2 = tsr_tensor_nb(q, 2);
     tsr_tensor *q_nope = tsr_view_3d(ctx, q, nope, nh, n, qb1, qb2, 0);
     tsr_tensor *q_pe = tsr_cont(ctx, tsr_view_3d(ctx, q, r, nh, n, qb1, qb2, (size_t)nope * sizeof(float)));
-    q_pe = llm_rope(f, q_pe, NULL);
+    q_pe = tsr__llm_rope(f, q_pe, NULL);
 
     tsr_tensor *kv = tsr_mul_mat(ctx, l->ds.kv_a_mqa, cur); /* [kv_lora + rope, n] */
     size_t kb1 = tsr_tensor_nb(kv, 1);
     tsr_tensor *kv_c = tsr_cont(ctx, tsr_view_2d(ctx, kv, kvl, n, kb1, 0));
     tsr_tensor *k_pe = tsr_cont(ctx, tsr_view_3d(ctx, kv, r, 1, n, kb1, kb1, (size_t)kvl * sizeof(float)));
-    k_pe = llm_rope(f, k_pe, NULL);
-    kv_c = llm_rms_norm(f, kv_c, l->ds.kv_a_norm);
+    k_pe = tsr__llm_rope(f, k_pe, NULL);
+    kv_c = tsr__llm_rms_norm(f, kv_c, l->ds.kv_a_norm);
 
     /* q_nope into the latent space, head by head: [kv_lora, n, n_head] */
     tsr_tensor *k_b = l->ds.k_b ? l->ds.k_b : legacy_k_b(f, l);
@@ -272,30 +272,30 @@ static tsr_tensor *attention(llm_fwd *f, int il, tsr_tensor *cur) {
 
 static tsr_tensor *feed_forward(llm_fwd *f, int il, tsr_tensor *x) {
     const llm_layer *l = &f->m->layers[il];
-    tsr_tensor *cur = llm_rms_norm(f, x, l->ffn_norm);
+    tsr_tensor *cur = tsr__llm_rms_norm(f, x, l->ffn_norm);
     if (il < f->m->hp.ds.n_dense_lead)
-        return llm_ffn(f, l->ffn_gate, l->ffn_up, l->ffn_down, cur);
-    tsr_tensor *y = llm_moe(f, l, cur);
+        return tsr__llm_ffn(f, l->ffn_gate, l->ffn_up, l->ffn_down, cur);
+    tsr_tensor *y = tsr__llm_moe(f, l, cur);
     if (l->ds.gate_shexp)
-        y = tsr_add(f->ctx, y, llm_ffn(f, l->ds.gate_shexp, l->ds.up_shexp, l->ds.down_shexp, cur));
+        y = tsr_add(f->ctx, y, tsr__llm_ffn(f, l->ds.gate_shexp, l->ds.up_shexp, l->ds.down_shexp, cur));
     return y;
 }
 
-tsr_tensor *deepseek2_graph(llm_fwd *f, tsr_tensor *tokens) {
+tsr_tensor *tsr__deepseek2_graph(llm_fwd *f, tsr_tensor *tokens) {
     const tsr_model *m = f->m;
     tsr_context *ctx = f->ctx;
     tsr_tensor *x = tsr_get_rows(ctx, m->tok_embd, tokens);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const llm_layer *l = &m->layers[il];
-        tsr_tensor *cur = attention(f, il, llm_rms_norm(f, x, l->attn_norm));
+        tsr_tensor *cur = attention(f, il, tsr__llm_rms_norm(f, x, l->attn_norm));
         if (il == m->hp.n_layer - 1) {
             if (f->n_out == 0)
                 return cur;
-            cur = llm_out_rows(f, cur);
-            x = llm_out_rows(f, x);
+            cur = tsr__llm_out_rows(f, cur);
+            x = tsr__llm_out_rows(f, x);
         }
         x = tsr_add(ctx, tsr_mul_mat(ctx, l->wo, cur), x);
         x = tsr_add(ctx, feed_forward(f, il, x), x);
     }
-    return tsr_mul_mat(ctx, m->output, llm_rms_norm(f, x, m->out_norm));
+    return tsr_mul_mat(ctx, m->output, tsr__llm_rms_norm(f, x, m->out_norm));
 }

@@ -18,7 +18,7 @@
  * every swa_period-th (attention.sliding_window_pattern, 6 by default:
  * five windowed layers, then one global); the KV cache builds the
  * windowed mask (tsr_kv_cache_params.n_swa/swa_layers, set by session.c
- * from llm_layer_is_swa). */
+ * from tsr__llm_layer_is_swa). */
 #include "model.h"
 
 #include <math.h>
@@ -26,22 +26,22 @@
 #include <stdio.h>
 #include <string.h>
 
-int llm_is_gemma3(const llm_hparams *hp) { return strcmp(hp->arch, "gemma3") == 0; }
+int tsr__llm_is_gemma3(const llm_hparams *hp) { return strcmp(hp->arch, "gemma3") == 0; }
 
-int llm_layer_is_swa(const llm_hparams *hp, int il) {
+int tsr__llm_layer_is_swa(const llm_hparams *hp, int il) {
     if (hp->n_swa <= 0)
         return 0;
     return hp->swa_period == 0 || il % hp->swa_period < hp->swa_period - 1;
 }
 
-tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
+tsr_status tsr__gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
     int64_t period = 6;
     float softcap = 0.0f;
     tsr_status st;
-    if ((st = llm_key_i64(g, hp, "attention.sliding_window", 0, &hp->n_swa)) != TSR_OK ||
-        (st = llm_key_i64(g, hp, "attention.sliding_window_pattern", 6, &period)) != TSR_OK ||
-        (st = llm_key_f32(g, hp, "rope.freq_base_swa", 10000.0f, &hp->rope_freq_base_swa)) != TSR_OK ||
-        (st = llm_key_f32(g, hp, "final_logit_softcapping", 0.0f, &softcap)) != TSR_OK)
+    if ((st = tsr__llm_key_i64(g, hp, "attention.sliding_window", 0, &hp->n_swa)) != TSR_OK ||
+        (st = tsr__llm_key_i64(g, hp, "attention.sliding_window_pattern", 6, &period)) != TSR_OK ||
+        (st = tsr__llm_key_f32(g, hp, "rope.freq_base_swa", 10000.0f, &hp->rope_freq_base_swa)) != TSR_OK ||
+        (st = tsr__llm_key_f32(g, hp, "final_logit_softcapping", 0.0f, &softcap)) != TSR_OK)
         return st;
     if (period > INT32_MAX) /* past the layers it means every layer windowed, as in llama.cpp */
         period = INT32_MAX;
@@ -60,15 +60,15 @@ tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp) {
 }
 
 /* Its per-layer norms; no biases (LLM_NO_BIAS); the rest as llama. */
-int gemma3_known_tensor(const llm_hparams *hp, const char *suffix) {
+int tsr__gemma3_known_tensor(const llm_hparams *hp, const char *suffix) {
     (void)hp;
     return strcmp(suffix, "post_attention_norm.weight") == 0 || strcmp(suffix, "post_ffw_norm.weight") == 0 ? 1 : -1;
 }
 
-tsr_status gemma3_bind_layer(tsr_model *m, int il) {
+tsr_status tsr__gemma3_bind_layer(tsr_model *m, int il) {
     const llm_hparams *hp = &m->hp;
     llm_layer *l = &m->layers[il];
-    tsr_status st0 = llm_bind_layer_std(m, il);
+    tsr_status st0 = tsr__llm_bind_layer_std(m, il);
     if (st0 != TSR_OK)
         return st0;
     struct {
@@ -84,7 +84,7 @@ tsr_status gemma3_bind_layer(tsr_model *m, int il) {
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
         char name[96];
         snprintf(name, sizeof name, "blk.%d.%s", il, w[i].s);
-        tsr_status st = llm_bind(m, name, w[i].ne0, 0, 0, w[i].dst);
+        tsr_status st = tsr__llm_bind(m, name, w[i].ne0, 0, 0, w[i].dst);
         if (st != TSR_OK)
             return st;
     }
@@ -101,7 +101,7 @@ static tsr_tensor *norm(g3_fwd *f, tsr_tensor *x, tsr_tensor *w) {
 
 static tsr_tensor *rope(g3_fwd *f, int il, tsr_tensor *x) {
     const llm_hparams *hp = &f->m->hp;
-    int swa = llm_layer_is_swa(hp, il);
+    int swa = tsr__llm_layer_is_swa(hp, il);
     float base = swa ? hp->rope_freq_base_swa : hp->rope_freq_base;
     float scale = swa ? 1.0f : hp->rope_freq_scale;
     return tsr_rope_ext(f->ctx, x, f->pos, NULL, hp->n_rot, TSR_ROPE_NEOX, (int)hp->n_ctx_orig, base, scale, 0.0f, 1.0f,
@@ -130,7 +130,7 @@ static tsr_tensor *feed_forward(g3_fwd *f, const llm_layer *l, tsr_tensor *x) {
     return norm(f, tsr_mul_mat(f->ctx, l->ffn_down, tsr_geglu(f->ctx, gate, up)), l->g3.post_ffn_norm);
 }
 
-tsr_tensor *gemma3_graph(llm_fwd *f, tsr_tensor *tokens) {
+tsr_tensor *tsr__gemma3_graph(llm_fwd *f, tsr_tensor *tokens) {
     const tsr_model *m = f->m;
     tsr_context *ctx = f->ctx;
     tsr_tensor *x = tsr_scale(ctx, tsr_get_rows(ctx, m->tok_embd, tokens), sqrtf((float)m->hp.n_embd));

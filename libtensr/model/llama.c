@@ -18,44 +18,44 @@ static tsr_tensor *attention(llm_fwd *f, int il, tsr_tensor *cur) {
     const llm_hparams *hp = &f->m->hp;
     const llm_layer *l = &f->m->layers[il];
     tsr_context *ctx = f->ctx;
-    tsr_tensor *q = llm_linear(f, l->wq, l->bq, cur);
-    tsr_tensor *k = llm_linear(f, l->wk, l->bk, cur);
-    tsr_tensor *v = llm_linear(f, l->wv, l->bv, cur);
+    tsr_tensor *q = tsr__llm_linear(f, l->wq, l->bq, cur);
+    tsr_tensor *k = tsr__llm_linear(f, l->wk, l->bk, cur);
+    tsr_tensor *v = tsr__llm_linear(f, l->wv, l->bv, cur);
     q = tsr_reshape_3d(ctx, q, hp->head_dim_k, hp->n_head, f->n);
     k = tsr_reshape_3d(ctx, k, hp->head_dim_k, hp->n_head_kv, f->n);
     if (l->attn_q_norm) { /* qwen3: RMS norm of each head before rope */
-        q = llm_rms_norm(f, q, l->attn_q_norm);
-        k = llm_rms_norm(f, k, l->attn_k_norm);
+        q = tsr__llm_rms_norm(f, q, l->attn_q_norm);
+        k = tsr__llm_rms_norm(f, k, l->attn_k_norm);
     }
-    q = llm_rope(f, q, l->rope_freqs);
-    k = llm_rope(f, k, l->rope_freqs);
+    q = tsr__llm_rope(f, q, l->rope_freqs);
+    k = tsr__llm_rope(f, k, l->rope_freqs);
     v = tsr_reshape_3d(ctx, v, hp->head_dim_v, hp->n_head_kv, f->n);
     float scale = 1.0f / sqrtf((float)hp->head_dim_k);
     return tsr_attention(ctx, f->cache, il, q, k, v, scale);
 }
 
 static tsr_tensor *feed_forward(llm_fwd *f, const llm_layer *l, tsr_tensor *x) {
-    tsr_tensor *cur = llm_rms_norm(f, x, l->ffn_norm);
+    tsr_tensor *cur = tsr__llm_rms_norm(f, x, l->ffn_norm);
     if (l->ffn_gate_inp)
-        return llm_moe(f, l, cur);
-    return llm_ffn(f, l->ffn_gate, l->ffn_up, l->ffn_down, cur);
+        return tsr__llm_moe(f, l, cur);
+    return tsr__llm_ffn(f, l->ffn_gate, l->ffn_up, l->ffn_down, cur);
 }
 
-tsr_tensor *llama_graph(llm_fwd *f, tsr_tensor *tokens) {
+tsr_tensor *tsr__llama_graph(llm_fwd *f, tsr_tensor *tokens) {
     const tsr_model *m = f->m;
     tsr_context *ctx = f->ctx;
     tsr_tensor *x = tsr_get_rows(ctx, m->tok_embd, tokens);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const llm_layer *l = &m->layers[il];
-        tsr_tensor *cur = attention(f, il, llm_rms_norm(f, x, l->attn_norm));
+        tsr_tensor *cur = attention(f, il, tsr__llm_rms_norm(f, x, l->attn_norm));
         if (il == m->hp.n_layer - 1) {
             if (f->n_out == 0)
                 return cur;
-            cur = llm_out_rows(f, cur);
-            x = llm_out_rows(f, x);
+            cur = tsr__llm_out_rows(f, cur);
+            x = tsr__llm_out_rows(f, x);
         }
-        x = tsr_add(ctx, llm_linear(f, l->wo, l->bo, cur), x);
+        x = tsr_add(ctx, tsr__llm_linear(f, l->wo, l->bo, cur), x);
         x = tsr_add(ctx, feed_forward(f, l, x), x);
     }
-    return llm_linear(f, m->output, m->output_b, llm_rms_norm(f, x, m->out_norm));
+    return tsr__llm_linear(f, m->output, m->output_b, tsr__llm_rms_norm(f, x, m->out_norm));
 }

@@ -80,7 +80,7 @@ struct llm_hparams {
     int swa_period;           /* layer il is windowed unless il % swa_period == swa_period - 1 */
     float rope_freq_base_swa; /* rope of the windowed layers (no scaling) */
     float attn_scale;         /* the queries' scale (the scores' is 1) */
-    /* mixtures of experts (common.c's llm_moe) */
+    /* mixtures of experts (common.c's tsr__llm_moe) */
     int n_expert_groups;    /* expert_group_count when > 1, else 0 */
     int n_group_used;       /* expert_group_used_count */
     int moe_sigmoid;        /* expert_gating_func: 0 softmax, 1 sigmoid */
@@ -146,43 +146,43 @@ typedef struct llm_batch {
 /* Reads the hyper-parameters of an open GGUF (no weights needed).
  * TSR_E_UNSUPPORTED for an architecture or a feature the layer lacks,
  * TSR_E_MALFORMED for inconsistent metadata. */
-tsr_status llm_hparams_read(const tsr_gguf *g, llm_hparams *hp);
+tsr_status tsr__llm_hparams_read(const tsr_gguf *g, llm_hparams *hp);
 /* Looks up every weight of m->hp in m->be and checks its shape. */
-tsr_status llm_bind_weights(tsr_model *m);
+tsr_status tsr__llm_bind_weights(tsr_model *m);
 /* Whether the graph of b gathers the rows of out_ids (else it keeps every row). */
-int llm_gathers_rows(const llm_batch *b);
+int tsr__llm_gathers_rows(const llm_batch *b);
 /* Builds the graph of batch b in ctx over cache (tsr_kv_cache_begin* already
  * called); *out: logits [n_vocab, n_out], or, when n_out == 0, the last
  * layer's attention (which writes the cache). inputs (NULL: not wanted):
  * the graph's token, position and output-row inputs, to run it again on
  * another batch of the same shape. */
-tsr_status llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b, tsr_tensor **out,
-                     llm_fwd *inputs);
+tsr_status tsr__llm_build(const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b,
+                          tsr_tensor **out, llm_fwd *inputs);
 
 /* Shared with the other architectures' files: GGUF key ARCH.suffix (a
  * required integer when def < 0; a float defaulting to def) and a weight
  * lookup with its shape check ({ne0, ne1}, ne1 0 for 1-D; optional ones
  * may be absent). */
-tsr_status llm_key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out);
-tsr_status llm_key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out);
-tsr_status llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out);
+tsr_status tsr__llm_key_i64(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, int64_t def, int64_t *out);
+tsr_status tsr__llm_key_f32(const tsr_gguf *g, const llm_hparams *hp, const char *suffix, float def, float *out);
+tsr_status tsr__llm_bind(tsr_model *m, const char *name, int64_t ne0, int64_t ne1, int optional, tsr_tensor **out);
 
 /* The common weights of layer il (attention, norms, dense FFN or experts),
  * as llama has them: llama's bind_layer, and the start of others'. */
-tsr_status llm_bind_layer_std(tsr_model *m, int il);
+tsr_status tsr__llm_bind_layer_std(tsr_model *m, int il);
 
 /* The architectures' functions (the table in common.c). */
-tsr_tensor *llama_graph(llm_fwd *f, tsr_tensor *tokens);
-int llm_is_gemma3(const llm_hparams *hp);
-tsr_status gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp);
-int gemma3_known_tensor(const llm_hparams *hp, const char *suffix);
-tsr_status gemma3_bind_layer(tsr_model *m, int il);
-tsr_tensor *gemma3_graph(llm_fwd *f, tsr_tensor *tokens);
-int llm_layer_is_swa(const llm_hparams *hp, int il); /* gemma3's sliding window */
-tsr_status deepseek2_hparams_read(const tsr_gguf *g, llm_hparams *hp);
-int deepseek2_known_tensor(const llm_hparams *hp, const char *suffix);
-tsr_status deepseek2_bind_layer(tsr_model *m, int il);
-tsr_tensor *deepseek2_graph(llm_fwd *f, tsr_tensor *tokens);
+tsr_tensor *tsr__llama_graph(llm_fwd *f, tsr_tensor *tokens);
+int tsr__llm_is_gemma3(const llm_hparams *hp);
+tsr_status tsr__gemma3_hparams_read(const tsr_gguf *g, llm_hparams *hp);
+int tsr__gemma3_known_tensor(const llm_hparams *hp, const char *suffix);
+tsr_status tsr__gemma3_bind_layer(tsr_model *m, int il);
+tsr_tensor *tsr__gemma3_graph(llm_fwd *f, tsr_tensor *tokens);
+int tsr__llm_layer_is_swa(const llm_hparams *hp, int il); /* gemma3's sliding window */
+tsr_status tsr__deepseek2_hparams_read(const tsr_gguf *g, llm_hparams *hp);
+int tsr__deepseek2_known_tensor(const llm_hparams *hp, const char *suffix);
+tsr_status tsr__deepseek2_bind_layer(tsr_model *m, int il);
+tsr_tensor *tsr__deepseek2_graph(llm_fwd *f, tsr_tensor *tokens);
 
 /* One micro-batch being built (every architecture's graph). */
 struct llm_fwd {
@@ -195,23 +195,24 @@ struct llm_fwd {
 
 /* Starts building batch b: fills f and makes the position and (when not
  * every row is kept) output-row inputs; returns the token input. */
-tsr_tensor *llm_fwd_begin(llm_fwd *f, const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache, const llm_batch *b);
+tsr_tensor *tsr__llm_fwd_begin(llm_fwd *f, const tsr_model *m, tsr_context *ctx, tsr_kv_cache *cache,
+                               const llm_batch *b);
 /* The status of the graph built in ctx: TSR_OK when out is not NULL, else
  * the context's error behind "building the graph". */
-tsr_status llm_fwd_end(tsr_context *ctx, const tsr_tensor *out);
+tsr_status tsr__llm_fwd_end(tsr_context *ctx, const tsr_tensor *out);
 
 /* The blocks the graphs share (common.c): RMS norm times w; w x (+ b);
  * rope with the file's scaling; the rows whose logits are wanted; the
  * SwiGLU FFN; the mixture of experts of layer l (router, choice, weights
  * as hp says; llama.cpp's build_moe_ffn). */
-tsr_tensor *llm_rms_norm(llm_fwd *f, tsr_tensor *x, tsr_tensor *w);
-tsr_tensor *llm_linear(llm_fwd *f, tsr_tensor *w, tsr_tensor *b, tsr_tensor *x);
-tsr_tensor *llm_rope(llm_fwd *f, tsr_tensor *x, tsr_tensor *factors);
-tsr_tensor *llm_out_rows(llm_fwd *f, tsr_tensor *t);
-tsr_tensor *llm_ffn(llm_fwd *f, tsr_tensor *gate, tsr_tensor *up, tsr_tensor *down, tsr_tensor *x);
-tsr_tensor *llm_moe(llm_fwd *f, const llm_layer *l, tsr_tensor *cur);
+tsr_tensor *tsr__llm_rms_norm(llm_fwd *f, tsr_tensor *x, tsr_tensor *w);
+tsr_tensor *tsr__llm_linear(llm_fwd *f, tsr_tensor *w, tsr_tensor *b, tsr_tensor *x);
+tsr_tensor *tsr__llm_rope(llm_fwd *f, tsr_tensor *x, tsr_tensor *factors);
+tsr_tensor *tsr__llm_out_rows(llm_fwd *f, tsr_tensor *t);
+tsr_tensor *tsr__llm_ffn(llm_fwd *f, tsr_tensor *gate, tsr_tensor *up, tsr_tensor *down, tsr_tensor *x);
+tsr_tensor *tsr__llm_moe(llm_fwd *f, const llm_layer *l, tsr_tensor *cur);
 
 /* Frees m for real (tsr_model_free, or its last session after that). */
-void llm_model_destroy(tsr_model *m);
+void tsr__llm_model_destroy(tsr_model *m);
 
 #endif

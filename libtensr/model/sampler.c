@@ -21,7 +21,7 @@ struct smp_sampler {
     size_t n_bias;
 };
 
-void smp_params_default(smp_params *p) {
+void tsr__smp_params_default(smp_params *p) {
     p->temp = 0.8f;
     p->top_k = 40;
     p->top_p = 0.95f;
@@ -34,7 +34,7 @@ void smp_params_default(smp_params *p) {
     p->seed = 0x5EED;
 }
 
-double smp_uniform(uint64_t *state) {
+double tsr__smp_uniform(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -49,7 +49,7 @@ static int cmp_cand(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-void smp_sort(smp_cands *c) {
+void tsr__smp_sort(smp_cands *c) {
     if (!c->sorted)
         qsort(c->data, c->size, sizeof *c->data, cmp_cand);
     c->sorted = 1;
@@ -58,7 +58,7 @@ void smp_sort(smp_cands *c) {
 /* A repeated token's logit is divided by the penalty when positive and
  * multiplied when not (so it always becomes less likely); frequency and
  * presence penalties are subtracted. */
-void smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, float freq, float present) {
+void tsr__smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, float freq, float present) {
     if (!counts || (repeat == 1.0f && freq == 0.0f && present == 0.0f))
         return;
     for (size_t i = 0; i < c->size; i++) {
@@ -74,15 +74,15 @@ void smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, floa
     c->sorted = 0;
 }
 
-void smp_top_k(smp_cands *c, int32_t k) {
+void tsr__smp_top_k(smp_cands *c, int32_t k) {
     if (k <= 0)
         return;
-    smp_sort(c);
+    tsr__smp_sort(c);
     if ((size_t)k < c->size)
         c->size = (size_t)k;
 }
 
-void smp_softmax(smp_cands *c) {
+void tsr__smp_softmax(smp_cands *c) {
     float max_l = -INFINITY, sum = 0.0f;
     for (size_t i = 0; i < c->size; i++) max_l = c->data[i].logit > max_l ? c->data[i].logit : max_l;
     for (size_t i = 0; i < c->size; i++) {
@@ -93,12 +93,12 @@ void smp_softmax(smp_cands *c) {
 }
 
 /* Keeps the most likely tokens whose probabilities add up to at least p. */
-void smp_top_p(smp_cands *c, float p, size_t min_keep) {
+void tsr__smp_top_p(smp_cands *c, float p, size_t min_keep) {
     float cum = 0.0f;
     if (p >= 1.0f || c->size == 0)
         return;
-    smp_softmax(c);
-    smp_sort(c);
+    tsr__smp_softmax(c);
+    tsr__smp_sort(c);
     for (size_t i = 0; i < c->size; i++) {
         cum += c->data[i].p;
         if (cum >= p && i + 1 >= min_keep) {
@@ -109,12 +109,12 @@ void smp_top_p(smp_cands *c, float p, size_t min_keep) {
 }
 
 /* Keeps the tokens at least p times as likely as the most likely one. */
-void smp_min_p(smp_cands *c, float p, size_t min_keep) {
+void tsr__smp_min_p(smp_cands *c, float p, size_t min_keep) {
     size_t i = 1;
     float min_logit;
     if (p <= 0.0f || c->size == 0)
         return;
-    smp_sort(c);
+    tsr__smp_sort(c);
     min_logit = c->data[0].logit + logf(p);
     for (; i < c->size; i++)
         if (c->data[i].logit < min_logit && i >= min_keep)
@@ -123,7 +123,7 @@ void smp_min_p(smp_cands *c, float p, size_t min_keep) {
 }
 
 /* temp <= 0 leaves only the first highest logit finite. */
-void smp_temp(smp_cands *c, float temp) {
+void tsr__smp_temp(smp_cands *c, float temp) {
     if (c->size == 0)
         return;
     if (temp <= 0.0f) {
@@ -139,7 +139,7 @@ void smp_temp(smp_cands *c, float temp) {
     for (size_t i = 0; i < c->size; i++) c->data[i].logit /= temp;
 }
 
-tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
+tsr_status tsr__smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
     smp_sampler *s;
     size_t n_hist;
     if (!out || n_vocab <= 0)
@@ -150,22 +150,22 @@ tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out) {
     if (p)
         s->p = *p;
     else
-        smp_params_default(&s->p);
+        tsr__smp_params_default(&s->p);
     n_hist = s->p.repeat_last_n > 0 ? (size_t)s->p.repeat_last_n : 0;
     s->n_vocab = n_vocab;
     s->cands = tsr__malloc((size_t)n_vocab * sizeof *s->cands);
     s->counts = tsr__calloc((size_t)n_vocab, sizeof *s->counts);
     s->hist = tsr__malloc((n_hist + 1) * sizeof *s->hist);
     if (!s->cands || !s->counts || !s->hist) {
-        smp_free(s);
+        tsr__smp_free(s);
         return tsr__error(TSR_E_NOMEM, "tsr_sampler_new: out of host memory for %d candidates", n_vocab);
     }
-    smp_reset(s);
+    tsr__smp_reset(s);
     *out = s;
     return TSR_OK;
 }
 
-void smp_free(smp_sampler *s) {
+void tsr__smp_free(smp_sampler *s) {
     if (!s)
         return;
     tsr__free(s->cands);
@@ -176,13 +176,13 @@ void smp_free(smp_sampler *s) {
     tsr__free(s);
 }
 
-void smp_reset(smp_sampler *s) {
+void tsr__smp_reset(smp_sampler *s) {
     memset(s->counts, 0, (size_t)s->n_vocab * sizeof *s->counts);
     s->n_hist = s->hist_pos = 0;
     s->rng = s->p.seed;
 }
 
-void smp_accept(smp_sampler *s, int32_t id) {
+void tsr__smp_accept(smp_sampler *s, int32_t id) {
     size_t cap = s->p.repeat_last_n > 0 ? (size_t)s->p.repeat_last_n : 0;
     if (cap == 0 || id < 0 || id >= s->n_vocab)
         return;
@@ -203,24 +203,24 @@ static int32_t argmax(const float *logits, int32_t n) {
     return best;
 }
 
-int32_t smp_sample(smp_sampler *s, const float *logits) {
+int32_t tsr__smp_sample(smp_sampler *s, const float *logits) {
     smp_cands c = {s->cands, (size_t)s->n_vocab, 0};
     const smp_params *p = &s->p;
     double u, cum = 0.0;
 
     for (int32_t i = 0; i < s->n_vocab; i++) s->cands[i] = (smp_cand){i, logits[i], 0.0f};
     for (size_t i = 0; i < s->n_bias; i++) s->cands[s->bias_ids[i]].logit += s->bias[i];
-    smp_apply_penalties(&c, s->n_hist ? s->counts : NULL, p->repeat_penalty, p->freq_penalty, p->presence_penalty);
+    tsr__smp_apply_penalties(&c, s->n_hist ? s->counts : NULL, p->repeat_penalty, p->freq_penalty, p->presence_penalty);
     if (p->temp <= 0.0f) { /* greedy, after the penalties */
-        smp_sort(&c);
+        tsr__smp_sort(&c);
         return c.data[0].id;
     }
-    smp_top_k(&c, p->top_k);
-    smp_top_p(&c, p->top_p, p->min_keep);
-    smp_min_p(&c, p->min_p, p->min_keep);
-    smp_temp(&c, p->temp);
-    smp_softmax(&c);
-    u = smp_uniform(&s->rng);
+    tsr__smp_top_k(&c, p->top_k);
+    tsr__smp_top_p(&c, p->top_p, p->min_keep);
+    tsr__smp_min_p(&c, p->min_p, p->min_keep);
+    tsr__smp_temp(&c, p->temp);
+    tsr__smp_softmax(&c);
+    u = tsr__smp_uniform(&s->rng);
     for (size_t i = 0; i < c.size; i++) {
         cum += c.data[i].p;
         if (u < cum)
@@ -229,7 +229,7 @@ int32_t smp_sample(smp_sampler *s, const float *logits) {
     return c.size ? c.data[c.size - 1].id : argmax(logits, s->n_vocab);
 }
 
-tsr_status smp_set_bias(smp_sampler *s, const int32_t *ids, const float *bias, size_t n) {
+tsr_status tsr__smp_set_bias(smp_sampler *s, const int32_t *ids, const float *bias, size_t n) {
     int32_t *ni = n ? tsr__malloc(n * sizeof *ni) : NULL;
     float *nb = n ? tsr__malloc(n * sizeof *nb) : NULL;
     if (n && (!ni || !nb)) {
@@ -249,7 +249,7 @@ tsr_status smp_set_bias(smp_sampler *s, const int32_t *ids, const float *bias, s
     return TSR_OK;
 }
 
-void smp_biased(const smp_sampler *s, const float *logits, float *out) {
+void tsr__smp_biased(const smp_sampler *s, const float *logits, float *out) {
     memcpy(out, logits, (size_t)s->n_vocab * sizeof *out);
     for (size_t i = 0; i < s->n_bias; i++) out[s->bias_ids[i]] += s->bias[i];
 }

@@ -33,7 +33,7 @@ typedef struct smp_params {
     uint64_t seed;          /* default 0x5EED */
 } smp_params;
 
-void smp_params_default(smp_params *p);
+void tsr__smp_params_default(smp_params *p);
 
 /* One candidate token. */
 typedef struct smp_cand {
@@ -50,33 +50,33 @@ typedef struct smp_cands {
 
 /* The steps, in llama.cpp's semantics. counts[id] is how often id occurs in
  * the recent history (NULL: no history). */
-void smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, float freq, float present);
-void smp_sort(smp_cands *c);
-void smp_top_k(smp_cands *c, int32_t k);
-void smp_softmax(smp_cands *c); /* sets p (does not sort) */
-void smp_top_p(smp_cands *c, float p, size_t min_keep);
-void smp_min_p(smp_cands *c, float p, size_t min_keep);
-void smp_temp(smp_cands *c, float temp);
+void tsr__smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat, float freq, float present);
+void tsr__smp_sort(smp_cands *c);
+void tsr__smp_top_k(smp_cands *c, int32_t k);
+void tsr__smp_softmax(smp_cands *c); /* sets p (does not sort) */
+void tsr__smp_top_p(smp_cands *c, float p, size_t min_keep);
+void tsr__smp_min_p(smp_cands *c, float p, size_t min_keep);
+void tsr__smp_temp(smp_cands *c, float temp);
 
 typedef struct smp_sampler smp_sampler;
 
 /* p may be NULL (defaults). */
-tsr_status smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out);
-void smp_free(smp_sampler *s); /* NULL is a no-op */
+tsr_status tsr__smp_new(const smp_params *p, int32_t n_vocab, smp_sampler **out);
+void tsr__smp_free(smp_sampler *s); /* NULL is a no-op */
 /* Forgets the history and restarts the RNG from the seed. */
-void smp_reset(smp_sampler *s);
-/* Picks a token from logits[n_vocab]. Does not accept it: call smp_accept
+void tsr__smp_reset(smp_sampler *s);
+/* Picks a token from logits[n_vocab]. Does not accept it: call tsr__smp_accept
  * with the token actually used (it feeds the repetition penalties). */
-int32_t smp_sample(smp_sampler *s, const float *logits);
-void smp_accept(smp_sampler *s, int32_t id);
+int32_t tsr__smp_sample(smp_sampler *s, const float *logits);
+void tsr__smp_accept(smp_sampler *s, int32_t id);
 /* Sets the biases added to the logits before every other step (copied;
  * ids within the vocabulary, checked by the caller). */
-tsr_status smp_set_bias(smp_sampler *s, const int32_t *ids, const float *bias, size_t n);
+tsr_status tsr__smp_set_bias(smp_sampler *s, const int32_t *ids, const float *bias, size_t n);
 /* logits[i] plus its bias (the row the sampler starts from) into out[n_vocab]. */
-void smp_biased(const smp_sampler *s, const float *logits, float *out);
+void tsr__smp_biased(const smp_sampler *s, const float *logits, float *out);
 
 /* Next uniform number in [0, 1) of a splitmix64 state (exposed for tests). */
-double smp_uniform(uint64_t *state);
+double tsr__smp_uniform(uint64_t *state);
 
 #ifdef __cplusplus
 }

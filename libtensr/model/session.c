@@ -112,7 +112,7 @@ static tsr_status make_cache(tsr_session *s) {
     if (hp->n_swa > 0) {
         if (!(swa = tsr__calloc((size_t)hp->n_layer, 1)))
             return tsr__error(TSR_E_NOMEM, "out of memory for %d layer flags", hp->n_layer);
-        for (int il = 0; il < hp->n_layer; il++) swa[il] = (uint8_t)llm_layer_is_swa(hp, il);
+        for (int il = 0; il < hp->n_layer; il++) swa[il] = (uint8_t)tsr__llm_layer_is_swa(hp, il);
         kp.n_swa = hp->n_swa;
         kp.swa_layers = swa;
     }
@@ -132,7 +132,7 @@ static tsr_status reserve(tsr_session *s) {
     if (st != TSR_OK)
         st = tsr__error(st, "kv cache: %s", tsr_last_error());
     if (st == TSR_OK)
-        st = llm_build(s->m, ctx, s->cache, &b, &out, NULL);
+        st = tsr__llm_build(s->m, ctx, s->cache, &b, &out, NULL);
     if (st == TSR_OK && (st = tsr_reserve(ctx, &out, 1)) != TSR_OK)
         st = tsr__error(st, "reserving compute memory: %s", tsr_last_error());
     tsr_context_close(ctx);
@@ -198,7 +198,7 @@ void tsr_session_free(tsr_session *s) {
         return;
     drop_graph(s);
     if (s->counted && --s->m->n_sessions == 0 && s->m->freed)
-        llm_model_destroy(s->m);
+        tsr__llm_model_destroy(s->m);
     tsr_kv_cache_free(s->cache);
     tsr__free(s->logits);
     tsr__free(s->row_of);
@@ -319,7 +319,7 @@ static void fill_positions(tsr_session *s, size_t n, const int32_t *pos, const i
 static tsr_status run_again(tsr_session *s, const llm_batch *b, bool *ran) {
     *ran = false;
     const llm_fwd *in = &s->g.in;
-    if (!s->g.ctx || b->n != in->n || b->n_out != in->n_out || llm_gathers_rows(b) != (in->out_ids != NULL))
+    if (!s->g.ctx || b->n != in->n || b->n_out != in->n_out || tsr__llm_gathers_rows(b) != (in->out_ids != NULL))
         return TSR_OK;
     tsr_status st = tsr_kv_cache_begin_again(s->cache, s->g.ctx, b->n, b->pos, b->seq);
     if (st == TSR_E_STATE) { /* another shape: a new graph */
@@ -348,7 +348,7 @@ static tsr_status build(tsr_session *s, const llm_batch *b) {
     if (st != TSR_OK)
         st = tsr__error(st, "kv cache: %s", tsr_last_error());
     if (st == TSR_OK)
-        st = llm_build(s->m, ctx, s->cache, b, &s->g.out, &s->g.in);
+        st = tsr__llm_build(s->m, ctx, s->cache, b, &s->g.out, &s->g.in);
     if (st != TSR_OK) {
         tsr_context_close(ctx);
         memset(&s->g, 0, sizeof s->g);

@@ -7,14 +7,14 @@
 
 #include "unicode-data.h"
 
-size_t tku_len_utf8(unsigned char b) {
+size_t tsr__tku_len_utf8(unsigned char b) {
     static const unsigned char lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     return lookup[b >> 4];
 }
 
 static int is_cont(unsigned char b) { return (b & 0xC0) == 0x80; }
 
-uint32_t tku_decode(const char *s, size_t len, size_t *pos) {
+uint32_t tsr__tku_decode(const char *s, size_t len, size_t *pos) {
     const unsigned char *u = (const unsigned char *)s + *pos;
     size_t left = len - *pos;
     uint32_t cp = 0;
@@ -50,7 +50,7 @@ uint32_t tku_decode(const char *s, size_t len, size_t *pos) {
     return cp;
 }
 
-size_t tku_encode(uint32_t cp, char out[4]) {
+size_t tsr__tku_encode(uint32_t cp, char out[4]) {
     if (cp <= 0x7F) {
         out[0] = (char)cp;
         return 1;
@@ -87,40 +87,40 @@ static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp) {
     return 0;
 }
 
-int tku_is_letter(uint32_t cp) {
+int tsr__tku_is_letter(uint32_t cp) {
     if (cp < 0x80)
         return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
     return in_ranges(ucd_letter_ranges, sizeof ucd_letter_ranges / sizeof ucd_letter_ranges[0], cp);
 }
 
-int tku_is_number(uint32_t cp) {
+int tsr__tku_is_number(uint32_t cp) {
     if (cp < 0x80)
         return cp >= '0' && cp <= '9';
     return in_ranges(ucd_number_ranges, sizeof ucd_number_ranges / sizeof ucd_number_ranges[0], cp);
 }
 
 /* The Unicode White_Space property (the set llama.cpp uses for \s). */
-int tku_is_whitespace(uint32_t cp) {
+int tsr__tku_is_whitespace(uint32_t cp) {
     if (cp < 0x80)
         return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20;
     return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 ||
            cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-int tku_is_punct(uint32_t cp) {
+int tsr__tku_is_punct(uint32_t cp) {
     return in_ranges(ucd_punct_ranges, sizeof ucd_punct_ranges / sizeof ucd_punct_ranges[0], cp);
 }
-int tku_is_symbol(uint32_t cp) {
+int tsr__tku_is_symbol(uint32_t cp) {
     return in_ranges(ucd_symbol_ranges, sizeof ucd_symbol_ranges / sizeof ucd_symbol_ranges[0], cp);
 }
-int tku_is_mark(uint32_t cp) {
+int tsr__tku_is_mark(uint32_t cp) {
     return in_ranges(ucd_mark_ranges, sizeof ucd_mark_ranges / sizeof ucd_mark_ranges[0], cp);
 }
-int tku_is_control(uint32_t cp) {
+int tsr__tku_is_control(uint32_t cp) {
     return in_ranges(ucd_control_ranges, sizeof ucd_control_ranges / sizeof ucd_control_ranges[0], cp);
 }
 
-uint32_t tku_tolower(uint32_t cp) {
+uint32_t tsr__tku_tolower(uint32_t cp) {
     size_t lo = 0, hi = sizeof ucd_lower_map / sizeof ucd_lower_map[0];
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -134,7 +134,7 @@ uint32_t tku_tolower(uint32_t cp) {
     return cp;
 }
 
-uint32_t tku_nfd_first(uint32_t cp) {
+uint32_t tsr__tku_nfd_first(uint32_t cp) {
     size_t lo = 0, hi = sizeof ucd_nfd_ranges / sizeof ucd_nfd_ranges[0];
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -152,7 +152,7 @@ uint32_t tku_nfd_first(uint32_t cp) {
  * 256 + their rank among the non-printable ones. */
 static int byte_is_printable(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE); }
 
-uint32_t tku_byte_to_cp(unsigned char b) {
+uint32_t tsr__tku_byte_to_cp(unsigned char b) {
     unsigned n = 0;
     if (byte_is_printable(b))
         return b;
@@ -160,7 +160,7 @@ uint32_t tku_byte_to_cp(unsigned char b) {
     return 256 + n;
 }
 
-int tku_cp_to_byte(uint32_t cp) {
+int tsr__tku_cp_to_byte(uint32_t cp) {
     unsigned n = 0;
     if (cp < 256)
         return byte_is_printable(cp) ? (int)cp : -1;
@@ -195,11 +195,11 @@ static unsigned cls(const span *s, size_t pos) {
     if (pos >= s->end)
         return C_NONE;
     cp = s->cps[pos];
-    if (tku_is_whitespace(cp))
+    if (tsr__tku_is_whitespace(cp))
         return C_SPACE;
-    if (tku_is_letter(cp))
+    if (tsr__tku_is_letter(cp))
         return C_LETTER;
-    if (tku_is_number(cp))
+    if (tsr__tku_is_number(cp))
         return C_NUMBER;
     return C_OTHER;
 }
@@ -210,11 +210,11 @@ static unsigned fine(const span *s, size_t pos) {
     if (c != C_OTHER)
         return c; /* the same bits for letter, number, space, none */
     cp = s->cps[pos];
-    if (tku_is_punct(cp))
+    if (tsr__tku_is_punct(cp))
         return F_PUNCT;
-    if (tku_is_symbol(cp))
+    if (tsr__tku_is_symbol(cp))
         return F_SYMBOL;
-    if (tku_is_mark(cp))
+    if (tsr__tku_is_mark(cp))
         return F_MARK;
     return F_OTHER;
 }
@@ -464,7 +464,7 @@ static size_t tekken_word(const span *s, size_t pos) { return cased_word(s, pos,
 /* llama.cpp's std::wregex sees non-ASCII whitespace as U+000B. */
 static uint32_t wide_cp(const span *s, size_t pos) {
     uint32_t cp = at(s, pos);
-    return (cp > 0x7F && cp != 0xFFFFFFFFu && tku_is_whitespace(cp)) ? 0x0B : cp;
+    return (cp > 0x7F && cp != 0xFFFFFFFFu && tsr__tku_is_whitespace(cp)) ? 0x0B : cp;
 }
 
 /* [\r\n] */
@@ -566,7 +566,7 @@ static size_t m_ds3_cjk(const span *s, size_t pos) { return table_run(s, pos, ds
  * look from the end instead of a match tried at every position). */
 static size_t r_trailing_ws(const span *s, size_t pos) {
     size_t t = s->end;
-    while (t > pos && tku_is_whitespace(s->cps[t - 1])) t--;
+    while (t > pos && tsr__tku_is_whitespace(s->cps[t - 1])) t--;
     return t > pos ? t - pos : s->end - pos;
 }
 
@@ -691,7 +691,7 @@ static size_t split_rec(const pass_fn *passes, const uint32_t *cps, size_t beg, 
     return n;
 }
 
-size_t tku_split(tku_pre pre, const uint32_t *cps, size_t n, size_t *lens) {
+size_t tsr__tku_split(tku_pre pre, const uint32_t *cps, size_t n, size_t *lens) {
     if ((unsigned)pre >= TKU_PRE_COUNT)
         pre = TKU_PRE_DEFAULT;
     return split_rec(pre_passes[pre], cps, 0, n, lens);

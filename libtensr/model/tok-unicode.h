@@ -37,34 +37,34 @@ typedef enum tku_pre {
 
 /* Decodes the codepoint at s[*pos] (len bytes in all) and advances *pos.
  * Malformed input gives U+FFFD and advances one byte, as llama.cpp does. */
-uint32_t tku_decode(const char *s, size_t len, size_t *pos);
+uint32_t tsr__tku_decode(const char *s, size_t len, size_t *pos);
 /* Encodes cp (<= 0x10FFFF) as UTF-8 into out; returns the byte count (1..4). */
-size_t tku_encode(uint32_t cp, char out[4]);
+size_t tsr__tku_encode(uint32_t cp, char out[4]);
 /* Length of a complete UTF-8 sequence starting with lead byte b (1..4), as
  * llama.cpp's unicode_len_utf8 computes it from the top four bits. */
-size_t tku_len_utf8(unsigned char b);
+size_t tsr__tku_len_utf8(unsigned char b);
 
-int tku_is_letter(uint32_t cp);
-int tku_is_number(uint32_t cp);
-int tku_is_whitespace(uint32_t cp);
-int tku_is_punct(uint32_t cp);   /* \p{P} */
-int tku_is_symbol(uint32_t cp);  /* \p{S} */
-int tku_is_mark(uint32_t cp);    /* \p{M} */
-int tku_is_control(uint32_t cp); /* Cc, Cf, Co, Cs (not unassigned) */
+int tsr__tku_is_letter(uint32_t cp);
+int tsr__tku_is_number(uint32_t cp);
+int tsr__tku_is_whitespace(uint32_t cp);
+int tsr__tku_is_punct(uint32_t cp);   /* \p{P} */
+int tsr__tku_is_symbol(uint32_t cp);  /* \p{S} */
+int tsr__tku_is_mark(uint32_t cp);    /* \p{M} */
+int tsr__tku_is_control(uint32_t cp); /* Cc, Cf, Co, Cs (not unassigned) */
 /* Simple lowercase mapping (cp itself when it has none). */
-uint32_t tku_tolower(uint32_t cp);
+uint32_t tsr__tku_tolower(uint32_t cp);
 /* The first codepoint of cp's canonical decomposition (NFD), as llama.cpp's
  * WordPiece normalizer uses it to strip accents. */
-uint32_t tku_nfd_first(uint32_t cp);
+uint32_t tsr__tku_nfd_first(uint32_t cp);
 
 /* GPT-2 byte-level coding: the codepoint standing for byte b, and back
  * (returns -1 when cp stands for no byte). */
-uint32_t tku_byte_to_cp(unsigned char b);
-int tku_cp_to_byte(uint32_t cp);
+uint32_t tsr__tku_byte_to_cp(unsigned char b);
+int tsr__tku_cp_to_byte(uint32_t cp);
 
 /* Splits cps[0..n) into pre-tokenizer words. Writes each word's length (in
  * codepoints) to lens[], which must hold n entries (no split makes more
  * words than codepoints); returns the number of words. */
-size_t tku_split(tku_pre pre, const uint32_t *cps, size_t n, size_t *lens);
+size_t tsr__tku_split(tku_pre pre, const uint32_t *cps, size_t n, size_t *lens);
 
 #endif

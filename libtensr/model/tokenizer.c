@@ -99,7 +99,7 @@ static const char *merge_key(const void *owner, int32_t i, size_t *len) {
     return v->merges + v->merge_off[i];
 }
 
-int32_t tok_find(const tok_vocab *v, const char *text, size_t len) {
+int32_t tsr__tok_find(const tok_vocab *v, const char *text, size_t len) {
     return v->ids.slots[strtab_slot(&v->ids, text, len, token_key, v)];
 }
 
@@ -111,7 +111,7 @@ static int32_t merge_rank(const tok_vocab *v, const char *l, size_t nl, const ch
     return v->ranks.slots[strtab_slot(&v->ranks, scratch, nl + 1 + nr, merge_key, v)];
 }
 
-void tok_vocab_free(tok_vocab *v) {
+void tsr__tok_vocab_free(tok_vocab *v) {
     if (!v)
         return;
     tsr__free(v->text);
@@ -128,25 +128,25 @@ void tok_vocab_free(tok_vocab *v) {
     tsr__free(v);
 }
 
-tok_type tok_vocab_type(const tok_vocab *v) { return v->type; }
-int tok_vocab_pre(const tok_vocab *v) { return (int)v->pre; }
-int32_t tok_n_vocab(const tok_vocab *v) { return v->n_vocab; }
-int32_t tok_bos(const tok_vocab *v) { return v->bos; }
-int32_t tok_eos(const tok_vocab *v) { return v->eos; }
-int tok_add_bos(const tok_vocab *v) { return v->add_bos; }
+tok_type tsr__tok_vocab_type(const tok_vocab *v) { return v->type; }
+int tsr__tok_vocab_pre(const tok_vocab *v) { return (int)v->pre; }
+int32_t tsr__tok_n_vocab(const tok_vocab *v) { return v->n_vocab; }
+int32_t tsr__tok_bos(const tok_vocab *v) { return v->bos; }
+int32_t tsr__tok_eos(const tok_vocab *v) { return v->eos; }
+int tsr__tok_add_bos(const tok_vocab *v) { return v->add_bos; }
 
-int tok_is_eog(const tok_vocab *v, int32_t id) {
+int tsr__tok_is_eog(const tok_vocab *v, int32_t id) {
     for (int i = 0; i < v->n_eog; i++)
         if (v->eog[i] == id)
             return 1;
     return 0;
 }
 
-tok_attr tok_token_attr(const tok_vocab *v, int32_t id) {
+tok_attr tsr__tok_token_attr(const tok_vocab *v, int32_t id) {
     return (id >= 0 && id < v->n_vocab) ? (tok_attr)v->attr[id] : TOK_ATTR_UNDEFINED;
 }
 
-const char *tok_token_text(const tok_vocab *v, int32_t id) {
+const char *tsr__tok_token_text(const tok_vocab *v, int32_t id) {
     return (id >= 0 && id < v->n_vocab) ? v->text + v->text_off[id] : "";
 }
 
@@ -449,7 +449,7 @@ static void load_wpm(tok_vocab *v, const tsr_gguf *g) {
 }
 
 static void add_eog(tok_vocab *v, int32_t id) {
-    if (id < 0 || tok_is_eog(v, id) || v->n_eog == MAX_EOG)
+    if (id < 0 || tsr__tok_is_eog(v, id) || v->n_eog == MAX_EOG)
         return;
     v->eog[v->n_eog++] = id;
 }
@@ -466,7 +466,7 @@ static void find_eog(tok_vocab *v, const tsr_gguf *g) {
     if (tsr_gguf_get_u32(g, "tokenizer.ggml.eom_token_id", &id) == TSR_OK && id < (uint32_t)v->n_vocab)
         add_eog(v, (int32_t)id);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        int32_t t = tok_find(v, names[i], strlen(names[i]));
+        int32_t t = tsr__tok_find(v, names[i], strlen(names[i]));
         if (t >= 0) {
             add_eog(v, t);
             if (v->attr[t] != TOK_ATTR_CONTROL)
@@ -522,7 +522,7 @@ static size_t decode_token(const tok_vocab *v, int32_t i, char *dst) {
         if (len == 6 && sscanf(t, "<0x%2X>", &x) == 1)
             dst[0] = (char)x;
         else if (v->type == TOK_TYPE_BPE) /* llama.cpp: the first byte-coded char */
-            dst[0] = (char)tku_cp_to_byte(tku_decode(t, len, &pos));
+            dst[0] = (char)tsr__tku_cp_to_byte(tsr__tku_decode(t, len, &pos));
         return 1;
     }
     if (a != TOK_ATTR_NORMAL)
@@ -537,7 +537,7 @@ static size_t decode_token(const tok_vocab *v, int32_t i, char *dst) {
             }
         } else {
             size_t p0 = pos;
-            int b = tku_cp_to_byte(tku_decode(t, len, &pos));
+            int b = tsr__tku_cp_to_byte(tsr__tku_decode(t, len, &pos));
             if (b >= 0) {
                 dst[n++] = (char)b;
             } else { /* not byte-coded: keep the text */
@@ -594,7 +594,7 @@ static tsr_status load_all(tok_vocab *v, const tsr_gguf *g) {
     return build_pieces(v);
 }
 
-tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out) {
+tsr_status tsr__tok_vocab_load(const tsr_gguf *g, tok_vocab **out) {
     tok_vocab *v;
     tsr_status st;
 
@@ -606,19 +606,19 @@ tsr_status tok_vocab_load(const tsr_gguf *g, tok_vocab **out) {
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory");
     st = load_all(v, g);
     if (st != TSR_OK) {
-        tok_vocab_free(v);
+        tsr__tok_vocab_free(v);
         return st;
     }
     *out = v;
     return TSR_OK;
 }
 
-tsr_status tok_vocab_load_file(const char *path, tok_vocab **out) {
+tsr_status tsr__tok_vocab_load_file(const char *path, tok_vocab **out) {
     tsr_gguf *g = NULL;
     tsr_status st = tsr_gguf_open(path, &g);
     if (st != TSR_OK)
         return tsr__error(st, "%s", tsr_last_error());
-    st = tok_vocab_load(g, out);
+    st = tsr__tok_vocab_load(g, out);
     tsr_gguf_close(g);
     return st;
 }
@@ -661,7 +661,7 @@ static int32_t pair_rank(const tok_vocab *v, const char *w, const sym *s, int i,
 /* Emits the ids of one symbol: the token, or else its single bytes (byte
  * coded, or <0xXX> tokens for raw vocabularies). */
 static tsr_status emit_symbol(const tok_vocab *v, const char *t, size_t len, idbuf *out) {
-    int32_t id = tok_find(v, t, len);
+    int32_t id = tsr__tok_find(v, t, len);
     tsr_status st = TSR_OK;
     if (id >= 0)
         return push_id(out, id);
@@ -669,7 +669,7 @@ static tsr_status emit_symbol(const tok_vocab *v, const char *t, size_t len, idb
         char hex[8];
         int32_t b;
         snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)t[k]);
-        b = v->raw ? tok_find(v, hex, 6) : tok_find(v, t + k, 1);
+        b = v->raw ? tsr__tok_find(v, hex, 6) : tsr__tok_find(v, t + k, 1);
         if (b >= 0)
             st = push_id(out, b);
     }
@@ -689,10 +689,10 @@ static tsr_status bpe_word(const tok_vocab *v, const char *w, size_t n, sym *s, 
     int ns = 0;
     tsr_status st = TSR_OK;
 
-    if ((v->ignore_merges || (v->raw && all_newlines(w, n))) && tok_find(v, w, n) >= 0)
-        return push_id(out, tok_find(v, w, n));
+    if ((v->ignore_merges || (v->raw && all_newlines(w, n))) && tsr__tok_find(v, w, n) >= 0)
+        return push_id(out, tsr__tok_find(v, w, n));
     for (size_t off = 0; off < n; ns++) {
-        size_t l = tku_len_utf8((unsigned char)w[off]);
+        size_t l = tsr__tku_len_utf8((unsigned char)w[off]);
         s[ns].off = off;
         s[ns].len = l < n - off ? l : n - off;
         s[ns].next = off + s[ns].len < n ? ns + 1 : -1;
@@ -727,7 +727,7 @@ static uint32_t *to_cps(const char *text, size_t len, size_t *n) {
     *n = 0;
     if (!cps)
         return NULL;
-    while (pos < len) cps[(*n)++] = tku_decode(text, len, &pos);
+    while (pos < len) cps[(*n)++] = tsr__tku_decode(text, len, &pos);
     return cps;
 }
 
@@ -750,18 +750,18 @@ static tsr_status bpe_fragment(const tok_vocab *v, const char *text, size_t len,
     for (size_t k = 0; v->raw && k < n_cps; k++) /* spaces written as U+2581 */
         if (cps[k] == ' ')
             cps[k] = 0x2581;
-    n_words = tku_split(v->pre, cps, n_cps, lens);
+    n_words = tsr__tku_split(v->pre, cps, n_cps, lens);
     for (size_t w = 0; w < n_words && st == TSR_OK; w++) {
         size_t wn = 0;
         for (size_t k = 0; k < lens[w]; k++) {
             char u[4];
-            size_t nu = tku_encode(cps[pos + k], u);
+            size_t nu = tsr__tku_encode(cps[pos + k], u);
             if (v->raw) {
                 memcpy(word + wn, u, nu);
                 wn += nu;
                 continue;
             }
-            for (size_t b = 0; b < nu; b++) wn += tku_encode(tku_byte_to_cp((unsigned char)u[b]), word + wn);
+            for (size_t b = 0; b < nu; b++) wn += tsr__tku_encode(tsr__tku_byte_to_cp((unsigned char)u[b]), word + wn);
         }
         pos += lens[w];
         st = bpe_word(v, word, wn, syms, scratch, out);
@@ -781,20 +781,20 @@ static int32_t spm_pair(const tok_vocab *v, const char *t, const sym *s, int i) 
     int j = s[i].next;
     if (j < 0)
         return -1;
-    return tok_find(v, t + s[i].off, s[i].len + s[j].len);
+    return tsr__tok_find(v, t + s[i].off, s[i].len + s[j].len);
 }
 
 static tsr_status spm_emit(const tok_vocab *v, const char *t, const sym *s, int i, idbuf *out) {
-    int32_t id = tok_find(v, t + s[i].off, s[i].len);
+    int32_t id = tsr__tok_find(v, t + s[i].off, s[i].len);
     tsr_status st = TSR_OK;
     if (id >= 0)
         return push_id(out, id);
     for (size_t k = 0; k < s[i].len && st == TSR_OK; k++) {
         char hex[8];
         snprintf(hex, sizeof hex, "<0x%02X>", (unsigned char)t[s[i].off + k]);
-        id = tok_find(v, hex, 6);
+        id = tsr__tok_find(v, hex, 6);
         if (id < 0)
-            id = tok_find(v, t + s[i].off + k, 1);
+            id = tsr__tok_find(v, t + s[i].off + k, 1);
         if (id < 0)
             return tsr__error(TSR_E_MALFORMED, "tokenizer: no byte token for 0x%02X", (unsigned char)t[s[i].off + k]);
         st = push_id(out, id);
@@ -812,7 +812,7 @@ static tsr_status spm_text(const tok_vocab *v, const char *t, size_t n, idbuf *o
     if (!s)
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes of text", n);
     for (size_t off = 0; off < n; ns++) {
-        size_t l = tku_len_utf8((unsigned char)t[off]);
+        size_t l = tsr__tku_len_utf8((unsigned char)t[off]);
         s[ns].off = off;
         s[ns].len = l < n - off ? l : n - off;
         s[ns].next = off + s[ns].len < n ? ns + 1 : -1;
@@ -872,7 +872,7 @@ static tsr_status wpm_word(const tok_vocab *v, char *w, size_t n, idbuf *out) {
     for (size_t i = 0; i < n && st == TSR_OK;) {
         size_t j = i + v->max_token_len + 1 < n ? i + v->max_token_len + 1 : n;
         int32_t id = -1;
-        for (; j > i && (id = tok_find(v, w + i, j - i)) < 0; j--) continue;
+        for (; j > i && (id = tsr__tok_find(v, w + i, j - i)) < 0; j--) continue;
         if (id < 0) {
             out->n = start;
             break;
@@ -908,18 +908,18 @@ static tsr_status wpm_fragment(const tok_vocab *v, const char *text, size_t len,
     for (size_t i = 0; i <= n_cps && st == TSR_OK; i++) {
         uint32_t cp = i < n_cps ? cps[i] : ' ', c;
         int alone;
-        cp = v->strip_accents ? tku_nfd_first(cp) : cp;
-        if (cp == 0 || cp == 0xFFFD || tku_is_control(cp) || (v->strip_accents && tku_is_mark(cp)))
+        cp = v->strip_accents ? tsr__tku_nfd_first(cp) : cp;
+        if (cp == 0 || cp == 0xFFFD || tsr__tku_is_control(cp) || (v->strip_accents && tsr__tku_is_mark(cp)))
             continue;
-        alone = tku_is_punct(cp) || (cp < 0x7F && tku_is_symbol(cp)) || is_cjk(cp);
-        if ((tku_is_whitespace(cp) || alone) && n > 3) { /* the word so far */
+        alone = tsr__tku_is_punct(cp) || (cp < 0x7F && tsr__tku_is_symbol(cp)) || is_cjk(cp);
+        if ((tsr__tku_is_whitespace(cp) || alone) && n > 3) { /* the word so far */
             st = wpm_word(v, w, n, out);
             n = 3;
         }
-        if (tku_is_whitespace(cp) || st != TSR_OK)
+        if (tsr__tku_is_whitespace(cp) || st != TSR_OK)
             continue;
-        c = v->lowercase ? tku_tolower(cp) : cp;
-        n += tku_encode(c, w + n);
+        c = v->lowercase ? tsr__tku_tolower(cp) : cp;
+        n += tsr__tku_encode(c, w + n);
         if (alone) {
             st = wpm_word(v, w, n, out);
             n = 3;
@@ -1026,8 +1026,8 @@ static tsr_status tokenize_frags(const tok_vocab *v, const char *text, const fra
     return st;
 }
 
-tsr_status tok_tokenize(const tok_vocab *v, const char *text, size_t len, int add_special, int parse_special,
-                        int32_t **out, size_t *n_out) {
+tsr_status tsr__tok_tokenize(const tok_vocab *v, const char *text, size_t len, int add_special, int parse_special,
+                             int32_t **out, size_t *n_out) {
     idbuf ids = {0};
     fragbuf frags = {0};
     tsr_status st = TSR_OK;
@@ -1098,7 +1098,7 @@ static size_t clean_spaces(char *text, size_t total) {
     return total;
 }
 
-const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len) {
+const char *tsr__tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len) {
     unsigned a;
     *len = 0;
     if (!v || id < 0 || id >= v->n_vocab)
@@ -1110,8 +1110,8 @@ const char *tok_piece(const tok_vocab *v, int32_t id, int special, size_t *len) 
     return v->piece + v->piece_off[id];
 }
 
-tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int remove_special, int special, char **out,
-                          size_t *len) {
+tsr_status tsr__tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int remove_special, int special,
+                               char **out, size_t *len) {
     size_t total = 0, k = 0;
     int strip = v && v->add_space_prefix;
     char *s;
@@ -1124,14 +1124,14 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
         n--;
     for (size_t i = 0; i < n; i++) {
         size_t l;
-        tok_piece(v, ids[i], special, &l);
+        tsr__tok_piece(v, ids[i], special, &l);
         total += l;
     }
     if (!(s = tsr__malloc(total + 1)))
         return tsr__error(TSR_E_NOMEM, "tokenizer: out of memory for %zu bytes", total + 1);
     for (size_t i = 0; i < n; i++) {
         size_t l;
-        const char *p = tok_piece(v, ids[i], special, &l);
+        const char *p = tsr__tok_piece(v, ids[i], special, &l);
         if (i == 0 && strip && l > 0 && p[0] == ' ') /* the space SentencePiece added */
             p++, l--;
         memcpy(s + k, p, l);
@@ -1146,9 +1146,9 @@ tsr_status tok_detokenize(const tok_vocab *v, const int32_t *ids, size_t n, int 
 
 /* ---- streaming UTF-8 ------------------------------------------------------ */
 
-void tok_stream_init(tok_stream *s) { memset(s, 0, sizeof *s); }
+void tsr__tok_stream_init(tok_stream *s) { memset(s, 0, sizeof *s); }
 
-void tok_stream_free(tok_stream *s) {
+void tsr__tok_stream_free(tok_stream *s) {
     tsr__free(s->buf);
     memset(s, 0, sizeof *s);
 }
@@ -1185,7 +1185,7 @@ static int utf8_seq(const unsigned char *u, size_t n) {
     return need;
 }
 
-tsr_status tok_stream_push(tok_stream *s, const char *bytes, size_t len, const char **out, size_t *out_len) {
+tsr_status tsr__tok_stream_push(tok_stream *s, const char *bytes, size_t len, const char **out, size_t *out_len) {
     size_t n = s->n_pend + len, k = 0, i = 0;
     unsigned char *in;
     /* output (at most 3 bytes per input byte: U+FFFD) first, the input after it */
@@ -1216,7 +1216,7 @@ tsr_status tok_stream_push(tok_stream *s, const char *bytes, size_t len, const c
     return TSR_OK;
 }
 
-tsr_status tok_stream_flush(tok_stream *s, const char **out, size_t *out_len) {
+tsr_status tsr__tok_stream_flush(tok_stream *s, const char **out, size_t *out_len) {
     int had = s->n_pend > 0;
     tsr_status st = stream_reserve(s, 4);
     if (st != TSR_OK)

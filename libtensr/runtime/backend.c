@@ -22,7 +22,7 @@ void tsr_backend_params_init(tsr_backend_params *p, size_t size) {
     p->size = size;
 }
 
-static void tsr_backend_params_read(const tsr_backend_params *in, tsr_backend_params *out) {
+static void backend_params_read(const tsr_backend_params *in, tsr_backend_params *out) {
     tsr_backend_params_init(out, sizeof *out);
     if (in && in->size >= sizeof(size_t))
         TSR_PARAMS_COPY(out, in);
@@ -40,7 +40,7 @@ size_t tsr__backend_host_index(const tsr_backend *b) { return b->host; }
 
 /* Fills b->devices from the NULL-terminated list (NULL = all); the host
  * device (the CPU) is always present, after the others (b->host). */
-static tsr_status tsr_backend_pick_devices(tsr_backend *b, tsr_device *const *list) {
+static tsr_status backend_pick_devices(tsr_backend *b, tsr_device *const *list) {
     size_t n_all = tsr_device_count(), n = 0;
     b->devices = tsr__calloc(n_all + 1, sizeof *b->devices);
     if (!b->devices)
@@ -71,8 +71,8 @@ static tsr_status tsr_backend_pick_devices(tsr_backend *b, tsr_device *const *li
     return TSR_OK;
 }
 
-static tsr_status tsr_backend_init(tsr_backend *b, const tsr_backend_params *p) {
-    tsr_status s = tsr_backend_pick_devices(b, p->devices);
+static tsr_status backend_init(tsr_backend *b, const tsr_backend_params *p) {
+    tsr_status s = backend_pick_devices(b, p->devices);
     if (s != TSR_OK)
         return s;
     /* the threads in effect: 0 = the cores, never more than the cores (logged) */
@@ -130,11 +130,11 @@ tsr_status tsr_backend_new(const tsr_backend_params *p, tsr_backend **out) {
         return tsr__error(TSR_E_INVALID, "tsr_backend_new: params.size is %zu; call tsr_backend_params_init first",
                           p->size);
     tsr_backend_params prm;
-    tsr_backend_params_read(p, &prm);
+    backend_params_read(p, &prm);
     tsr_backend *b = tsr__calloc(1, sizeof *b);
     if (!b)
         return tsr__error(TSR_E_NOMEM, "tsr_backend_new: out of host memory");
-    tsr_status s = tsr_backend_init(b, &prm);
+    tsr_status s = backend_init(b, &prm);
     if (s != TSR_OK) {
         tsr_backend_free(b);
         return s;
@@ -143,7 +143,7 @@ tsr_status tsr_backend_new(const tsr_backend_params *p, tsr_backend **out) {
     return TSR_OK;
 }
 
-static void tsr_backend_destroy(tsr_backend *b) {
+static void backend_destroy(tsr_backend *b) {
     tsr__sched_free(b->sched);
     tsr__weights_free(b);
     for (size_t i = 0; b->streams && i < b->n_devices; i++)
@@ -174,12 +174,12 @@ void tsr_backend_free(tsr_backend *b) {
         b->freed = true;
         return;
     }
-    tsr_backend_destroy(b);
+    backend_destroy(b);
 }
 
 void tsr__backend_release(tsr_backend *b) {
     if (b && b->freed && !b->n_open_contexts && !b->n_open_caches)
-        tsr_backend_destroy(b);
+        backend_destroy(b);
 }
 
 size_t tsr_backend_n_devices(const tsr_backend *b) { return b ? b->n_devices : 0; }

@@ -19,23 +19,23 @@ static pthread_once_t tsr_registry_once = PTHREAD_ONCE_INIT;
 
 static tsr_device *tsr_host; /* the CPU: enumerated first, listed last */
 
-static void tsr_note_backend(const char *name) {
+static void note_backend(const char *name) {
     size_t len = strlen(tsr_backend_names);
     snprintf(tsr_backend_names + len, sizeof tsr_backend_names - len, "%s%s", len ? "," : "", name);
 }
 
 /* Appends reg's devices (one slot stays free for the host); returns how many it found. */
-static size_t tsr_add_backend(const tsr_backend_reg *reg) {
+static size_t add_backend(const tsr_device_reg *reg) {
     size_t n = reg->enumerate(tsr_devices + tsr_n_devices, TSR_MAX_DEVICES - 1 - tsr_n_devices);
     tsr_n_devices += n;
     if (n)
-        tsr_note_backend(reg->name);
+        note_backend(reg->name);
     return n;
 }
 
-static void tsr_log_system_info(void) {
+static void log_system_info(void) {
     char buf[4][64];
-    const tsr_backend_reg *cpu = tsr__cpu_backend_reg();
+    const tsr_device_reg *cpu = tsr__cpu_device_reg();
     const char *features = cpu->features ? cpu->features() : "";
     tsr__log(TSR_LOG_INFO, "system info", 4, "version", tsr_version_string(), "cpu_features", features, "threads",
              tsr__fmt(buf[0], sizeof buf[0], "%ld", sysconf(_SC_NPROCESSORS_ONLN)), "backends", tsr_backend_names);
@@ -52,15 +52,15 @@ static void tsr_log_system_info(void) {
 /* Order: modules (GPUs), the fake test devices, then the CPU. The CPU is
  * enumerated first all the same, so modules can use the host device while
  * they enumerate (tsr__host_device_early). */
-static void tsr_enumerate(void) {
-    const tsr_backend_reg *cpu = tsr__cpu_backend_reg();
+static void enumerate_devices(void) {
+    const tsr_device_reg *cpu = tsr__cpu_device_reg();
     tsr_device *host[1];
     tsr_host = cpu->enumerate(host, 1) ? host[0] : NULL;
-    tsr__modules_load(tsr_add_backend);
-    tsr_add_backend(tsr__fake_backend_reg());
+    tsr__modules_load(add_backend);
+    add_backend(tsr__fake_device_reg());
     if (tsr_host) {
         tsr_devices[tsr_n_devices++] = tsr_host;
-        tsr_note_backend(cpu->name);
+        note_backend(cpu->name);
     }
     /* per-model indices and registry order */
     for (size_t i = 0; i < tsr_n_devices; i++) {
@@ -71,11 +71,11 @@ static void tsr_enumerate(void) {
                 idx++;
         tsr_devices[i]->index_in_model = idx;
     }
-    tsr_log_system_info();
+    log_system_info();
 }
 
 size_t tsr_device_count(void) {
-    pthread_once(&tsr_registry_once, tsr_enumerate);
+    pthread_once(&tsr_registry_once, enumerate_devices);
     return tsr_n_devices;
 }
 
@@ -114,7 +114,7 @@ tsr_device *tsr__host_device_early(void) { return tsr_host; }
 
 const char *tsr_device_name(const tsr_device *d) { return d ? d->name : NULL; }
 const char *tsr_device_description(const tsr_device *d) { return d ? d->description : NULL; }
-tsr_device_kind_t tsr_device_kind(const tsr_device *d) { return d ? d->kind : TSR_DEVICE_CPU; }
+tsr_device_class tsr_device_kind(const tsr_device *d) { return d ? d->kind : TSR_DEVICE_CPU; }
 int tsr_device_index_in_model(const tsr_device *d) { return d ? d->index_in_model : -1; }
 tsr_buffer_type *tsr_device_buffer_type(const tsr_device *d) { return d ? d->buft : NULL; }
 tsr_buffer_type *tsr_device_host_buffer_type(const tsr_device *d) { return d ? d->host_buft : NULL; }
@@ -138,7 +138,7 @@ const char *tsr_backends_available(void) {
 
 /* ---- buffer types by name -------------------------------------------------- */
 
-static size_t tsr_buft_list(char *buf, size_t size) {
+static size_t buft_list(char *buf, size_t size) {
     size_t n = tsr_device_count(), len = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < n; i++) {
@@ -163,7 +163,7 @@ tsr_buffer_type *tsr_buffer_type_by_name(const char *name) {
             return tsr_devices[i]->host_buft;
     }
     char list[512];
-    tsr_buft_list(list, sizeof list);
+    buft_list(list, sizeof list);
     tsr__error(TSR_E_NOT_FOUND, "unknown buffer type '%s' (valid: %s)", name, list);
     return NULL;
 }

@@ -21,11 +21,11 @@
 #define TSR_MODULE_DIR ""
 #endif
 
-static tsr_device *tsr_services_host(void) { return tsr__host_device_early(); }
+static tsr_device *services_host(void) { return tsr__host_device_early(); }
 
-static const tsr_backend_services tsr_services = {
-    sizeof(tsr_backend_services),
-    TSR_BACKEND_ABI_VERSION,
+static const tsr_module_services tsr_services = {
+    sizeof(tsr_module_services),
+    TSR_MODULE_ABI_VERSION,
     tsr__verror,
     tsr__log_enabled,
     tsr__log_fields,
@@ -38,24 +38,24 @@ static const tsr_backend_services tsr_services = {
     tsr__type_traits,
     tsr__op_info,
     tsr__nbytes,
-    tsr_services_host,
+    services_host,
 };
 
-const tsr_backend_services *tsr__backend_services(void) { return &tsr_services; }
+const tsr_module_services *tsr__module_services(void) { return &tsr_services; }
 
-static void tsr_module_log(tsr_log_level level, const char *msg, const char *path, const char *reason) {
+static void module_log(tsr_log_level level, const char *msg, const char *path, const char *reason) {
     tsr__log(level, msg, 2, "path", path, "reason", reason);
 }
 
 /* Why m cannot be used with this core; NULL when it can. */
-static const char *tsr_module_mismatch(const tsr_backend_module *m, char *buf, size_t size) {
-    if (m->abi_version != TSR_BACKEND_ABI_VERSION)
+static const char *module_mismatch(const tsr_device_module *m, char *buf, size_t size) {
+    if (m->abi_version != TSR_MODULE_ABI_VERSION)
         return tsr__fmt(buf, size, "built for backend ABI version %u, this library has version %u",
-                        (unsigned)m->abi_version, (unsigned)TSR_BACKEND_ABI_VERSION);
+                        (unsigned)m->abi_version, (unsigned)TSR_MODULE_ABI_VERSION);
     if (m->op_count != TSR_OP_COUNT)
         return tsr__fmt(buf, size, "built with %u ops, this library has %u", (unsigned)m->op_count,
                         (unsigned)TSR_OP_COUNT);
-    const tsr_backend_module want = TSR_BACKEND_MODULE_INIT(NULL);
+    const tsr_device_module want = TSR_DEVICE_MODULE_INIT(NULL);
     if (m->sizeof_services != want.sizeof_services || m->sizeof_tensor != want.sizeof_tensor ||
         m->sizeof_device != want.sizeof_device || m->sizeof_device_iface != want.sizeof_device_iface ||
         m->sizeof_buffer_type != want.sizeof_buffer_type || m->sizeof_buft_iface != want.sizeof_buft_iface ||
@@ -68,27 +68,27 @@ static const char *tsr_module_mismatch(const tsr_backend_module *m, char *buf, s
 }
 
 /* Loads one module; true when it was kept (it found devices). */
-static bool tsr_module_load(const char *path, size_t (*add)(const tsr_backend_reg *reg)) {
+static bool module_load(const char *path, size_t (*add)(const tsr_device_reg *reg)) {
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        tsr_module_log(TSR_LOG_INFO, "backend module skipped", path, e ? e : "dlopen failed");
+        module_log(TSR_LOG_INFO, "backend module skipped", path, e ? e : "dlopen failed");
         return false;
     }
-    tsr_backend_module_init_fn init;
+    tsr_module_init_fn init;
     void *sym = dlsym(h, TSR_MODULE_ENTRY_NAME);
     memcpy(&init, &sym, sizeof init); /* object to function pointer, as POSIX allows */
     char buf[160];
     const char *why = NULL;
-    const tsr_backend_module *m = NULL;
+    const tsr_device_module *m = NULL;
     if (!sym)
         why = "no entry point " TSR_MODULE_ENTRY_NAME;
     else if (!(m = init(&tsr_services)))
         why = "the module declined to start (its log says why)";
     else
-        why = tsr_module_mismatch(m, buf, sizeof buf);
+        why = module_mismatch(m, buf, sizeof buf);
     if (why) {
-        tsr_module_log(TSR_LOG_WARN, "backend module skipped", path, why);
+        module_log(TSR_LOG_WARN, "backend module skipped", path, why);
         dlclose(h);
         return false;
     }
@@ -103,62 +103,62 @@ static bool tsr_module_load(const char *path, size_t (*add)(const tsr_backend_re
     return true; /* kept for the life of the process: its devices are registered */
 }
 
-static int tsr_name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static bool tsr_is_module_name(const char *name) {
+static bool is_module_name(const char *name) {
     size_t n = strlen(name);
     return strncmp(name, "libtensr-", 9) == 0 && n > 12 && strcmp(name + n - 3, ".so") == 0;
 }
 
 /* The libtensr-*.so files of dir, in name order. */
-static size_t tsr_dir_load(const char *dir, bool quiet_if_missing, size_t (*add)(const tsr_backend_reg *reg)) {
+static size_t dir_load(const char *dir, bool quiet_if_missing, size_t (*add)(const tsr_device_reg *reg)) {
     DIR *d = opendir(dir);
     if (!d) {
         if (!quiet_if_missing)
-            tsr_module_log(TSR_LOG_WARN, "backend module folder skipped", dir, strerror(errno));
+            module_log(TSR_LOG_WARN, "backend module folder skipped", dir, strerror(errno));
         return 0;
     }
     char **names = NULL;
     size_t n = 0, cap = 0, kept = 0;
     for (struct dirent *e; (e = readdir(d));) {
-        if (!tsr_is_module_name(e->d_name))
+        if (!is_module_name(e->d_name))
             continue;
         char *s = tsr__strdup(e->d_name);
         if (!s || !TSR_GROW(names, cap, n + 1)) {
             tsr__free(s);
-            tsr_module_log(TSR_LOG_WARN, "backend module folder skipped", dir, "out of host memory");
+            module_log(TSR_LOG_WARN, "backend module folder skipped", dir, "out of host memory");
             break;
         }
         names[n++] = s;
     }
     closedir(d);
     if (n)
-        qsort(names, n, sizeof *names, tsr_name_cmp);
+        qsort(names, n, sizeof *names, name_cmp);
     for (size_t i = 0; i < n; i++) {
         char path[4096];
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, names[i]) < sizeof path)
-            kept += tsr_module_load(path, add);
+            kept += module_load(path, add);
         tsr__free(names[i]);
     }
     tsr__free(names);
     return kept;
 }
 
-static size_t tsr_path_load(const char *item, size_t (*add)(const tsr_backend_reg *reg)) {
+static size_t path_load(const char *item, size_t (*add)(const tsr_device_reg *reg)) {
     struct stat st;
     if (stat(item, &st) != 0) {
-        tsr_module_log(TSR_LOG_WARN, "backend module skipped", item, strerror(errno));
+        module_log(TSR_LOG_WARN, "backend module skipped", item, strerror(errno));
         return 0;
     }
     if (S_ISDIR(st.st_mode))
-        return tsr_dir_load(item, false, add);
-    return tsr_module_load(item, add);
+        return dir_load(item, false, add);
+    return module_load(item, add);
 }
 
-size_t tsr__modules_load(size_t (*add)(const tsr_backend_reg *reg)) {
+size_t tsr__modules_load(size_t (*add)(const tsr_device_reg *reg)) {
     const char *env = getenv("TSR_BACKEND_PATH");
     if (!env)
-        return TSR_MODULE_DIR[0] ? tsr_dir_load(TSR_MODULE_DIR, true, add) : 0;
+        return TSR_MODULE_DIR[0] ? dir_load(TSR_MODULE_DIR, true, add) : 0;
     size_t kept = 0;
     for (const char *p = env; *p;) {
         size_t len = strcspn(p, ":");
@@ -166,7 +166,7 @@ size_t tsr__modules_load(size_t (*add)(const tsr_backend_reg *reg)) {
         if (len > 0 && len < sizeof item) {
             memcpy(item, p, len);
             item[len] = '\0';
-            kept += tsr_path_load(item, add);
+            kept += path_load(item, add);
         }
         p += len;
         if (*p == ':')

@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 /* Length of the entry starting at s: up to the next ',' outside braces. */
-static size_t tsr_entry_len(const char *s) {
+static size_t entry_len(const char *s) {
     int depth = 0;
     size_t i = 0;
     for (; s[i] && !(s[i] == ',' && depth == 0); i++) {
@@ -31,10 +31,10 @@ static size_t tsr_entry_len(const char *s) {
     return i;
 }
 
-static size_t tsr_count_entries(const char *spec) {
+static size_t count_entries(const char *spec) {
     size_t n = 0;
     for (const char *s = spec; *s;) {
-        size_t len = tsr_entry_len(s);
+        size_t len = entry_len(s);
         n++;
         s += len + (s[len] == ',');
     }
@@ -44,7 +44,7 @@ static size_t tsr_count_entries(const char *spec) {
 /* A repetition operator right after another ("a++", "a*{9}") is undefined
  * in POSIX ERE, and glibc's regcomp copies the subtree once per operator:
  * forty of them took gigabytes (found by tests/fuzz/fuzz-overrides.c). */
-static int tsr_stacked_repetition(const char *p) {
+static int stacked_repetition(const char *p) {
     int prev_rep = 0;
     for (; *p; p++) {
         if (*p == '\\' && p[1]) {
@@ -70,9 +70,9 @@ static int tsr_stacked_repetition(const char *p) {
     return 0;
 }
 
-static tsr_status tsr_check_regex(const char *pattern, const char *entry) {
+static tsr_status check_regex(const char *pattern, const char *entry) {
     regex_t re;
-    if (tsr_stacked_repetition(pattern))
+    if (stacked_repetition(pattern))
         return tsr__error(TSR_E_INVALID,
                           "tsr_buft_overrides_parse: entry '%s': regular expression '%s' repeats a repetition "
                           "('a++', 'a*{2}'): not supported",
@@ -89,7 +89,7 @@ static tsr_status tsr_check_regex(const char *pattern, const char *entry) {
 }
 
 /* Parses one entry [s, s+len) into list[i]; the pattern goes to *text. */
-static tsr_status tsr_parse_entry(const char *s, size_t len, tsr_buft_override *out, char **text) {
+static tsr_status parse_entry(const char *s, size_t len, tsr_buft_override *out, char **text) {
     char entry[512];
     snprintf(entry, sizeof entry, "%.*s", (int)(len < 500 ? len : 500), s);
     const char *eq = NULL;
@@ -111,7 +111,7 @@ static tsr_status tsr_parse_entry(const char *s, size_t len, tsr_buft_override *
     size_t plen = (size_t)(eq - s);
     memcpy(*text, s, plen);
     (*text)[plen] = '\0';
-    tsr_status st = tsr_check_regex(*text, entry);
+    tsr_status st = check_regex(*text, entry);
     if (st != TSR_OK)
         return st;
     out->pattern = *text;
@@ -126,7 +126,7 @@ tsr_status tsr_buft_overrides_parse(const char *spec, tsr_buft_override **out) {
     *out = NULL;
     if (!spec)
         return tsr__error(TSR_E_INVALID, "tsr_buft_overrides_parse: NULL spec");
-    size_t n = tsr_count_entries(spec), len = strlen(spec), bytes;
+    size_t n = count_entries(spec), len = strlen(spec), bytes;
     if (tsr__mul_overflow(n + 1, sizeof(tsr_buft_override), &bytes) || tsr__add_overflow(bytes, len + n + 1, &bytes))
         return tsr__error(TSR_E_INVALID, "tsr_buft_overrides_parse: spec too long");
     tsr_buft_override *list = tsr__calloc(1, bytes);
@@ -135,8 +135,8 @@ tsr_status tsr_buft_overrides_parse(const char *spec, tsr_buft_override **out) {
     char *text = (char *)(list + n + 1);
     size_t i = 0;
     for (const char *s = spec; *s; i++) {
-        size_t elen = tsr_entry_len(s);
-        tsr_status st = tsr_parse_entry(s, elen, &list[i], &text);
+        size_t elen = entry_len(s);
+        tsr_status st = parse_entry(s, elen, &list[i], &text);
         if (st != TSR_OK) {
             tsr__free(list);
             return st;

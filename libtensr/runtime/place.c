@@ -58,7 +58,7 @@ uint64_t tsr__weights_epoch(void) { return atomic_load(&tsr_weights_epoch_v); }
 
 /* ---- declaration and lookup ------------------------------------------------------ */
 
-static int tsr_layer_of(const char *name) {
+static int layer_of(const char *name) {
     if (strncmp(name, "blk.", 4) != 0)
         return -1;
     char *end;
@@ -110,7 +110,7 @@ tsr_status tsr_backend_declare_weight(tsr_backend *b, const char *name, tsr_type
         return tsr__error(TSR_E_NOMEM, "out of host memory declaring weight '%s'", name);
     }
     w->tensors[w->n++] = t;
-    int il = tsr_layer_of(name);
+    int il = layer_of(name);
     if (il + 1 > b->n_layers)
         b->n_layers = il + 1;
     return TSR_OK;
@@ -169,7 +169,7 @@ tsr_buffer_type *tsr_backend_layer_buffer_type(const tsr_backend *b, int il) {
 
 /* ---- layers to devices ------------------------------------------------------------- */
 
-static tsr_status tsr_check_load_params(const tsr_backend *b, const tsr_load_params *p, size_t n_gpu) {
+static tsr_status check_load_params(const tsr_backend *b, const tsr_load_params *p, size_t n_gpu) {
     if (p->n_gpu_layers < -1)
         return tsr__error(TSR_E_INVALID, "load params: n_gpu_layers must be >= -1, got %d", p->n_gpu_layers);
     if (n_gpu > 0 && (p->main_gpu < 0 || (size_t)p->main_gpu >= n_gpu))
@@ -183,7 +183,7 @@ static tsr_status tsr_check_load_params(const tsr_backend *b, const tsr_load_par
 }
 
 /* GPU of the j-th of k offloaded layers: cumulative shares, like llama.cpp. */
-static size_t tsr_gpu_of(const double *cum, size_t n_gpu, int j, int k, size_t main_gpu) {
+static size_t gpu_of(const double *cum, size_t n_gpu, int j, int k, size_t main_gpu) {
     if (cum[n_gpu - 1] <= 0)
         return main_gpu; /* no weights at all: everything on the main GPU */
     double frac = (double)j / k;
@@ -197,7 +197,7 @@ tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params
     tsr_load_params p;
     tsr__load_params_read(in, &p);
     size_t n_gpu = b->n_devices - 1 /* all but the host */, cpu = tsr__backend_host_index(b);
-    tsr_status st = tsr_check_load_params(b, &p, n_gpu);
+    tsr_status st = check_load_params(b, &p, n_gpu);
     if (st != TSR_OK)
         return st;
     if (n_layers > b->n_layers)
@@ -225,7 +225,7 @@ tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params
         return tsr__error(TSR_E_NOMEM, "out of host memory placing %d layers", n_layers);
     b->layer_buft = lb;
     for (int il = 0; il < n_layers; il++) {
-        size_t dev = il < n_layers - k ? cpu : tsr_gpu_of(cum, n_gpu, il - (n_layers - k), k, (size_t)p.main_gpu);
+        size_t dev = il < n_layers - k ? cpu : gpu_of(cum, n_gpu, il - (n_layers - k), k, (size_t)p.main_gpu);
         lb[il] = b->devices[dev]->buft;
     }
     return TSR_OK;
@@ -235,15 +235,15 @@ tsr_status tsr__place_layers(tsr_backend *b, int n_layers, const tsr_load_params
 
 enum { ROLE_LAYER, ROLE_INPUT, ROLE_OUTPUT, ROLE_SHARED };
 
-static bool tsr_prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
+static bool prefix(const char *s, const char *p) { return strncmp(s, p, strlen(p)) == 0; }
 
-static int tsr_role(const char *name, int *il) {
-    *il = tsr_layer_of(name);
+static int weight_role(const char *name, int *il) {
+    *il = layer_of(name);
     if (*il >= 0)
         return ROLE_LAYER;
-    if (tsr_prefix(name, "token_embd") || tsr_prefix(name, "position_embd") || tsr_prefix(name, "token_types"))
+    if (prefix(name, "token_embd") || prefix(name, "position_embd") || prefix(name, "token_types"))
         return ROLE_INPUT;
-    if (tsr_prefix(name, "output.") || tsr_prefix(name, "output_norm"))
+    if (prefix(name, "output.") || prefix(name, "output_norm"))
         return ROLE_OUTPUT;
     return ROLE_SHARED;
 }
@@ -266,11 +266,11 @@ typedef struct tsr_placement {
     size_t *add; /* new bytes per device */
 } tsr_placement;
 
-static size_t tsr_buft_dev(const tsr_backend *b, const tsr_buffer_type *bt) {
+static size_t buft_dev(const tsr_backend *b, const tsr_buffer_type *bt) {
     return bt->is_host ? tsr__backend_host_index(b) : tsr__backend_device_index(b, bt->device);
 }
 
-static void tsr_placement_release(tsr_placement *pl, bool keep_copies) {
+static void placement_release(tsr_placement *pl, bool keep_copies) {
     for (size_t g = 0; g < pl->n_groups; g++) tsr_buffer_free(pl->group_buf[g]);
     for (size_t i = 0; !keep_copies && i < pl->n_copies; i++) tsr__free(pl->copies[i].copy);
     tsr__free(pl->copies);
@@ -282,7 +282,7 @@ static void tsr_placement_release(tsr_placement *pl, bool keep_copies) {
 }
 
 /* Removes copies a plan_only placement left without memory. */
-static void tsr_drop_pending_copies(tsr_backend *b) {
+static void drop_pending_copies(tsr_backend *b) {
     size_t kept = 0;
     for (size_t i = 0; i < b->weights.n_copies; i++) {
         if (b->weights.copies[i].copy->buffer)
@@ -293,7 +293,7 @@ static void tsr_drop_pending_copies(tsr_backend *b) {
     b->weights.n_copies = kept;
 }
 
-static tsr_status tsr_add_copy(tsr_placement *pl, tsr_tensor *w, size_t dev) {
+static tsr_status add_copy(tsr_placement *pl, tsr_tensor *w, size_t dev) {
     tsr_tensor *c = tsr__malloc(sizeof *c);
     if (!c)
         return tsr__error(TSR_E_NOMEM, "out of host memory placing weights");
@@ -308,14 +308,14 @@ static tsr_status tsr_add_copy(tsr_placement *pl, tsr_tensor *w, size_t dev) {
 }
 
 /* Copies of shared weight w on every device holding layers but w's own. */
-static tsr_status tsr_share(tsr_placement *pl, tsr_tensor *w, const tsr_buffer_type *home) {
+static tsr_status share_weight(tsr_placement *pl, tsr_tensor *w, const tsr_buffer_type *home) {
     tsr_backend *b = pl->b;
-    size_t home_dev = tsr_buft_dev(b, home);
+    size_t home_dev = buft_dev(b, home);
     for (size_t d = 0; d < b->n_devices; d++) {
         bool holds = false;
         for (int il = 0; il < b->n_layers && !holds; il++) holds = b->layer_buft[il] == b->devices[d]->buft;
         if (holds && d != home_dev) {
-            tsr_status st = tsr_add_copy(pl, w, d);
+            tsr_status st = add_copy(pl, w, d);
             if (st != TSR_OK)
                 return st;
         }
@@ -323,7 +323,7 @@ static tsr_status tsr_share(tsr_placement *pl, tsr_tensor *w, const tsr_buffer_t
     return TSR_OK;
 }
 
-static tsr_buffer_type *tsr_default_buft(const tsr_placement *pl, int role, int il) {
+static tsr_buffer_type *default_buft(const tsr_placement *pl, int role, int il) {
     const tsr_backend *b = pl->b;
     tsr_buffer_type *cpu = b->devices[tsr__backend_host_index(b)]->buft;
     int n = b->n_layers;
@@ -342,7 +342,7 @@ static tsr_buffer_type *tsr_default_buft(const tsr_placement *pl, int role, int 
  * type-only probe: nb[0] 0). A quantized weight it cannot multiply (a type
  * without a kernel there, e.g. Q2_K on CUDA) stays in system memory: on the
  * device it would be copied back to the CPU by every compute. */
-static bool tsr_device_multiplies(const tsr_buffer_type *bt, const tsr_tensor *w) {
+static bool device_multiplies(const tsr_buffer_type *bt, const tsr_tensor *w) {
     const tsr_type_traits *tr = tsr__type_traits(w->type);
     if (bt->is_host || !bt->device || !tr || tr->block_size <= 1 || w->n_dims < 2)
         return true;
@@ -365,7 +365,7 @@ static bool tsr_device_multiplies(const tsr_buffer_type *bt, const tsr_tensor *w
     return d->iface->supports_op && d->iface->supports_op(d, &probe);
 }
 
-static void tsr_log_override(const tsr_tensor *t, const tsr_buffer_type *bt) {
+static void log_override(const tsr_tensor *t, const tsr_buffer_type *bt) {
     if (!tsr__log_enabled(TSR_LOG_DEBUG))
         return;
     char size[32];
@@ -374,21 +374,21 @@ static void tsr_log_override(const tsr_tensor *t, const tsr_buffer_type *bt) {
 }
 
 /* Decides the buffer type of every weight without memory (and the copies). */
-static tsr_status tsr_decide(tsr_placement *pl) {
+static tsr_status decide(tsr_placement *pl) {
     tsr_backend *b = pl->b;
     for (size_t i = 0; i < b->weights.n; i++) {
         tsr_tensor *w = b->weights.tensors[i];
         if (w->buffer) { /* placed before (or mapped by the loader): a shared one still needs its copies */
             int il;
-            if (tsr_role(w->name, &il) == ROLE_SHARED && !tsr__weight_is_shared(b, w) &&
+            if (weight_role(w->name, &il) == ROLE_SHARED && !tsr__weight_is_shared(b, w) &&
                 !tsr__overrides_match(&pl->ov, w->name)) {
-                tsr_status st = tsr_share(pl, w, w->buffer->buft);
+                tsr_status st = share_weight(pl, w, w->buffer->buft);
                 if (st != TSR_OK)
                     return st;
             }
             continue;
         }
-        int il, role = tsr_role(w->name, &il);
+        int il, role = weight_role(w->name, &il);
         tsr_buffer_type *bt = tsr__overrides_match(&pl->ov, w->name);
         bool overridden = bt != NULL;
         if (bt) {
@@ -397,10 +397,10 @@ static tsr_status tsr_decide(tsr_placement *pl) {
                                   "override for '%s': buffer type %s belongs to device %s, which the "
                                   "backend does not use",
                                   w->name, bt->name, bt->device->name);
-            tsr_log_override(w, bt);
+            log_override(w, bt);
         } else {
-            bt = tsr_default_buft(pl, role, il);
-            if (!tsr_device_multiplies(bt, w)) {
+            bt = default_buft(pl, role, il);
+            if (!device_multiplies(bt, w)) {
                 char buf[32];
                 if (!b->plan_mode)
                     tsr__log(TSR_LOG_INFO, "weight kept in system memory: its device has no kernel for its type", 3,
@@ -412,7 +412,7 @@ static tsr_status tsr_decide(tsr_placement *pl) {
         pl->t[pl->n] = w;
         pl->buft[pl->n++] = bt;
         if (role == ROLE_SHARED && !overridden) {
-            tsr_status st = tsr_share(pl, w, bt);
+            tsr_status st = share_weight(pl, w, bt);
             if (st != TSR_OK)
                 return st;
         }
@@ -423,7 +423,7 @@ static tsr_status tsr_decide(tsr_placement *pl) {
 }
 
 /* Bytes per buffer type (padded as allocated) and per device. */
-static tsr_status tsr_size_groups(tsr_placement *pl) {
+static tsr_status size_groups(tsr_placement *pl) {
     for (size_t i = 0; i < pl->n; i++) {
         size_t g = 0;
         while (g < pl->n_groups && pl->group[g] != pl->buft[i]) g++;
@@ -437,12 +437,12 @@ static tsr_status tsr_size_groups(tsr_placement *pl) {
         pl->offset[i] = pl->group_size[g];
         if (tsr__add_overflow(pl->group_size[g], sz, &pl->group_size[g]))
             return tsr__error(TSR_E_INVALID, "weights: total size overflows");
-        pl->add[tsr_buft_dev(pl->b, pl->buft[i])] += sz;
+        pl->add[buft_dev(pl->b, pl->buft[i])] += sz;
     }
     return TSR_OK;
 }
 
-static tsr_status tsr_allocate(tsr_placement *pl) {
+static tsr_status allocate(tsr_placement *pl) {
     for (size_t g = 0; g < pl->n_groups; g++) {
         if (pl->group_size[g] == 0)
             continue;
@@ -456,7 +456,7 @@ static tsr_status tsr_allocate(tsr_placement *pl) {
 }
 
 /* Hands the buffers and copies to the backend (capacity reserved before). */
-static void tsr_commit(tsr_placement *pl) {
+static void commit(tsr_placement *pl) {
     tsr_backend *b = pl->b;
     for (size_t i = 0; i < pl->n; i++) {
         tsr_tensor *t = pl->t[i];
@@ -464,7 +464,7 @@ static void tsr_commit(tsr_placement *pl) {
         while (pl->group[g] != pl->buft[i]) g++;
         t->buffer = pl->group_buf[g];
         t->data = t->buffer ? (char *)t->buffer->base + pl->offset[i] : NULL;
-        t->device_id = (int)tsr_buft_dev(b, pl->buft[i]);
+        t->device_id = (int)buft_dev(b, pl->buft[i]);
     }
     for (size_t g = 0; g < pl->n_groups; g++)
         if (pl->group_buf[g]) {
@@ -478,7 +478,7 @@ static void tsr_commit(tsr_placement *pl) {
     b->weights.synced_epoch = 0;
 }
 
-static tsr_status tsr_reserve_lists(tsr_placement *pl) {
+static tsr_status reserve_lists(tsr_placement *pl) {
     tsr_weight_set *w = &pl->b->weights;
     size_t need_c = w->n_copies + pl->n_copies, need_b = w->n_buffers + pl->n_groups;
     if (!TSR_GROW(w->copies, w->cap_copies, need_c) || !TSR_GROW(w->buffers, w->cap_buffers, need_b))
@@ -486,7 +486,7 @@ static tsr_status tsr_reserve_lists(tsr_placement *pl) {
     return TSR_OK;
 }
 
-static tsr_status tsr_placement_init(tsr_placement *pl, tsr_backend *b, const tsr_load_params *p) {
+static tsr_status placement_init(tsr_placement *pl, tsr_backend *b, const tsr_load_params *p) {
     memset(pl, 0, sizeof *pl);
     pl->b = b;
     tsr__load_params_read(p, &pl->p);
@@ -520,13 +520,13 @@ tsr_status tsr__plan_check(const tsr_backend *b) {
     return TSR_OK;
 }
 
-static tsr_status tsr_place_run(tsr_placement *pl) {
+static tsr_status place_run(tsr_placement *pl) {
     tsr_backend *b = pl->b;
     tsr_status st = tsr__place_layers(b, 0, &pl->p);
     if (st == TSR_OK)
-        st = tsr_decide(pl);
+        st = decide(pl);
     if (st == TSR_OK)
-        st = tsr_size_groups(pl);
+        st = size_groups(pl);
     if (st != TSR_OK)
         return st;
     for (size_t d = 0; d < b->n_devices; d++) b->plan_weights[d] = b->live_weights[d] + pl->add[d];
@@ -534,14 +534,14 @@ static tsr_status tsr_place_run(tsr_placement *pl) {
         tsr_backend_log_plan(b);
     if ((st = tsr__plan_check(b)) != TSR_OK)
         return st;
-    if ((st = tsr_reserve_lists(pl)) != TSR_OK)
+    if ((st = reserve_lists(pl)) != TSR_OK)
         return st;
     if (pl->p.plan_only) { /* planned devices only: tsr_measure can size compute buffers */
-        for (size_t i = 0; i < pl->n; i++) pl->t[i]->device_id = (int)tsr_buft_dev(b, pl->buft[i]);
+        for (size_t i = 0; i < pl->n; i++) pl->t[i]->device_id = (int)buft_dev(b, pl->buft[i]);
     } else {
-        if ((st = tsr_allocate(pl)) != TSR_OK)
+        if ((st = allocate(pl)) != TSR_OK)
             return st;
-        tsr_commit(pl);
+        commit(pl);
     }
     if (pl->n_copies)
         memcpy(b->weights.copies + b->weights.n_copies, pl->copies, pl->n_copies * sizeof *pl->copies);
@@ -550,12 +550,12 @@ static tsr_status tsr_place_run(tsr_placement *pl) {
 }
 
 tsr_status tsr__place_weights(tsr_backend *b, const tsr_load_params *p) {
-    tsr_drop_pending_copies(b);
+    drop_pending_copies(b);
     tsr_placement pl;
-    tsr_status st = tsr_placement_init(&pl, b, p);
+    tsr_status st = placement_init(&pl, b, p);
     if (st == TSR_OK)
-        st = tsr_place_run(&pl);
-    tsr_placement_release(&pl, st == TSR_OK);
+        st = place_run(&pl);
+    placement_release(&pl, st == TSR_OK);
     return st;
 }
 

@@ -107,7 +107,7 @@ struct tsr_sched {
 static _Atomic uint64_t tsr_n_plans;
 uint64_t tsr__plan_count(void) { return atomic_load(&tsr_n_plans); }
 
-static tsr_status tsr_oom(void) { return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph"); }
+static tsr_status oom(void) { return tsr__error(TSR_E_NOMEM, "out of host memory scheduling the graph"); }
 
 tsr_status tsr__sched_new(tsr_backend *b, tsr_sched **out) {
     tsr_sched *s = tsr__calloc(1, sizeof *s);
@@ -155,9 +155,9 @@ void tsr__sched_free(tsr_sched *s) {
 
 /* ---- where memory lives ------------------------------------------------------ */
 
-static int tsr_cpu(const tsr_backend *b) { return (int)tsr__backend_host_index(b); }
+static int cpu_index(const tsr_backend *b) { return (int)tsr__backend_host_index(b); }
 
-static bool tsr_is_static(const tsr_tensor *r) {
+static bool is_static(const tsr_tensor *r) {
     return r->op == TSR_OP_NONE && (r->flags & (TSR_FLAG_INPUT | TSR_FLAG_WEIGHT | TSR_FLAG_PERSIST));
 }
 
@@ -165,48 +165,48 @@ static bool tsr_is_static(const tsr_tensor *r) {
  * tsr_empty leafs are where this compute put them (device_id); leafs with
  * their own memory are where their buffer is (host buffer types count as the
  * CPU); weights without memory yet are where placement planned them. */
-static int tsr_loc(const tsr_backend *b, const tsr_tensor *t) {
+static int location_of(const tsr_backend *b, const tsr_tensor *t) {
     const tsr_tensor *r = tsr__view_root((tsr_tensor *)t);
-    if (!tsr_is_static(r))
+    if (!is_static(r))
         return r->device_id >= 0 ? r->device_id : LOC_NONE;
     if (r->buffer) {
         const tsr_buffer_type *bt = r->buffer->buft;
         if (bt->is_host)
-            return tsr_cpu(b);
+            return cpu_index(b);
         size_t i = tsr__backend_device_index(b, bt->device);
         return i < b->n_devices ? (int)i : LOC_FOREIGN;
     }
     if (r->flags & TSR_FLAG_WEIGHT)
-        return r->device_id >= 0 && (size_t)r->device_id < b->n_devices ? r->device_id : tsr_cpu(b);
+        return r->device_id >= 0 && (size_t)r->device_id < b->n_devices ? r->device_id : cpu_index(b);
     if ((r->flags & TSR_FLAG_PERSIST) && b->plan_mode && r->device_id >= 0 && (size_t)r->device_id < b->n_devices)
         return r->device_id; /* a planned KV cache of a dry run */
     return LOC_SYSMEM;
 }
 
-static bool tsr_accessible(const tsr_backend *b, int loc, int dev) {
-    return loc == dev || (loc == LOC_SYSMEM && dev == tsr_cpu(b));
+static bool accessible(const tsr_backend *b, int loc, int dev) {
+    return loc == dev || (loc == LOC_SYSMEM && dev == cpu_index(b));
 }
 
-static const char *tsr_loc_name(const tsr_backend *b, int loc) {
+static const char *loc_name(const tsr_backend *b, int loc) {
     if (loc >= 0)
         return b->devices[loc]->name;
     return loc == LOC_SYSMEM ? "system memory" : loc == LOC_FOREIGN ? "a device outside the backend" : "nowhere";
 }
 
-static bool tsr_supports(const tsr_backend *b, int dev, const tsr_tensor *node) {
+static bool supports(const tsr_backend *b, int dev, const tsr_tensor *node) {
     const tsr_device *d = b->devices[dev];
     return d->iface->supports_op && d->iface->supports_op(d, node);
 }
 
 /* ---- device assignment ---------------------------------------------------------- */
 
-static int tsr_pick_device(const tsr_backend *b, const tsr_tensor *node) {
+static int pick_device(const tsr_backend *b, const tsr_tensor *node) {
     if (node->view_src) { /* in place: where the target lives */
-        int d = tsr_loc(b, node->view_src);
+        int d = location_of(b, node->view_src);
         if (d >= 0 || d == LOC_FOREIGN)
             return d;
         if (d == LOC_SYSMEM)
-            return tsr_cpu(b);
+            return cpu_index(b);
     }
     for (int j = 0; j < TSR_MAX_SRC; j++) {
         const tsr_tensor *s = node->src[j];
@@ -214,21 +214,21 @@ static int tsr_pick_device(const tsr_backend *b, const tsr_tensor *node) {
             continue;
         const tsr_tensor *r = tsr__view_root((tsr_tensor *)s);
         if ((r->flags & TSR_FLAG_WEIGHT) && r->op == TSR_OP_NONE && !tsr__weight_is_shared(b, r)) {
-            int d = tsr_loc(b, r);
+            int d = location_of(b, r);
             if (d >= 0)
                 return d;
         }
     }
     for (int j = 0; j < TSR_MAX_SRC; j++)
         if (node->src[j]) {
-            int d = tsr_loc(b, node->src[j]);
+            int d = location_of(b, node->src[j]);
             if (d >= 0)
                 return d;
         }
-    return tsr_cpu(b);
+    return cpu_index(b);
 }
 
-static tsr_status tsr_check_leaf(const tsr_backend *b, const tsr_tensor *t, bool need_memory) {
+static tsr_status check_leaf(const tsr_backend *b, const tsr_tensor *t, bool need_memory) {
     if (t->ctx && t->ctx->backend != b)
         return tsr__error(TSR_E_INVALID, "tensor '%s' belongs to a context of another backend", t->name);
     if (need_memory && (t->flags & (TSR_FLAG_WEIGHT | TSR_FLAG_PERSIST | TSR_FLAG_INPUT)) && !t->data &&
@@ -240,61 +240,61 @@ static tsr_status tsr_check_leaf(const tsr_backend *b, const tsr_tensor *t, bool
     return TSR_OK;
 }
 
-static tsr_status tsr_add_split(tsr_sched *s, int dev, size_t first) {
+static tsr_status add_split(tsr_sched *s, int dev, size_t first) {
     if (!TSR_GROW(s->splits, s->cap_splits, s->n_splits + 1))
-        return tsr_oom();
+        return oom();
     s->splits[s->n_splits++] = (tsr_split){dev, first, 0, 0, 0, 0, 0};
     return TSR_OK;
 }
 
 /* A tsr_empty leaf (memory from the graph allocator) lives where it is first used. */
-static void tsr_claim_empty(tsr_tensor *t, int dev) {
+static void claim_empty(tsr_tensor *t, int dev) {
     if (!t)
         return;
     tsr_tensor *r = tsr__view_root(t);
-    if (r->op == TSR_OP_NONE && !tsr_is_static(r) && r->device_id < 0)
+    if (r->op == TSR_OP_NONE && !is_static(r) && r->device_id < 0)
         r->device_id = dev;
 }
 
-static tsr_status tsr_place_node(tsr_sched *s, tsr_tensor *n) {
+static tsr_status place_node(tsr_sched *s, tsr_tensor *n) {
     tsr_backend *b = s->b;
-    int cpu = tsr_cpu(b), dev = tsr_pick_device(b, n);
+    int cpu = cpu_index(b), dev = pick_device(b, n);
     if (dev == LOC_FOREIGN)
         return tsr__error(TSR_E_UNSUPPORTED,
                           "node '%s' (%s) writes into '%s', which lives on a device outside the "
                           "backend",
                           n->name, tsr__op_name(n->op), n->view_src->name);
-    if (!tsr_supports(b, dev, n)) {
-        if (n->view_src && tsr_loc(b, n->view_src) == dev && dev != cpu)
+    if (!supports(b, dev, n)) {
+        if (n->view_src && location_of(b, n->view_src) == dev && dev != cpu)
             return tsr__error(TSR_E_UNSUPPORTED,
                               "%s cannot run %s of node '%s' with these types, and the node "
                               "writes into memory of that device",
                               b->devices[dev]->name, tsr__op_name(n->op), n->name);
-        if (dev == cpu || !tsr_supports(b, cpu, n))
+        if (dev == cpu || !supports(b, cpu, n))
             return tsr__error(TSR_E_UNSUPPORTED, "no device of the backend runs %s of node '%s' with these types",
                               tsr__op_name(n->op), n->name);
         dev = cpu;
     }
     n->device_id = dev;
     if (n->view_src) {
-        tsr_claim_empty(n->view_src, dev);
+        claim_empty(n->view_src, dev);
         if (!TSR_GROW(s->written, s->cap_written, s->n_written + 1))
-            return tsr_oom();
+            return oom();
         s->written[s->n_written++] = tsr__view_root(n->view_src);
     }
-    for (int j = 0; j < TSR_MAX_SRC; j++) tsr_claim_empty(n->src[j], dev);
+    for (int j = 0; j < TSR_MAX_SRC; j++) claim_empty(n->src[j], dev);
     return TSR_OK;
 }
 
 /* Assigns devices and forms splits. */
-static tsr_status tsr_assign(tsr_sched *s, bool need_memory) {
+static tsr_status assign(tsr_sched *s, bool need_memory) {
     tsr_backend *b = s->b;
     tsr_graph *g = &s->graph;
     tsr_status st;
     for (size_t i = 0; i < g->n_leafs; i++) {
-        if ((st = tsr_check_leaf(b, g->leafs[i], need_memory)) != TSR_OK)
+        if ((st = check_leaf(b, g->leafs[i], need_memory)) != TSR_OK)
             return st;
-        if (!tsr_is_static(g->leafs[i]))
+        if (!is_static(g->leafs[i]))
             g->leafs[i]->device_id = -1;
     }
     s->n_splits = s->n_written = 0;
@@ -303,10 +303,10 @@ static tsr_status tsr_assign(tsr_sched *s, bool need_memory) {
         if (n->ctx && n->ctx->backend != b)
             return tsr__error(TSR_E_INVALID, "node '%s' (%s) belongs to a context of another backend", n->name,
                               tsr__op_name(n->op));
-        if ((st = tsr_place_node(s, n)) != TSR_OK)
+        if ((st = place_node(s, n)) != TSR_OK)
             return st;
         if (s->n_splits == 0 || s->splits[s->n_splits - 1].dev != n->device_id)
-            if ((st = tsr_add_split(s, n->device_id, i)) != TSR_OK)
+            if ((st = add_split(s, n->device_id, i)) != TSR_OK)
                 return st;
         s->splits[s->n_splits - 1].n++;
     }
@@ -315,7 +315,7 @@ static tsr_status tsr_assign(tsr_sched *s, bool need_memory) {
 
 /* ---- copies ------------------------------------------------------------------------ */
 
-static tsr_tensor *tsr_pool_get(tsr_sched *s) {
+static tsr_tensor *pool_get(tsr_sched *s) {
     size_t ci = s->pool_used / POOL_CHUNK;
     if (ci == s->n_chunks) {
         if (!TSR_GROW(s->chunks, s->cap_chunks, s->n_chunks + 1))
@@ -331,7 +331,7 @@ static tsr_tensor *tsr_pool_get(tsr_sched *s) {
     return t;
 }
 
-static bool tsr_is_written(const tsr_sched *s, const tsr_tensor *root) {
+static bool is_written(const tsr_sched *s, const tsr_tensor *root) {
     for (size_t i = 0; i < s->n_written; i++)
         if (s->written[i] == root)
             return true;
@@ -339,13 +339,13 @@ static bool tsr_is_written(const tsr_sched *s, const tsr_tensor *root) {
 }
 
 /* Byte offset of view t inside its root's storage. */
-static size_t tsr_root_offset(const tsr_tensor *t) {
+static size_t root_offset(const tsr_tensor *t) {
     size_t off = 0;
     for (; t->view_src; t = t->view_src) off += t->view_offs;
     return off;
 }
 
-static tsr_tensor *tsr_shadow_find(const tsr_sched *s, const tsr_tensor *key, int dev, int split) {
+static tsr_tensor *shadow_find(const tsr_sched *s, const tsr_tensor *key, int dev, int split) {
     if (key->shadow_mark != s->b->visit_mark)
         return NULL;
     for (int e = key->shadow_head; e >= 0; e = s->shadows[e].next)
@@ -354,7 +354,7 @@ static tsr_tensor *tsr_shadow_find(const tsr_sched *s, const tsr_tensor *key, in
     return NULL;
 }
 
-static bool tsr_shadow_add(tsr_sched *s, tsr_tensor *key, tsr_tensor *t, int dev, int split) {
+static bool shadow_add(tsr_sched *s, tsr_tensor *key, tsr_tensor *t, int dev, int split) {
     if (!TSR_GROW(s->shadows, s->cap_shadows, s->n_shadows + 1))
         return false;
     int head = key->shadow_mark == s->b->visit_mark ? key->shadow_head : -1;
@@ -365,9 +365,9 @@ static bool tsr_shadow_add(tsr_sched *s, tsr_tensor *key, tsr_tensor *t, int dev
 }
 
 /* A new copy of root r on dev, made at the start of split k. */
-static tsr_tensor *tsr_new_copy(tsr_sched *s, tsr_tensor *r, int dev) {
+static tsr_tensor *new_copy(tsr_sched *s, tsr_tensor *r, int dev) {
     tsr_backend *b = s->b;
-    tsr_tensor *c = tsr_pool_get(s);
+    tsr_tensor *c = pool_get(s);
     if (!c || !TSR_GROW(s->copies, s->cap_copies, s->n_copies + 1))
         return NULL;
     c->type = r->type;
@@ -378,30 +378,30 @@ static tsr_tensor *tsr_new_copy(tsr_sched *s, tsr_tensor *r, int dev) {
     snprintf(c->name, sizeof c->name, "%.40s#%.20s", r->name, b->devices[dev]->name);
     s->copies[s->n_copies++] = (tsr_copy){r, c, dev};
     /* a copy between two non-host devices bounces through host staging memory */
-    int from = tsr_loc(b, r);
+    int from = location_of(b, r);
     size_t size = tsr_tensor_nbytes(r);
-    if (from >= 0 && from != tsr_cpu(b) && dev != tsr_cpu(b) && size > s->staging_need)
+    if (from >= 0 && from != cpu_index(b) && dev != cpu_index(b) && size > s->staging_need)
         s->staging_need = size < STAGING_MAX ? size : STAGING_MAX;
     return c;
 }
 
 /* What a node on dev in split k reads instead of src (a copy of its root,
  * or a view of that copy). NULL when out of host memory. */
-static tsr_tensor *tsr_shadow_of(tsr_sched *s, tsr_tensor *src, int dev, int k) {
+static tsr_tensor *shadow_of(tsr_sched *s, tsr_tensor *src, int dev, int k) {
     tsr_tensor *r = tsr__view_root(src);
-    int split = tsr_is_written(s, r) ? k : -1;
-    tsr_tensor *t = tsr_shadow_find(s, src, dev, split);
+    int split = is_written(s, r) ? k : -1;
+    tsr_tensor *t = shadow_find(s, src, dev, split);
     if (t)
         return t;
     if (src == r) {
         t = (r->flags & TSR_FLAG_WEIGHT) ? tsr__weight_copy_on(s->b, r, dev) : NULL;
         if (t)
             t->alloc_id = -1; /* static memory: nothing for the allocator */
-        else if (!(t = tsr_new_copy(s, r, dev)))
+        else if (!(t = new_copy(s, r, dev)))
             return NULL;
     } else {
-        tsr_tensor *c = tsr_shadow_of(s, r, dev, k);
-        if (!c || !(t = tsr_pool_get(s)))
+        tsr_tensor *c = shadow_of(s, r, dev, k);
+        if (!c || !(t = pool_get(s)))
             return NULL;
         t->type = src->type;
         t->n_dims = src->n_dims;
@@ -410,13 +410,13 @@ static tsr_tensor *tsr_shadow_of(tsr_sched *s, tsr_tensor *src, int dev, int k) 
         memcpy(t->name, src->name, sizeof t->name);
         t->op = TSR_OP_VIEW;
         t->view_src = c;
-        t->view_offs = tsr_root_offset(src);
+        t->view_offs = root_offset(src);
         t->device_id = dev;
     }
-    return tsr_shadow_add(s, src, t, dev, split) ? t : NULL;
+    return shadow_add(s, src, t, dev, split) ? t : NULL;
 }
 
-static tsr_status tsr_plan_node_copies(tsr_sched *s, tsr_tensor *n, int dev, int k) {
+static tsr_status plan_node_copies(tsr_sched *s, tsr_tensor *n, int dev, int k) {
     tsr_backend *b = s->b;
     for (int j = 0; j < TSR_MAX_SRC; j++) {
         tsr_tensor *src = n->src[j];
@@ -424,28 +424,28 @@ static tsr_status tsr_plan_node_copies(tsr_sched *s, tsr_tensor *n, int dev, int
             continue;
         if (n->view_src && tsr__view_root(src) == tsr__view_root(n->view_src))
             continue; /* the in-place target: on dev by construction */
-        int loc = tsr_loc(b, src);
-        if (tsr_accessible(b, loc, dev))
+        int loc = location_of(b, src);
+        if (accessible(b, loc, dev))
             continue;
         if (loc == LOC_NONE)
             return tsr__error(TSR_E_STATE, "node '%s' reads '%s', which no node of the graph computes", n->name,
                               src->name);
-        tsr_tensor *sh = tsr_shadow_of(s, src, dev, k);
+        tsr_tensor *sh = shadow_of(s, src, dev, k);
         if (!sh || !TSR_GROW(s->swaps, s->cap_swaps, s->n_swaps + 1))
-            return tsr_oom();
+            return oom();
         s->swaps[s->n_swaps++] = (tsr_swap){n, j, sh, src};
     }
     return TSR_OK;
 }
 
-static tsr_status tsr_plan_copies(tsr_sched *s) {
+static tsr_status plan_copies(tsr_sched *s) {
     s->n_copies = s->n_swaps = s->n_shadows = s->pool_used = s->staging_need = 0;
     for (size_t k = 0; k < s->n_splits; k++) {
         tsr_split *sp = &s->splits[k];
         sp->copy_begin = s->n_copies;
         sp->swap_begin = s->n_swaps;
         for (size_t i = sp->first; i < sp->first + sp->n; i++) {
-            tsr_status st = tsr_plan_node_copies(s, s->graph.nodes[i], sp->dev, (int)k);
+            tsr_status st = plan_node_copies(s, s->graph.nodes[i], sp->dev, (int)k);
             if (st != TSR_OK)
                 return st;
         }
@@ -455,12 +455,12 @@ static tsr_status tsr_plan_copies(tsr_sched *s) {
     for (size_t i = 0; i < s->b->weights.n_copies; i++) { /* shared weights refreshed device to device */
         const tsr_weight_copy *wc = &s->b->weights.copies[i];
         size_t size = tsr_tensor_nbytes(wc->primary);
-        if (wc->primary->buffer && !wc->primary->buffer->buft->is_host && wc->dev != tsr_cpu(s->b) &&
+        if (wc->primary->buffer && !wc->primary->buffer->buft->is_host && wc->dev != cpu_index(s->b) &&
             size > s->staging_need)
             s->staging_need = size < STAGING_MAX ? size : STAGING_MAX;
     }
     if (!TSR_GROW(s->extras, s->cap_extras, s->n_copies + 1))
-        return tsr_oom();
+        return oom();
     for (size_t k = 0; k < s->n_splits; k++)
         for (size_t c = s->splits[k].copy_begin; c < s->splits[k].copy_end; c++)
             s->extras[c] = (tsr_galloc_extra){s->copies[c].copy, s->copies[c].root, s->copies[c].dev,
@@ -469,28 +469,28 @@ static tsr_status tsr_plan_copies(tsr_sched *s) {
     return TSR_OK;
 }
 
-static void tsr_swap_apply(tsr_sched *s, size_t begin, size_t end, bool apply) {
+static void swap_apply(tsr_sched *s, size_t begin, size_t end, bool apply) {
     for (size_t i = begin; i < end; i++)
         s->swaps[i].node->src[s->swaps[i].j] = apply ? s->swaps[i].with : s->swaps[i].orig;
 }
 
 /* Every node, seen with its split's swaps, reads only memory its device addresses. */
-static tsr_status tsr_verify(tsr_sched *s) {
+static tsr_status verify_splits(tsr_sched *s) {
     tsr_backend *b = s->b;
     tsr_status st = TSR_OK;
     for (size_t k = 0; k < s->n_splits && st == TSR_OK; k++) {
         tsr_split *sp = &s->splits[k];
-        tsr_swap_apply(s, sp->swap_begin, sp->swap_end, true);
+        swap_apply(s, sp->swap_begin, sp->swap_end, true);
         for (size_t i = sp->first; i < sp->first + sp->n && st == TSR_OK; i++) {
             const tsr_tensor *n = s->graph.nodes[i];
             for (int j = 0; j < TSR_MAX_SRC && st == TSR_OK; j++) {
-                int loc = n->src[j] && tsr__nbytes(n->src[j]) ? tsr_loc(b, n->src[j]) : sp->dev;
-                if (!tsr_accessible(b, loc, sp->dev))
+                int loc = n->src[j] && tsr__nbytes(n->src[j]) ? location_of(b, n->src[j]) : sp->dev;
+                if (!accessible(b, loc, sp->dev))
                     st = tsr__error(TSR_E_STATE, "scheduler: node '%s' on %s would read '%s' from %s", n->name,
-                                    b->devices[sp->dev]->name, n->src[j]->name, tsr_loc_name(b, loc));
+                                    b->devices[sp->dev]->name, n->src[j]->name, loc_name(b, loc));
             }
         }
-        tsr_swap_apply(s, sp->swap_begin, sp->swap_end, false);
+        swap_apply(s, sp->swap_begin, sp->swap_end, false);
     }
     return st;
 }
@@ -500,7 +500,7 @@ static tsr_status tsr_verify(tsr_sched *s) {
 /* Host memory the GPUs copy from and to: the first GPU's pinned host buffer
  * type (page-locked: copies run asynchronously at full speed, not staged by
  * the driver through a pageable bounce), else the CPU's own. */
-static tsr_buffer_type *tsr_pinned_buft(const tsr_backend *b) {
+static tsr_buffer_type *pinned_buft(const tsr_backend *b) {
     for (size_t d = 0; d < b->n_devices; d++)
         if (d != tsr__backend_host_index(b) && b->devices[d]->host_buft && b->devices[d]->host_buft->is_host)
             return b->devices[d]->host_buft;
@@ -511,7 +511,7 @@ static tsr_buffer_type *tsr_pinned_buft(const tsr_backend *b) {
  * CPU's in pinned host memory when there is a GPU: the activations and
  * results that cross to and from it), and the staging memory as large as
  * the largest device-to-device copy needs (pinned too). */
-static tsr_status tsr_ensure_buffers(tsr_sched *s) {
+static tsr_status ensure_buffers(tsr_sched *s) {
     tsr_backend *b = s->b;
     for (size_t d = 0; d < b->n_devices; d++) {
         if (s->peak[d] == 0 || (s->bufs[d] && s->bufs[d]->size >= s->peak[d]))
@@ -524,7 +524,7 @@ static tsr_status tsr_ensure_buffers(tsr_sched *s) {
         tsr_buffer_free(s->bufs[d]);
         s->bufs[d] = NULL;
         b->plan_compute[d] = s->peak[d];
-        tsr_buffer_type *bt = d == tsr__backend_host_index(b) ? tsr_pinned_buft(b) : b->devices[d]->buft;
+        tsr_buffer_type *bt = d == tsr__backend_host_index(b) ? pinned_buft(b) : b->devices[d]->buft;
         tsr_status st = tsr_buffer_alloc(bt, s->peak[d], &s->bufs[d]);
         if (st != TSR_OK && bt != b->devices[d]->buft) { /* no pinned memory to be had: pageable, slower */
             tsr__log(TSR_LOG_WARN, "pinned host memory refused: the CPU's compute buffer is pageable", 1, "mib",
@@ -539,7 +539,7 @@ static tsr_status tsr_ensure_buffers(tsr_sched *s) {
     }
     if (s->staging_need > s->staging_size) {
         tsr_buffer *nb = NULL;
-        if (tsr_buffer_alloc(tsr_pinned_buft(b), s->staging_need, &nb) != TSR_OK)
+        if (tsr_buffer_alloc(pinned_buft(b), s->staging_need, &nb) != TSR_OK)
             return tsr__error(TSR_E_NOMEM, "out of host memory for %zu bytes of copy staging: %s", s->staging_need,
                               tsr_last_error());
         tsr_buffer_free(s->staging_buf);
@@ -550,19 +550,19 @@ static tsr_status tsr_ensure_buffers(tsr_sched *s) {
     return TSR_OK;
 }
 
-static void tsr_resolve_view(tsr_tensor *t) {
+static void resolve_view(tsr_tensor *t) {
     if (!t->view_src)
         return;
-    tsr_resolve_view(t->view_src);
+    resolve_view(t->view_src);
     t->data = t->view_src->data ? (char *)t->view_src->data + t->view_offs : NULL;
     if (t->op == TSR_OP_VIEW || t->device_id < 0) /* an in-place op keeps the device that runs it */
         t->device_id = t->view_src->device_id;
 }
 
-static void tsr_bind_one(tsr_sched *s, tsr_tensor *t) {
+static void bind_one(tsr_sched *s, tsr_tensor *t) {
     int dev = tsr__galloc_device(s->ga, t);
     if (dev < 0) {
-        if (!t->view_src && !tsr_is_static(t))
+        if (!t->view_src && !is_static(t))
             t->data = NULL; /* zero-sized */
         return;
     }
@@ -573,19 +573,19 @@ static void tsr_bind_one(tsr_sched *s, tsr_tensor *t) {
 }
 
 /* Gives every planned tensor its address, then resolves views. */
-static void tsr_bind(tsr_sched *s) {
+static void bind(tsr_sched *s) {
     tsr_graph *g = &s->graph;
-    for (size_t i = 0; i < g->n_leafs; i++) tsr_bind_one(s, g->leafs[i]);
-    for (size_t i = 0; i < g->n_nodes; i++) tsr_bind_one(s, g->nodes[i]);
-    for (size_t i = 0; i < s->n_copies; i++) tsr_bind_one(s, s->copies[i].copy);
-    for (size_t i = 0; i < g->n_nodes; i++) tsr_resolve_view(g->nodes[i]);
-    for (size_t i = 0; i < g->n_views; i++) tsr_resolve_view(g->views[i]);
-    for (size_t i = 0; i < s->n_shadows; i++) tsr_resolve_view(s->shadows[i].t);
+    for (size_t i = 0; i < g->n_leafs; i++) bind_one(s, g->leafs[i]);
+    for (size_t i = 0; i < g->n_nodes; i++) bind_one(s, g->nodes[i]);
+    for (size_t i = 0; i < s->n_copies; i++) bind_one(s, s->copies[i].copy);
+    for (size_t i = 0; i < g->n_nodes; i++) resolve_view(g->nodes[i]);
+    for (size_t i = 0; i < g->n_views; i++) resolve_view(g->views[i]);
+    for (size_t i = 0; i < s->n_shadows; i++) resolve_view(s->shadows[i].t);
 }
 
 /* ---- running ------------------------------------------------------------------------- */
 
-static tsr_status tsr_copy_root(tsr_sched *s, const tsr_copy *c) {
+static tsr_status copy_root(tsr_sched *s, const tsr_copy *c) {
     const tsr_tensor *r = c->root;
     size_t size = tsr_tensor_nbytes(r);
     /* another device reads a weight its buffer type keeps in a layout of its own: as stored from now on */
@@ -599,7 +599,7 @@ static tsr_status tsr_copy_root(tsr_sched *s, const tsr_copy *c) {
 }
 
 /* Refreshes the per-device copies of shared weights after their data changed. */
-static tsr_status tsr_sync_weight_copies(tsr_sched *s) {
+static tsr_status sync_weight_copies(tsr_sched *s) {
     tsr_backend *b = s->b;
     uint64_t epoch = tsr__weights_epoch();
     if (b->weights.n_copies == 0 || b->weights.synced_epoch == epoch)
@@ -620,25 +620,25 @@ static tsr_status tsr_sync_weight_copies(tsr_sched *s) {
     return TSR_OK;
 }
 
-static tsr_status tsr_run_split(tsr_sched *s, const tsr_split *sp) {
+static tsr_status run_split(tsr_sched *s, const tsr_split *sp) {
     tsr_backend *b = s->b;
     tsr_status r = TSR_OK;
-    for (size_t c = sp->copy_begin; c < sp->copy_end && r == TSR_OK; c++) r = tsr_copy_root(s, &s->copies[c]);
+    for (size_t c = sp->copy_begin; c < sp->copy_end && r == TSR_OK; c++) r = copy_root(s, &s->copies[c]);
     if (r != TSR_OK)
         return r;
     tsr_stream *st = b->streams[sp->dev];
     const tsr_device_iface *di = b->devices[sp->dev]->iface;
-    tsr_swap_apply(s, sp->swap_begin, sp->swap_end, true);
+    swap_apply(s, sp->swap_begin, sp->swap_end, true);
     r = di->compute(st, s->graph.nodes + sp->first, sp->n);
     if (r == TSR_OK && di->synchronize)
         r = di->synchronize(st);
-    tsr_swap_apply(s, sp->swap_begin, sp->swap_end, false);
+    swap_apply(s, sp->swap_begin, sp->swap_end, false);
     if (r != TSR_OK)
         tsr__error_prefix("compute on %s", b->devices[sp->dev]->name);
     return r;
 }
 
-static tsr_status tsr_reserve_streams(tsr_sched *s) {
+static tsr_status reserve_streams(tsr_sched *s) {
     tsr_backend *b = s->b;
     for (size_t i = 0; i < s->n_splits; i++) {
         tsr_split *sp = &s->splits[i];
@@ -655,7 +655,7 @@ static tsr_status tsr_reserve_streams(tsr_sched *s) {
 /* What each device's stream holds beside buffers for this plan (the largest
  * graph so far): the iface's stream_bytes over each of its splits (library
  * workspace + scratch), and for the host the pinned copy staging. */
-static void tsr_plan_streams(tsr_sched *s) {
+static void plan_streams(tsr_sched *s) {
     tsr_backend *b = s->b;
     for (size_t i = 0; i < s->n_splits; i++) {
         tsr_split *sp = &s->splits[i];
@@ -670,7 +670,7 @@ static void tsr_plan_streams(tsr_sched *s) {
 }
 
 /* Graph, devices, splits, copies and the memory plan (peak per device). */
-static tsr_status tsr_plan(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode) {
+static tsr_status plan_graph(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode) {
     tsr_backend *b = s->b;
     atomic_fetch_add(&tsr_n_plans, 1);
     s->n_last = 0;                                     /* the plan is for this request from here on */
@@ -680,21 +680,21 @@ static tsr_status tsr_plan(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs,
         b->visit_mark = 1;
     tsr_status st = tsr__graph_build(&s->graph, outs, n_outs, b->visit_mark);
     if (st == TSR_OK)
-        st = tsr_assign(s, mode != 2);
+        st = assign(s, mode != 2);
     if (st == TSR_OK)
-        st = tsr_plan_copies(s);
+        st = plan_copies(s);
     if (st == TSR_OK && mode != 2)
-        st = tsr_verify(s);
+        st = verify_splits(s);
     if (st != TSR_OK)
         return st;
-    tsr_swap_apply(s, 0, s->n_swaps, true);
+    swap_apply(s, 0, s->n_swaps, true);
     st = tsr__galloc_plan(s->ga, &s->graph, outs, n_outs, s->extras, s->n_copies, s->peak);
-    tsr_swap_apply(s, 0, s->n_swaps, false);
+    swap_apply(s, 0, s->n_swaps, false);
     b->n_splits = s->n_splits;
     return st;
 }
 
-static void tsr_mark_results(tsr_sched *s) {
+static void mark_results(tsr_sched *s) {
     uint64_t gen = s->b->generation;
     for (size_t i = 0; i < s->graph.n_nodes; i++) s->graph.nodes[i]->generation = gen;
     for (size_t i = 0; i < s->graph.n_views; i++) s->graph.views[i]->generation = gen;
@@ -705,7 +705,7 @@ static void tsr_mark_results(tsr_sched *s) {
 
 /* The version of the one context all of outs were made in; 0 when they are
  * of several, or of none (weights). */
-static uint64_t tsr_outs_version(tsr_tensor *const *outs, size_t n_outs) {
+static uint64_t outs_version(tsr_tensor *const *outs, size_t n_outs) {
     const tsr_context *ctx = n_outs ? outs[0]->ctx : NULL;
     for (size_t i = 1; i < n_outs && ctx; i++)
         if (outs[i]->ctx != ctx)
@@ -714,18 +714,18 @@ static uint64_t tsr_outs_version(tsr_tensor *const *outs, size_t n_outs) {
 }
 
 /* Whether the last plan is this request's (see the top of the file). */
-static bool tsr_same_request(const tsr_sched *s, tsr_tensor *const *outs, size_t n_outs) {
+static bool same_request(const tsr_sched *s, tsr_tensor *const *outs, size_t n_outs) {
     if (!s->reuse || s->n_last == 0 || s->n_last != n_outs)
         return false;
     for (size_t i = 0; i < n_outs; i++)
         if (s->last_outs[i] != outs[i])
             return false;
-    return tsr_outs_version(outs, n_outs) == s->last_version;
+    return outs_version(outs, n_outs) == s->last_version;
 }
 
-/* After a compute that ran: its request, for tsr_same_request. */
-static void tsr_remember_request(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs) {
-    s->last_version = tsr_outs_version(outs, n_outs);
+/* After a compute that ran: its request, for same_request. */
+static void remember_request(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs) {
+    s->last_version = outs_version(outs, n_outs);
     if (s->last_version == 0 || n_outs > s->cap_last)
         return; /* not remembered: the next compute plans */
     memcpy(s->last_outs, outs, n_outs * sizeof *outs);
@@ -734,23 +734,23 @@ static void tsr_remember_request(tsr_sched *s, tsr_tensor *const *outs, size_t n
 
 tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, int mode, size_t *sizes) {
     tsr_backend *b = s->b;
-    if (mode == 0 && tsr_same_request(s, outs, n_outs)) {
+    if (mode == 0 && same_request(s, outs, n_outs)) {
         b->generation++;
         s->n_last = 0; /* again only after this run succeeds */
-        tsr_status st = tsr_sync_weight_copies(s);
-        for (size_t i = 0; i < s->n_splits && st == TSR_OK; i++) st = tsr_run_split(s, &s->splits[i]);
+        tsr_status st = sync_weight_copies(s);
+        for (size_t i = 0; i < s->n_splits && st == TSR_OK; i++) st = run_split(s, &s->splits[i]);
         if (st != TSR_OK)
             return st;
-        tsr_mark_results(s);
-        tsr_remember_request(s, outs, n_outs);
+        mark_results(s);
+        remember_request(s, outs, n_outs);
         return TSR_OK;
     }
     if (mode == 1 && b->plan_mode) /* a dry run reserves nothing: it measures */
         mode = 3;
-    tsr_status st = tsr_plan(s, outs, n_outs, mode == 3 ? 2 : mode);
+    tsr_status st = plan_graph(s, outs, n_outs, mode == 3 ? 2 : mode);
     if (st != TSR_OK)
         return st;
-    tsr_plan_streams(s);
+    plan_streams(s);
     if (mode >= 2) {
         if (sizes)
             memcpy(sizes, s->peak, b->n_devices * sizeof *sizes);
@@ -760,24 +760,24 @@ tsr_status tsr__sched_run(tsr_sched *s, tsr_tensor *const *outs, size_t n_outs, 
         return TSR_OK;
     }
     b->generation++; /* earlier results are gone from here on */
-    if ((st = tsr_ensure_buffers(s)) != TSR_OK)
+    if ((st = ensure_buffers(s)) != TSR_OK)
         return st;
-    tsr_bind(s);
-    if ((st = tsr_sync_weight_copies(s)) != TSR_OK)
+    bind(s);
+    if ((st = sync_weight_copies(s)) != TSR_OK)
         return st;
     if (mode == 1)
-        return tsr_reserve_streams(s);
+        return reserve_streams(s);
     for (size_t i = 0; i < s->n_splits; i++)
-        if ((st = tsr_run_split(s, &s->splits[i])) != TSR_OK)
+        if ((st = run_split(s, &s->splits[i])) != TSR_OK)
             return st;
-    tsr_mark_results(s);
-    tsr_remember_request(s, outs, n_outs);
+    mark_results(s);
+    remember_request(s, outs, n_outs);
     return TSR_OK;
 }
 
 /* ---- public entry points --------------------------------------------------- */
 
-static tsr_status tsr_check_compute_args(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs, const char *what) {
+static tsr_status check_compute_args(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs, const char *what) {
     if (!ctx)
         return tsr__error(TSR_E_INVALID, "%s: NULL context", what);
     if (ctx->status != TSR_OK)
@@ -791,7 +791,7 @@ static tsr_status tsr_check_compute_args(tsr_context *ctx, tsr_tensor *const *ou
 }
 
 tsr_status tsr_compute(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs) {
-    tsr_status s = tsr_check_compute_args(ctx, outs, n_outs, "tsr_compute");
+    tsr_status s = check_compute_args(ctx, outs, n_outs, "tsr_compute");
     if (s != TSR_OK || n_outs == 0)
         return s;
     if (!tsr__prof_on())
@@ -804,14 +804,14 @@ tsr_status tsr_compute(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs)
 }
 
 tsr_status tsr_reserve(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs) {
-    tsr_status s = tsr_check_compute_args(ctx, outs, n_outs, "tsr_reserve");
+    tsr_status s = check_compute_args(ctx, outs, n_outs, "tsr_reserve");
     if (s != TSR_OK || n_outs == 0)
         return s;
     return tsr__sched_run(ctx->backend->sched, outs, n_outs, 1, NULL);
 }
 
 tsr_status tsr_measure(tsr_context *ctx, tsr_tensor *const *outs, size_t n_outs, size_t *sizes) {
-    tsr_status s = tsr_check_compute_args(ctx, outs, n_outs, "tsr_measure");
+    tsr_status s = check_compute_args(ctx, outs, n_outs, "tsr_measure");
     if (s != TSR_OK)
         return s;
     if (!sizes)

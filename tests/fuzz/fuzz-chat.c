@@ -1,8 +1,8 @@
 /*
  * fuzz-chat.c - fuzz target for the chat-template detector and formatter
  * (libtensr/model/chat.h). The input is split at NUL bytes: byte 0 holds
- * the flags (bit 0: field 1 is a template name for chat_template_by_name
- * rather than Jinja text for chat_template_detect; bit 1: add_assistant),
+ * the flags (bit 0: field 1 is a template name for tsr__chat_template_by_name
+ * rather than Jinja text for tsr__chat_template_detect; bit 1: add_assistant),
  * field 1 is the template, each further field is a message whose first
  * byte picks the role (system, user, assistant, or an unknown "tool") and
  * whose rest is the content. Detection may fail (TSR_E_UNSUPPORTED, with a
@@ -42,17 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         field += len + 1;
     }
     chat_template *t = NULL;
-    tsr_status st = by_name ? chat_template_by_name(buf, &t) : chat_template_detect(buf, &t);
+    tsr_status st = by_name ? tsr__chat_template_by_name(buf, &t) : tsr__chat_template_detect(buf, &t);
     if (st != TSR_OK) {
         if (t || !tsr_last_error()[0]) abort();
         free(buf);
         return 0;
     }
-    if (!t || !chat_template_name(t)) abort();
-    const char *sys = chat_template_default_system(t);
+    if (!t || !tsr__chat_template_name(t)) abort();
+    const char *sys = tsr__chat_template_default_system(t);
     if (sys) (void)strlen(sys);
     char *out = NULL;
-    st = chat_format(t, msgs, n, add_assistant, &out);
+    st = tsr__chat_format(t, msgs, n, add_assistant, &out);
     if (st == TSR_OK) {
         if (!out) abort();
         (void)strlen(out);
@@ -60,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     }
     tsr__free(out);
-    chat_template_free(t);
+    tsr__chat_template_free(t);
     free(buf);
     return 0;
 }

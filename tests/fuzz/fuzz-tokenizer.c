@@ -53,7 +53,7 @@ static tok_vocab *load_vocab(int which) {
         fuzz_vocab_bpe(w, which == 1 ? "smollm" : "llama-bpe");
     if (tsr_gguf_writer_write_memory(w, &mem, &n) != TSR_OK) abort();
     if (tsr_gguf_open_memory(mem, n, "fuzz-vocab.gguf", 1, &g) != TSR_OK) abort();
-    if (tok_vocab_load(g, &v) != TSR_OK) {
+    if (tsr__tok_vocab_load(g, &v) != TSR_OK) {
         fprintf(stderr, "fuzz-tokenizer: vocabulary %d: %s\n", which, tsr_last_error());
         abort();
     }
@@ -90,16 +90,16 @@ static void check_stream(const tok_vocab *v, const int32_t *ids, size_t n, int s
     tok_stream s;
     const char *out;
     size_t len;
-    tok_stream_init(&s);
+    tsr__tok_stream_init(&s);
     for (size_t i = 0; i < n; i++) {
         size_t pl;
-        const char *p = tok_piece(v, ids[i], special, &pl);
+        const char *p = tsr__tok_piece(v, ids[i], special, &pl);
         if (pl && !p) abort();
-        if (tok_stream_push(&s, p, pl, &out, &len) != TSR_OK) abort();
+        if (tsr__tok_stream_push(&s, p, pl, &out, &len) != TSR_OK) abort();
         if (!valid_utf8((const unsigned char *)out, len)) abort();
     }
-    if (tok_stream_flush(&s, &out, &len) != TSR_OK || !valid_utf8((const unsigned char *)out, len)) abort();
-    tok_stream_free(&s);
+    if (tsr__tok_stream_flush(&s, &out, &len) != TSR_OK || !valid_utf8((const unsigned char *)out, len)) abort();
+    tsr__tok_stream_free(&s);
 }
 
 /* Every splitter: pieces non-empty, adding up to the text. */
@@ -107,9 +107,9 @@ static void check_splits(const char *text, size_t len) {
     uint32_t *cps = malloc((len + 1) * sizeof *cps);
     size_t *lens = malloc((len + 1) * sizeof *lens), n = 0, pos = 0;
     if (!cps || !lens) abort();
-    while (pos < len) cps[n++] = tku_decode(text, len, &pos);
+    while (pos < len) cps[n++] = tsr__tku_decode(text, len, &pos);
     for (int pre = 0; pre < TKU_PRE_COUNT; pre++) {
-        size_t n_words = tku_split((tku_pre)pre, cps, n, lens), total = 0;
+        size_t n_words = tsr__tku_split((tku_pre)pre, cps, n, lens), total = 0;
         if (n_words > n) abort();
         for (size_t w = 0; w < n_words; w++) {
             if (lens[w] == 0) abort();
@@ -133,22 +133,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     int32_t *ids = NULL;
     size_t n = 0;
-    if (tok_tokenize(v, text, len, add_special, parse_special, &ids, &n) != TSR_OK) {
+    if (tsr__tok_tokenize(v, text, len, add_special, parse_special, &ids, &n) != TSR_OK) {
         if (!tsr_last_error()[0]) abort();
         return 0;
     }
     for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= tok_n_vocab(v)) abort();
+        if (ids[i] < 0 || ids[i] >= tsr__tok_n_vocab(v)) abort();
     char *back = NULL;
     size_t blen = 0;
-    if (tok_detokenize(v, ids, n, remove_special, special, &back, &blen) != TSR_OK || back[blen] != '\0') abort();
+    if (tsr__tok_detokenize(v, ids, n, remove_special, special, &back, &blen) != TSR_OK || back[blen] != '\0') abort();
     tsr__free(back);
     check_stream(v, ids, n, special);
 
     int promised = which != 2 && !add_special && !parse_special && valid_utf8(data + 1, len) &&
                    !(which == 0 && has_u2581(data + 1, len));
     if (promised) {
-        if (tok_detokenize(v, ids, n, 0, 0, &back, &blen) != TSR_OK) abort();
+        if (tsr__tok_detokenize(v, ids, n, 0, 0, &back, &blen) != TSR_OK) abort();
         if (blen != len || memcmp(back, text, len) != 0) {
             fprintf(stderr, "fuzz-tokenizer: vocabulary %d: round trip of %zu bytes gave %zu bytes\n", which, len,
                     blen);

@@ -1,12 +1,12 @@
 /*
- * backend.h - the interface a backend (cpu/, cuda/, the fake test devices)
+ * device.h - the interface a backend (cpu/, cuda/, the fake test devices)
  * implements, and the only way the core sees a backend. A backend registers
- * a tsr_backend_reg; the core enumerates its devices once, in registry order
+ * a tsr_device_reg; the core enumerates its devices once, in registry order
  * (GPU backends first, then the CPU), and from then on talks to them only
  * through the function tables below.
  */
-#ifndef TSR_BACKEND_H
-#define TSR_BACKEND_H
+#ifndef TSR_DEVICE_H
+#define TSR_DEVICE_H
 
 #include "internal.h"
 
@@ -79,7 +79,7 @@ struct tsr_device {
     const tsr_device_iface *iface;
     char name[32];
     char description[128];
-    tsr_device_kind_t kind;
+    tsr_device_class kind;
     int index_in_model;
     size_t registry_index;
     tsr_buffer_type *buft;
@@ -88,14 +88,14 @@ struct tsr_device {
 };
 
 /* A backend implementation: enumerates its devices once. */
-typedef struct tsr_backend_reg {
+typedef struct tsr_device_reg {
     const char *name; /* "cpu", "cuda", "fake" */
     /* Fills up to max devices; returns the number found. Errors are logged,
      * not fatal: a backend that cannot start contributes no device. */
     size_t (*enumerate)(tsr_device **devs, size_t max);
     /* CPU feature string for the system-info log (may be NULL). */
     const char *(*features)(void);
-} tsr_backend_reg;
+} tsr_device_reg;
 
 /* ---- run-time backend modules ------------------------------------------------
  * A module is a shared object in the module folder ($(pkglibdir)/modules, or
@@ -106,10 +106,10 @@ typedef struct tsr_backend_reg {
  * the core's own, logs every module it loaded or skipped and why, and never
  * fails because of one.
  *
- * Bump TSR_BACKEND_ABI_VERSION whenever a struct or function table shared
+ * Bump TSR_MODULE_ABI_VERSION whenever a struct or function table shared
  * with modules (this file, the tensor struct and op table of internal.h,
  * the services below) changes in a way the sizes do not show. */
-#define TSR_BACKEND_ABI_VERSION 1
+#define TSR_MODULE_ABI_VERSION 1
 #define TSR_MODULE_ENTRY tsr_backend_module_init
 #define TSR_MODULE_ENTRY_NAME "tsr_backend_module_init"
 #if defined(__GNUC__)
@@ -122,8 +122,8 @@ typedef struct tsr_backend_reg {
  * allocation wrappers (so the failure-injection counter sees a module's
  * allocations too), type traits, op names, tensor helpers and the host
  * device (whose function tables a module may use to run nodes on the CPU). */
-typedef struct tsr_backend_services {
-    size_t size; /* sizeof(tsr_backend_services) of the core */
+typedef struct tsr_module_services {
+    size_t size; /* sizeof(tsr_module_services) of the core */
     uint32_t abi_version;
     tsr_status (*verror)(tsr_status s, const char *fmt, va_list ap);
     bool (*log_enabled)(tsr_log_level level);
@@ -139,29 +139,29 @@ typedef struct tsr_backend_services {
     const tsr_op_info *(*op_info)(tsr_op op);
     size_t (*tensor_nbytes)(const tsr_tensor *t);
     tsr_device *(*host_device)(void);
-} tsr_backend_services;
+} tsr_module_services;
 
 /* What a module hands back. The sizes are the module's own sizeof of the
  * shared structs, so a module built against other headers is refused. */
-typedef struct tsr_backend_module {
-    uint32_t abi_version; /* TSR_BACKEND_ABI_VERSION the module was built with */
+typedef struct tsr_device_module {
+    uint32_t abi_version; /* TSR_MODULE_ABI_VERSION the module was built with */
     uint32_t op_count;    /* TSR_OP_COUNT the module was built with */
     size_t sizeof_services, sizeof_tensor, sizeof_device, sizeof_device_iface, sizeof_buffer_type, sizeof_buft_iface,
         sizeof_buffer, sizeof_reg;
-    const tsr_backend_reg *reg;
-} tsr_backend_module;
+    const tsr_device_reg *reg;
+} tsr_device_module;
 
 /* Initializer of a module's registration (sizes filled from these headers). */
-#define TSR_BACKEND_MODULE_INIT(reg_ptr)                                                                             \
-    {                                                                                                                \
-        TSR_BACKEND_ABI_VERSION, TSR_OP_COUNT, sizeof(tsr_backend_services), sizeof(tsr_tensor), sizeof(tsr_device), \
-            sizeof(tsr_device_iface), sizeof(tsr_buffer_type), sizeof(tsr_buft_iface), sizeof(tsr_buffer),           \
-            sizeof(tsr_backend_reg), (reg_ptr)                                                                       \
+#define TSR_DEVICE_MODULE_INIT(reg_ptr)                                                                            \
+    {                                                                                                              \
+        TSR_MODULE_ABI_VERSION, TSR_OP_COUNT, sizeof(tsr_module_services), sizeof(tsr_tensor), sizeof(tsr_device), \
+            sizeof(tsr_device_iface), sizeof(tsr_buffer_type), sizeof(tsr_buft_iface), sizeof(tsr_buffer),         \
+            sizeof(tsr_device_reg), (reg_ptr)                                                                      \
     }
 
 /* The entry point: returns NULL when the module cannot work at all (after
  * logging why through the services). */
-typedef const tsr_backend_module *(*tsr_backend_module_init_fn)(const tsr_backend_services *svc);
+typedef const tsr_device_module *(*tsr_module_init_fn)(const tsr_module_services *svc);
 
 /* device.c: the registry. The host device (the CPU) runs what no other
  * device can and holds system-memory tensors. */
@@ -169,7 +169,7 @@ tsr_device *tsr__host_device(void);
 /* The same without enumerating: what backends call while the registry
  * enumerates them (the host is enumerated first); NULL before that. */
 tsr_device *tsr__host_device_early(void);
-const tsr_backend_reg *tsr__cpu_backend_reg(void); /* cpu/ */
+const tsr_device_reg *tsr__cpu_device_reg(void); /* cpu/ */
 /* cpu/cpu.c: the cores this process may use (online CPUs within its
  * affinity mask), and the threads a request of n_threads gets: 0 = the
  * cores; more than the cores = the cores, with a warning in the log. */
@@ -180,13 +180,13 @@ int tsr__cpu_threads(int n_threads);
  * fused attention then compute each column or query row the same way
  * whatever the batch (cpu/matmul.c, cpu/attn.c). */
 void tsr__cpu_stream_set_invariant(tsr_stream *s);
-const tsr_backend_reg *tsr__fake_backend_reg(void); /* cpu/fake.c: TSR_FAKE_DEVICES */
+const tsr_device_reg *tsr__fake_device_reg(void); /* cpu/fake.c: TSR_FAKE_DEVICES */
 /* module.c: loads the modules of TSR_BACKEND_PATH (or the module folder)
  * and adds their registrations through add() (which returns the number of
  * devices it found); logs each one; returns the number of modules kept. */
-size_t tsr__modules_load(size_t (*add)(const tsr_backend_reg *reg));
+size_t tsr__modules_load(size_t (*add)(const tsr_device_reg *reg));
 /* The services the core lends modules (also used by the built-in fake backend). */
-const tsr_backend_services *tsr__backend_services(void);
+const tsr_module_services *tsr__module_services(void);
 /* Allocates a tensor's bytes inside a buffer: data = base + offset. */
 tsr_status tsr__buffer_set(tsr_buffer *buf, void *dst, const void *host, size_t size);
 tsr_status tsr__buffer_get(tsr_buffer *buf, const void *src, void *host, size_t size);
@@ -201,4 +201,4 @@ tsr_status tsr__tensor_to_stored(tsr_tensor *t);
 tsr_status tsr__buffer_copy_staged(tsr_buffer *dst_buf, void *dst, tsr_buffer *src_buf, const void *src, size_t size,
                                    void *staging, size_t staging_size);
 
-#endif /* TSR_BACKEND_H */
+#endif /* TSR_DEVICE_H */

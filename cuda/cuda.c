@@ -24,7 +24,7 @@
  *  - A tsr stream holds a cuBLAS handle, its workspace, and one scratch
  *    arena sized by reserve (converted activations, dequantized weights).
  */
-#include "backend.h"
+#include "device.h"
 #include "module.h"
 
 #include "kernels.h"
@@ -1438,12 +1438,12 @@ static size_t cu_enumerate_prof(tsr_device **devs, size_t max) {
     return n;
 }
 
-static const tsr_backend_reg cu_reg = {"cuda", cu_enumerate_prof, NULL};
+static const tsr_device_reg cu_reg = {"cuda", cu_enumerate_prof, NULL};
 
 TSR_MODULE_SERVICES_DEFINE
 
-TSR_MODULE_EXPORT const tsr_backend_module *TSR_MODULE_ENTRY(const tsr_backend_services *svc) {
-    static const tsr_backend_module mod = TSR_BACKEND_MODULE_INIT(&cu_reg);
+TSR_MODULE_EXPORT const tsr_device_module *TSR_MODULE_ENTRY(const tsr_module_services *svc) {
+    static const tsr_device_module mod = TSR_DEVICE_MODULE_INIT(&cu_reg);
     if (!tsr__module_attach(svc))
         return NULL;
     return &mod;
