@@ -170,6 +170,7 @@ def main():
     ap.add_argument("--requests", type=int, default=16, help="requests per level and round")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--tensr-args", default="", help="more tensr-server flags (e.g. '--batch-invariant off')")
     a = ap.parse_args()
     levels = [int(x) for x in a.concurrency.split(",")]
     common = ["-m", a.model, "-t", str(a.threads), "-np", str(a.parallel), "-c", str(a.ctx_size), "--host",
@@ -177,7 +178,8 @@ def main():
     servers = []
     try:
         p = free_port()
-        servers.append(Server("tensr", [a.tensr] + common + ["--port", str(p), "--max-queued", "1024"], p))
+        servers.append(Server("tensr", [a.tensr] + common + ["--port", str(p), "--max-queued", "1024"] +
+                              a.tensr_args.split(), p))
         if a.llama:
             p = free_port()
             servers.append(Server("llama", [a.llama] + common + ["--port", str(p)], p))

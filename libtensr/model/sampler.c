@@ -74,9 +74,43 @@ void tsr__smp_apply_penalties(smp_cands *c, const int32_t *counts, float repeat,
     c->sorted = 0;
 }
 
+/* Moves the k best candidates (cmp_cand's order) to a[0 .. k), in no
+ * order: a quickselect with three-way partitions (O(n) on average), so a
+ * top-k of a 50k-token vocabulary sorts only its k. */
+static void select_best(smp_cand *a, size_t n, size_t k) {
+    size_t lo = 0, hi = n; /* a[0 .. lo) beat a[lo ..); a[hi ..) lose to a[.. hi) */
+    while (hi - lo > 1) {
+        const smp_cand piv = a[lo + (hi - lo) / 2];
+        size_t i = lo, j = lo, g = hi; /* [lo, i) better than piv, [i, j) equal, [g, hi) worse */
+        while (j < g) {
+            const int r = cmp_cand(&a[j], &piv);
+            smp_cand t = a[j];
+            if (r < 0) {
+                a[j++] = a[i];
+                a[i++] = t;
+            } else if (r > 0) {
+                a[j] = a[--g];
+                a[g] = t;
+            } else {
+                j++;
+            }
+        }
+        if (k <= i)
+            hi = i;
+        else if (k <= j)
+            return;
+        else
+            lo = j;
+    }
+}
+
 void tsr__smp_top_k(smp_cands *c, int32_t k) {
     if (k <= 0)
         return;
+    if (!c->sorted && (size_t)k < c->size) {
+        select_best(c->data, c->size, (size_t)k);
+        c->size = (size_t)k;
+    }
     tsr__smp_sort(c);
     if ((size_t)k < c->size)
         c->size = (size_t)k;
@@ -211,9 +245,12 @@ int32_t tsr__smp_sample(smp_sampler *s, const float *logits) {
     for (int32_t i = 0; i < s->n_vocab; i++) s->cands[i] = (smp_cand){i, logits[i], 0.0f};
     for (size_t i = 0; i < s->n_bias; i++) s->cands[s->bias_ids[i]].logit += s->bias[i];
     tsr__smp_apply_penalties(&c, s->n_hist ? s->counts : NULL, p->repeat_penalty, p->freq_penalty, p->presence_penalty);
-    if (p->temp <= 0.0f) { /* greedy, after the penalties */
-        tsr__smp_sort(&c);
-        return c.data[0].id;
+    if (p->temp <= 0.0f) { /* greedy, after the penalties: the highest logit, the lowest id of a tie */
+        size_t best = 0;
+        for (size_t i = 1; i < c.size; i++)
+            if (cmp_cand(&c.data[i], &c.data[best]) < 0)
+                best = i;
+        return c.data[best].id;
     }
     tsr__smp_top_k(&c, p->top_k);
     tsr__smp_top_p(&c, p->top_p, p->min_keep);
