@@ -162,6 +162,8 @@ static inline size_t pf_offset(int64_t i, int R, int64_t n, size_t xs) {
     INLINE void rows_of(tsr_type t, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *y, float *s) { \
         if (t == TSR_TYPE_Q4_K)                                                                                        \
             rows_q4k(R, k, x, xs, pfo, y, s);                                                                          \
+        else if (t == TSR_TYPE_Q5_K)                                                                                   \
+            rows_q5k(R, k, x, xs, pfo, y, s);                                                                          \
         else if (t == TSR_TYPE_Q6_K)                                                                                   \
             rows_q6k(R, k, x, xs, pfo, y, s);                                                                          \
         else                                                                                                           \

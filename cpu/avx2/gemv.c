@@ -206,6 +206,53 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
     for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]) - accm[r];
 }
 
+/* Q5_K: Q4_K's sums with each value's fifth bit (qh: bit j of byte b is the
+ * high bit of value b of sub-block j) put at bit 4 of its nibble byte, as
+ * dot.c's dot_q5_K_q8_K. */
+INLINE __m256i q5k_high(__m256i qh, int j) {
+    const __m256i t = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
+}
+
+INLINE void rows_q5k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    __m256 acc[8];
+    float accm[8];
+    UNROLL
+    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = 0.0f;
+    for (int64_t sb = 0; sb < k / 256; sb++) {
+        const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
+        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
+                                          _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
+        KROWS
+        for (int r = 0; r < R; r++) {
+            const tsr_block_q5_K *q = (const tsr_block_q5_K *)(x + (size_t)r * xs) + sb;
+            const __m128i sm = q4k_scales(q->scales);
+            __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
+            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
+            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
+            accm[r] += y->d * F16F(q->dmin) * (float)_mm_cvtsi128_si32(pm);
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)q->qh);
+            __m256i sumi = _mm256_setzero_si256();
+            UNROLL for (int j = 0; j < 4; j++) {
+                if (j < 3)
+                    _mm_prefetch(x + pfo + (sb * R + r) * 176 + 64 * j, _MM_HINT_T1); /* linear_pf */
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi8(0x0F)), q5k_high(qh, 2 * j));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0x0F)),
+                                                   q5k_high(qh, 2 * j + 1));
+                const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
+                const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j), pl));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j + 1), ph));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    UNROLL
+    for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]) - accm[r];
+}
+
 INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
     __m256 acc[8];
@@ -274,6 +321,7 @@ static void gemv_q8_0(int64_t k, int64_t m, int64_t ahead, const void *vx, size_
 GEMV(gemv_q5_0, TSR_TYPE_Q5_0)
 GEMV(gemv_q4_1, TSR_TYPE_Q4_1)
 GEMV(gemv_q4_k, TSR_TYPE_Q4_K)
+GEMV(gemv_q5_k, TSR_TYPE_Q5_K)
 GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
 
 /* ---- weights in the 8-row interleaved layout (TSR_FLAG_IL8) ---------------------
@@ -547,6 +595,7 @@ void tsr__cpu_avx2_gemv(tsr_cpu_kernels *k) {
     k->gemv[TSR_TYPE_Q5_0] = gemv_q5_0;
     k->gemv[TSR_TYPE_Q4_1] = gemv_q4_1;
     k->gemv[TSR_TYPE_Q4_K] = gemv_q4_k;
+    k->gemv[TSR_TYPE_Q5_K] = gemv_q5_k;
     k->gemv[TSR_TYPE_Q6_K] = gemv_q6_k;
     k->gemv_il8[TSR_TYPE_Q4_0] = gemv_il8_q4_0;
     k->gemv_il8[TSR_TYPE_Q4_1] = gemv_il8_q4_1;
