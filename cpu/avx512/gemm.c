@@ -84,6 +84,100 @@ static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const ch
     }
 }
 
+/* The same packs from weights in the 8-row interleaved layout (repack.c):
+ * rows [0, rows) (rows 8 or 16: one or two whole groups) of the groups at
+ * x, xs bytes per row (Q4_0, Q4_1, Q5_0, Q4_K). The layout already holds each 4-byte group of a
+ * block's values of 8 rows side by side, so a pack vector is two of its
+ * vectors put together (no transpose); the scales and minimums are the
+ * same floats il_row gives, so a gemm over interleaved rows gives the bits
+ * of one over the same rows stored plainly (test-cpu-kernels checks it). */
+static inline __attribute__((always_inline)) __m512i il8_pair(const char *a, const char *b) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i hi = b ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* 8 F16 fields (one per row) at a and b (NULL: zeros) as 16 floats */
+static inline __attribute__((always_inline)) void il8_f16x16(const char *a, const char *b, float *out) {
+    _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)a)));
+    _mm256_storeu_ps(out + 8, b ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b)) : _mm256_setzero_ps());
+}
+
+static inline __attribute__((always_inline)) void il16_pack_il8(tsr_type t, const char *x, size_t xs, int rows,
+                                                                int64_t nb, il16 *out) {
+    const char *ga = x, *gb = rows > 8 ? x + 8 * xs : NULL;
+    const __m512i f4 = _mm512_set1_epi8(0x0F);
+    if (t == TSR_TYPE_Q4_K) { /* per super-block: d[8], dmin[8], 3 scale vectors, 32 value vectors */
+        for (int64_t sb = 0; sb < nb / 8; sb++) {
+            const size_t o = (size_t)sb * 8 * sizeof(tsr_block_q4_K);
+            const char *a = ga + o, *b = gb ? gb + o : NULL;
+            float dd[16], dm[16];
+            il8_f16x16(a, b ? b : NULL, dd);
+            il8_f16x16(a + 16, b ? b + 16 : NULL, dm);
+            for (int r = 0; r < 16; r++) {
+                const char *g = r < 8 ? a : b;
+                uint8_t sc[12];
+                for (int c = 0; c < 3 && g; c++) memcpy(sc + 4 * c, g + 32 + 32 * c + 4 * (r % 8), 4);
+                for (int j = 0; j < 8; j++) {
+                    if (!g) {
+                        out[8 * sb + j].d[r] = out[8 * sb + j].m[r] = 0.0f;
+                        continue;
+                    }
+                    uint8_t s, mn;
+                    tsr__get_scale_min_k4(j, sc, &s, &mn);
+                    out[8 * sb + j].d[r] = dd[r] * s;
+                    out[8 * sb + j].m[r] = -dm[r] * mn;
+                }
+            }
+            for (int j = 0; j < 8; j++)
+                for (int g = 0; g < 8; g++) {
+                    const size_t v = 128 + 32 * (size_t)(8 * (j / 2) + g);
+                    __m512i u = il8_pair(a + v, b ? b + v : NULL);
+                    if (j & 1)
+                        u = _mm512_srli_epi16(u, 4);
+                    _mm512_storeu_si512((void *)(out[8 * sb + j].u + 64 * g), _mm512_and_si512(u, f4));
+                }
+        }
+        return;
+    }
+    const size_t bs = t == TSR_TYPE_Q5_0   ? sizeof(tsr_block_q5_0)
+                      : t == TSR_TYPE_Q4_1 ? sizeof(tsr_block_q4_1)
+                                           : sizeof(tsr_block_q4_0);
+    const int nf = t == TSR_TYPE_Q4_1 ? 2 : 1;
+    /* Q5_0: byte 4r + j of a lane of 4 bytes gets the bit j of its row's qh word (shifted) */
+    const __m512i rep = _mm512_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8, 8, 8, 8,
+                                        4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12,
+                                        12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+    const __m512i bit = _mm512_set1_epi32(0x08040201);
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const size_t o = (size_t)blk * 8 * bs;
+        const char *a = ga + o, *b = gb ? gb + o : NULL;
+        il16 *w = out + blk;
+        il8_f16x16(a, b, w->d);
+        if (nf == 2)
+            il8_f16x16(a + 16, b ? b + 16 : NULL, w->m);
+        else
+            memset(w->m, 0, sizeof w->m);
+        const size_t v0 = 16 * (size_t)nf;
+        /* Q4_0, Q4_1, Q5_0: vector c holds values 4c.. (low nibbles) and 16 + 4c.. (high) */
+        const size_t q0 = v0 + (t == TSR_TYPE_Q5_0 ? 32 : 0);
+        const __m512i qh = t == TSR_TYPE_Q5_0 ? il8_pair(a + v0, b ? b + v0 : NULL) : _mm512_setzero_si512();
+        const __m512i off = _mm512_set1_epi8(t == TSR_TYPE_Q4_0 ? 120 : t == TSR_TYPE_Q5_0 ? 112 : 0);
+        for (int c = 0; c < 4; c++) {
+            const __m512i v = il8_pair(a + q0 + 32 * c, b ? b + q0 + 32 * c : NULL);
+            for (int h = 0; h < 2; h++) {
+                const int g = c + 4 * h;
+                __m512i u = _mm512_add_epi8(_mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, f4), off);
+                if (t == TSR_TYPE_Q5_0) {
+                    const __m512i hb = _mm512_shuffle_epi8(_mm512_srli_epi32(qh, 4 * g), rep);
+                    u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(hb, bit), u, _mm512_set1_epi8(16));
+                }
+                _mm512_storeu_si512((void *)(w->u + 64 * g), u);
+            }
+        }
+    }
+}
+
 /* The column and group loops unrolled, so that the accumulators live in registers. */
 #define UNROLL _Pragma("GCC unroll 8")
 
@@ -245,17 +339,22 @@ static inline __attribute__((always_inline)) void il32_cols(il_mode mode, int nc
 IL32_COLS(IL_ZP)
 IL32_COLS(IL_MIN)
 
-static inline __attribute__((always_inline)) void gemm16(tsr_type t, int64_t k, int64_t m, int64_t n, const void *vx,
-                                                         size_t xs, const void *vy, size_t ys, float *s, size_t ss,
-                                                         void *scratch) {
+static inline __attribute__((always_inline)) void gemm16(tsr_type t, bool il8, int64_t k, int64_t m, int64_t n,
+                                                         const void *vx, size_t xs, const void *vy, size_t ys, float *s,
+                                                         size_t ss, void *scratch) {
     const int64_t nb = k / 32;
     il16 *xb = (il16 *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     const il_mode mode = il_mode_of(t);
     int64_t i = 0;
     if (mode != IL_Q6) /* 32 rows at a time */
         for (; i + 32 <= m; i += 32) {
-            il16_pack(t, (const char *)vx + (size_t)i * xs, xs, 16, nb, xb);
-            il16_pack(t, (const char *)vx + (size_t)(i + 16) * xs, xs, 16, nb, xb + nb);
+            if (il8) {
+                il16_pack_il8(t, (const char *)vx + (size_t)i * xs, xs, 16, nb, xb);
+                il16_pack_il8(t, (const char *)vx + (size_t)(i + 16) * xs, xs, 16, nb, xb + nb);
+            } else {
+                il16_pack(t, (const char *)vx + (size_t)i * xs, xs, 16, nb, xb);
+                il16_pack(t, (const char *)vx + (size_t)(i + 16) * xs, xs, 16, nb, xb + nb);
+            }
             for (int64_t j = 0; j < n; j += 6) {
                 const int nc = n - j < 6 ? (int)(n - j) : 6;
                 const char *y = (const char *)vy + (size_t)j * ys;
@@ -268,7 +367,10 @@ static inline __attribute__((always_inline)) void gemm16(tsr_type t, int64_t k, 
         }
     for (; i < m; i += 16) {
         const int rows = m - i < 16 ? (int)(m - i) : 16;
-        il16_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, xb);
+        if (il8) /* (m % 8 == 0: rows is 8 or 16) */
+            il16_pack_il8(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, xb);
+        else
+            il16_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, xb);
         for (int64_t j = 0; j < n; j += 8) {
             const int nc = n - j < 8 ? (int)(n - j) : 8;
             const char *y = (const char *)vy + (size_t)j * ys;
@@ -286,7 +388,12 @@ static inline __attribute__((always_inline)) void gemm16(tsr_type t, int64_t k, 
 #define GEMM16(name, T)                                                                                             \
     static void name(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, float *s, \
                      size_t ss, void *scratch) {                                                                    \
-        gemm16(T, k, m, n, x, xs, y, ys, s, ss, scratch);                                                           \
+        gemm16(T, false, k, m, n, x, xs, y, ys, s, ss, scratch);                                                    \
+    }
+#define GEMM16_IL8(name, T)                                                                                     \
+    static void name##_il8(int64_t k, int64_t m, int64_t n, const void *x, size_t xs, const void *y, size_t ys, \
+                           float *s, size_t ss, void *scratch) {                                                \
+        gemm16(T, true, k, m, n, x, xs, y, ys, s, ss, scratch);                                                 \
     }
 GEMM16(gemm_q8_0, TSR_TYPE_Q8_0)
 GEMM16(gemm_q4_0, TSR_TYPE_Q4_0)
@@ -296,6 +403,10 @@ GEMM16(gemm_q5_1, TSR_TYPE_Q5_1)
 GEMM16(gemm_q4_k, TSR_TYPE_Q4_K)
 GEMM16(gemm_q5_k, TSR_TYPE_Q5_K)
 GEMM16(gemm_q6_k, TSR_TYPE_Q6_K)
+GEMM16_IL8(gemm_q4_0, TSR_TYPE_Q4_0)
+GEMM16_IL8(gemm_q5_0, TSR_TYPE_Q5_0)
+GEMM16_IL8(gemm_q4_1, TSR_TYPE_Q4_1)
+GEMM16_IL8(gemm_q4_k, TSR_TYPE_Q4_K)
 
 /* Activations -> tsr_cpu_q8s rows: the reference's arithmetic (d = max / 127,
  * values rounded to nearest even of x * 127 / max), 32 values at a time. */
@@ -722,4 +833,13 @@ void tsr__cpu_avx512_gemm(tsr_cpu_kernels *k, bool vnni) {
              {TSR_TYPE_Q5_K, gemm_q5_k}, {TSR_TYPE_Q6_K, gemm_q6_k}};
     k->q8s_from_float = q8s_from_float;
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) tsr__cpu_set_q8s_gemm(k, g[i].t, g[i].fn);
+    /* The interleaved layout's (decode reads it with avx2/gemv.c's gemv_il8).
+     * Not Q8_0's: this folder's gemv reads its stored layout faster (bench/gemv,
+     * Zen 4, one thread: 82% of the read bandwidth, interleaved 70%). */
+    k->gemv_il8[TSR_TYPE_Q8_0] = NULL;
+    k->gemm_il8[TSR_TYPE_Q8_0] = NULL;
+    k->gemm_il8[TSR_TYPE_Q4_0] = gemm_q4_0_il8;
+    k->gemm_il8[TSR_TYPE_Q4_1] = gemm_q4_1_il8;
+    k->gemm_il8[TSR_TYPE_Q5_0] = gemm_q5_0_il8;
+    k->gemm_il8[TSR_TYPE_Q4_K] = gemm_q4_k_il8;
 }
