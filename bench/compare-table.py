@@ -10,12 +10,15 @@ mean +- sd of each side over its runs, the ratio, and the ceilings.
 """
 import json, statistics, sys
 raw, machine, cpu, flags, load0, load1, kernels = sys.argv[1:]
-mach, peak_isa = {}, "AVX2"
+mach, embd, peak_isa = {}, {}, "AVX2"
 for line in open(machine):
     if line.startswith("isa "):  # the ISA bench/peak measured (compare.sh)
         peak_isa = {"best": "the best of AVX2 and AVX-512 (VNNI for int8)", "avx2": "AVX2"}.get(line.split()[1], line.split()[1])
         continue
     k, t, v = line.split()
+    if k == "embd":  # FILE BYTES: the token embedding, not read per token
+        embd[t] = int(v)
+        continue
     try:
         mach[(k, int(t))] = float(v)
     except ValueError:
@@ -61,7 +64,8 @@ for key in sorted(runs, key=lambda k: (k[0], k[1], k[4], k[3], k[2])):
     ceil = "-"
     size, params, mtype = meta.get(name, (0, 0, ""))
     if n and not p and size and mach.get(("bw", t)):
-        c = mach[("bw", t)] * 1e9 / size  # tokens/s if every weight byte is read once per token
+        # tokens/s if every weight byte a token needs is read once (all but the token embedding)
+        c = mach[("bw", t)] * 1e9 / (size - embd.get(name, 0))
         ceil = "%s / %s of %.0f t/s (bw)" % ("%.0f%%" % (100 * lm / c) if lm else "-",
                                              "%.0f%%" % (100 * tm / c) if tm else "-", c)
     elif p and not n and params:
@@ -72,5 +76,5 @@ for key in sorted(runs, key=lambda k: (k[0], k[1], k[4], k[3], k[2])):
                                                  "%.0f%%" % (100 * tm / c) if tm else "-", c, kind)
     print("| %s | %s | %d | %s | %s | %s | %s |" % (name, test, t, ls, ts, ratio, ceil))
 print()
-print("Ceilings: tg = bandwidth / model bytes; pp = peak / (2 x parameters); the peak is F32 FMA for F16 models,")
+print("Ceilings: tg = bandwidth / the model's bytes but an untied token embedding's; pp = peak / (2 x parameters); the peak is F32 FMA for F16 models,")
 print("int8 dot (%s) for quantized ones." % peak_isa, "Runs alternate tensr-bench and llama-bench, one repetition each in turn.")

@@ -17,8 +17,14 @@
 # machine every figure is noisy: read the ratios, and compare -t 1 too.
 #
 # usage: bench/compare.sh [options]
-#   -m LIST    models (comma list of files or of types to requantize the
-#              cached SmolLM2 to; default Q4_1,Q4_0,Q8_0,Q4_K_M,F16)
+#   -m LIST    models: a comma list of files, of types to requantize the
+#              cached SmolLM2 to, or of 1b:TYPE, the 1B-class random-weight
+#              model of bench/make-dense.py (TinyLlama-1.1B's shape, made
+#              once and cached, then quantized from F16 by llama-quantize);
+#              an entry may end in @D+D... for its own depths (-d for the
+#              others). Default: Q4_1,Q4_0,Q8_0,Q4_K_M,F16 (SmolLM2-135M,
+#              in cache) and 1b:Q4_0,1b:Q4_K_M@0+4096,1b:Q5_K_M,1b:Q8_0,1b:F16
+#              (streamed from memory).
 #   -t LIST    threads (comma list; default: the cores)
 #   -r N       alternations (repetitions of each tool; default 5)
 #   -p N       prompt tokens of the pp test (default 512)
@@ -39,7 +45,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 TSR_CACHE=${TSR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/libtensr}
 export TSR_CACHE
-models=Q4_1,Q4_0,Q8_0,Q4_K_M,F16
+models=Q4_1,Q4_0,Q8_0,Q4_K_M,F16,1b:Q4_0,1b:Q4_K_M@0+4096,1b:Q5_K_M,1b:Q8_0,1b:F16
 threads=$(nproc 2>/dev/null || echo 1)
 reps=5 n_prompt=512 n_gen=128 depths=0 kernels='' fa=1 raw=''
 while [ $# -gt 0 ]; do
@@ -74,8 +80,28 @@ done
 # Models: a path is used as it is; a type name is the cached SmolLM2
 # requantized to it (from Q4_1, as the issue measures; --allow-requantize).
 files=
-for m in $(echo "$models" | tr ',' ' '); do
+for spec in $(echo "$models" | tr ',' ' '); do
+    m=${spec%%@*}
+    d=$depths
+    [ "$m" = "$spec" ] || d=$(echo "${spec#*@}" | tr '+' ',')
     case $m in
+    1b:*)
+        t=${m#1b:}
+        f16=$TSR_CACHE/dense/dense-F16.gguf
+        mkdir -p "$TSR_CACHE/dense"
+        if [ ! -f "$f16" ]; then
+            echo "compare.sh: writing the 1B-class model (bench/make-dense.py, 2.2 GB)" >&2
+            python3 "$here/make-dense.py" "$f16.tmp" >/dev/null ||
+                { echo "compare.sh: bench/make-dense.py failed (it needs numpy and gguf)" >&2; rm -f "$f16.tmp"; exit 1; }
+            mv "$f16.tmp" "$f16"
+        fi
+        f=$TSR_CACHE/dense/dense-$t.gguf
+        if [ ! -f "$f" ]; then
+            "$lbin/llama-quantize" "$f16" "$f.tmp" "$t" >/dev/null 2>&1 ||
+                { echo "compare.sh: llama-quantize to $t failed" >&2; rm -f "$f.tmp"; exit 1; }
+            mv "$f.tmp" "$f"
+        fi
+        ;;
     */* | *.gguf) f=$m ;;
     Q4_1) f=$base ;;
     *)
@@ -89,7 +115,7 @@ for m in $(echo "$models" | tr ',' ' '); do
         fi
         ;;
     esac
-    files="$files $f"
+    files="$files $f@$d"
 done
 
 tmp=$(mktemp -d)
@@ -100,6 +126,24 @@ load0=$(uptime)
 isa=best
 [ "$kernels" = avx2 ] && isa=avx2
 echo "isa $isa" >>"$tmp/machine"
+# tg's bytes per token: a model's weights but its token embedding, of which
+# a token reads one row (unless the output reuses it: tied)
+dump=$top/tests/gguf-dump
+for fd in $files; do
+    f=${fd%@*}
+    [ -x "$dump" ] || break
+    "$dump" "$f" 2>/dev/null | python3 -c '
+import json, sys
+ts = {}
+for line in sys.stdin:
+    line = line.strip().rstrip(",")
+    if line.startswith("{\"name\"") and "\"size\"" in line:
+        o = json.loads(line)
+        ts[o["name"]] = o["size"]
+if "token_embd.weight" in ts and "output.weight" in ts:
+    print("embd %s %d" % (sys.argv[1], ts["token_embd.weight"]))
+' "$(basename "$f")" >>"$tmp/machine"
+done
 for t in $(echo "$threads" | tr ',' ' '); do
     echo "bw $t $("$tools/bandwidth" "$t" 1024 2>/dev/null)" >>"$tmp/machine"
     echo "fma $t $("$tools/peak" fma "$t" $isa 2>/dev/null | cut -d' ' -f1)" >>"$tmp/machine"
@@ -107,7 +151,8 @@ for t in $(echo "$threads" | tr ',' ' '); do
 done
 
 : >"$tmp/raw"
-for f in $files; do
+for fd in $files; do
+    f=${fd%@*} d=${fd##*@}
     for t in $(echo "$threads" | tr ',' ' '); do
         i=1
         while [ "$i" -le "$reps" ]; do
@@ -115,14 +160,14 @@ for f in $files; do
             # llama.cpp first on odd rounds, libtensr first on even ones
             for side in 1 2; do
                 if [ $(((i + side) % 2)) -eq 0 ]; then
-                    "$lbin/llama-bench" -m "$f" -t "$t" -p "$n_prompt" -n "$n_gen" -d "$depths" -r 1 \
+                    "$lbin/llama-bench" -m "$f" -t "$t" -p "$n_prompt" -n "$n_gen" -d "$d" -r 1 \
                         -fa "$fa" -o jsonl 2>/dev/null | sed 's/^/llama /' >>"$tmp/raw"
                 else
                     if [ -n "$kernels" ]; then
                         TSR_CPU_KERNELS=$kernels "$tensr_bench" -m "$f" -t "$t" -p "$n_prompt" -n "$n_gen" \
-                            -d "$depths" -r 1 -fa "$fa" -o json --no-llama 2>/dev/null
+                            -d "$d" -r 1 -fa "$fa" -o json --no-llama 2>/dev/null
                     else
-                        "$tensr_bench" -m "$f" -t "$t" -p "$n_prompt" -n "$n_gen" -d "$depths" -r 1 \
+                        "$tensr_bench" -m "$f" -t "$t" -p "$n_prompt" -n "$n_gen" -d "$d" -r 1 \
                             -fa "$fa" -o json --no-llama 2>/dev/null
                     fi | grep '"engine"' | sed 's/^ *//; s/,$//; s/^/tensr /' >>"$tmp/raw"
                 fi

@@ -1,0 +1,150 @@
+/*
+ * bench/gemv.c - how fast each decode matrix-vector kernel (the CPU kernel
+ * table's gemv) streams weights from memory, one thread, against the
+ * machine's read bandwidth (bench/bandwidth.c) measured the same way.
+ *
+ * Weights of TinyLlama-1.1B's FFN shape (5632 x 2048 and 2048 x 5632
+ * matrices, repeated to SIZE MiB, far beyond the caches) are read through
+ * the table's gemv in the order decode reads them, best of REPS passes.
+ * Prints GB/s per type and the share of a plain read of the same bytes.
+ * Not a test: it measures. Build: make bench/gemv (in the build tree).
+ *
+ * usage: bench/gemv [SIZE_MiB (default 1024)] [REPS (default 5)] [TYPE ...]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "../tests/internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* GB/s of a plain read of n bytes (AVX2 loads summed), best of reps */
+static double read_rate(const char *p, size_t n, int reps) {
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now();
+        uint64_t acc = 0;
+        for (size_t i = 0; i + 64 <= n; i += 64) {
+            uint64_t v[8];
+            memcpy(v, p + i, 64);
+            acc += v[0] ^ v[3] ^ v[7];
+        }
+        sink += acc;
+        const double g = (double)n / (now() - t0) / 1e9;
+        best = g > best ? g : best;
+    }
+    (void)sink;
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const size_t size = (size_t)(argc > 1 ? atol(argv[1]) : 1024) << 20;
+    const int reps = argc > 2 ? atoi(argv[2]) : 5;
+    static const tsr_type all[] = {TSR_TYPE_Q4_0, TSR_TYPE_Q4_1, TSR_TYPE_Q5_0, TSR_TYPE_Q4_K,
+                                   TSR_TYPE_Q5_K, TSR_TYPE_Q6_K, TSR_TYPE_Q8_0, TSR_TYPE_F16};
+    const tsr_cpu_kernels *k = tsr__cpu_kernels();
+    char *mem = aligned_alloc(64, size);
+    memset(mem, 1, size);
+    const double bw = read_rate(mem, size, reps);
+    printf("kernels %s, one thread, %zu MiB: plain read %.2f GB/s\n", k->name, size >> 20, bw);
+    printf("| type | gemv GB/s | share of the read |\n| --- | ---: | ---: |\n");
+    for (size_t ti = 0; ti < sizeof all / sizeof all[0]; ti++) {
+        const tsr_type t = all[ti];
+        if (argc > 3) {
+            bool want = false;
+            for (int a = 3; a < argc; a++) want |= !strcmp(argv[a], tsr_type_name(t));
+            if (!want)
+                continue;
+        }
+        if (!k->gemv[t]) {
+            printf("| %s | (no gemv) | |\n", tsr_type_name(t));
+            continue;
+        }
+        /* the FFN's two shapes, alternately: k = 2048 (gate/up, 5632 rows) and k = 5632 (down, 2048 rows) */
+        const int64_t ks[2] = {2048, 5632}, ms[2] = {5632, 2048};
+        const size_t xs[2] = {tsr_row_size(t, ks[0]), tsr_row_size(t, ks[1])};
+        const size_t mat[2] = {xs[0] * (size_t)ms[0], xs[1] * (size_t)ms[1]};
+        size_t nmat = size / (mat[0] + mat[1]) * 2;
+        /* a bank of 64 quantized rows of each shape, copied through the weights */
+        float *f = malloc(5632 * sizeof(float));
+        for (int s = 0; s < 2; s++) {
+            char *bank = malloc(64 * xs[s]);
+            for (int r = 0; r < 64; r++) {
+                for (int64_t i = 0; i < ks[s]; i++) f[i] = frand();
+                tsr__type_traits(t)->from_float(f, bank + (size_t)r * xs[s], ks[s]);
+            }
+            size_t off = 0;
+            for (size_t m = 0; m < nmat; m++) {
+                if ((int)(m % 2) == s)
+                    for (int64_t r = 0; r < ms[s]; r++)
+                        memcpy(mem + off + (size_t)r * xs[s], bank + (size_t)(r % 64) * xs[s], xs[s]);
+                off += mat[m % 2];
+            }
+            free(bank);
+        }
+        const tsr_type dt = k->dot_type[t];
+        char *y[2];
+        for (int s = 0; s < 2; s++) {
+            for (int64_t i = 0; i < ks[s]; i++) f[i] = frand();
+            y[s] = malloc(tsr_row_size(dt, ks[s]));
+            k->from_float[dt](f, y[s], ks[s]);
+        }
+        float *out = malloc(5632 * sizeof(float));
+        double best = 0;
+        for (int r = 0; r < reps; r++) {
+            const double t0 = now();
+            size_t off = 0;
+            for (size_t m = 0; m < nmat; m++) {
+                const int s = (int)(m % 2);
+                k->gemv[t](ks[s], ms[s], 0, mem + off, xs[s], y[s], out);
+                off += mat[s];
+            }
+            const double g = (double)off / (now() - t0) / 1e9;
+            best = g > best ? g : best;
+        }
+        printf("| %s | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
+        if (k->gemv_il8[t]) { /* the same weights in the 8-row interleaved layout (cpu/repack.c) */
+            char *tmp = malloc(8 * xs[1] > 8 * xs[0] ? 8 * xs[1] : 8 * xs[0]);
+            size_t off = 0;
+            for (size_t m = 0; m < nmat; m++) {
+                const int s = (int)(m % 2);
+                tsr_tensor w = {0};
+                w.type = t, w.data = mem + off, w.ne[0] = ks[s], w.ne[1] = ms[s], w.ne[2] = w.ne[3] = 1;
+                w.nb[0] = tsr_row_size(t, tsr_type_block_size(t)), w.nb[1] = xs[s];
+                tsr__il8_groups(&w, 0, ms[s] / 8, true, tmp);
+                off += mat[s];
+            }
+            free(tmp);
+            best = 0;
+            for (int r = 0; r < reps; r++) {
+                const double t0 = now();
+                off = 0;
+                for (size_t m = 0; m < nmat; m++) {
+                    const int s = (int)(m % 2);
+                    k->gemv_il8[t](ks[s], ms[s], 0, mem + off, xs[s], y[s], out);
+                    off += mat[s];
+                }
+                const double g = (double)off / (now() - t0) / 1e9;
+                best = g > best ? g : best;
+            }
+            printf("| %s interleaved | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
+        }
+        free(f), free(out), free(y[0]), free(y[1]);
+    }
+    free(mem);
+    return 0;
+}
