@@ -19,7 +19,10 @@
  *   Q4_K (per super-block of 256): d[8], dmin[8], 3 vectors of the rows'
  *         packed scales (bytes 4c..4c+3 each), then 32 vectors: vector
  *         8j + c holds qs[32j + 4c .. +3], values 4c.. of sub-block 2j in
- *         the low nibbles and of sub-block 2j+1 in the high ones.
+ *         the low nibbles and of sub-block 2j+1 in the high ones;
+ *   Q5_K: d[8], dmin[8], the 3 scale vectors, 8 vectors of the rows' qh
+ *         (vector c: qh[4c .. 4c+3], bit j the fifth bit of sub-block j's
+ *         values 4c..), then the 32 vectors of Q4_K.
  * The layout is invisible from outside: the core asks the CPU buffer type
  * for a tensor's stored layout (tsr_buft_iface.to_stored, which calls
  * tsr__il8_canonical) before it reads or writes its bytes or copies them
@@ -42,6 +45,7 @@ static bool il8_shape_of(tsr_type t, il8_shape *s) {
     case TSR_TYPE_Q8_0: *s = (il8_shape){1, 8, sizeof(tsr_block_q8_0)}; return true;
     case TSR_TYPE_Q5_0: *s = (il8_shape){1, 5, sizeof(tsr_block_q5_0)}; return true;  /* qh, then qs */
     case TSR_TYPE_Q4_K: *s = (il8_shape){2, 35, sizeof(tsr_block_q4_K)}; return true; /* scales, then qs */
+    case TSR_TYPE_Q5_K: *s = (il8_shape){2, 43, sizeof(tsr_block_q5_K)}; return true; /* scales, qh, qs */
     default: return false;
     }
 }

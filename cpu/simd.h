@@ -118,6 +118,13 @@ static inline __m256i il8_q5_bits(__m256i qh, int c, bool hi) {
     return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
 }
 
+/* Q5_K's fifth bits of sub-block j (bit j of each qh byte) as 0x10 in each
+ * byte: 16-bit shifts carry no other byte's bit to bit 4. */
+static inline __m256i k5_high(__m256i qh, int j) {
+    const __m256i t = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
+}
+
 /* Q4_K's packed 6-bit scales and minimums of 8 rows in the interleaved
  * layout (the 3 vectors of their 12 bytes, a row per dword) -> bytes 0..3
  * of each row's dword: sc[0] scales 0..3, sc[1] scales 4..7, mn[0] minimums

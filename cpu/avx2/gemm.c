@@ -115,9 +115,12 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
                             : t == TSR_TYPE_Q4_1 ? sizeof(tsr_block_q4_1)
                             : t == TSR_TYPE_Q5_0 ? sizeof(tsr_block_q5_0)
                                                  : sizeof(tsr_block_q4_0));
-    if (t == TSR_TYPE_Q4_K) { /* super-blocks of 8 sub-blocks: il_row's d = dd * scale, m = -dmin * min */
+    if (t == TSR_TYPE_Q4_K ||
+        t == TSR_TYPE_Q5_K) { /* super-blocks of 8 sub-blocks: il_row's d = dd * scale, m = -dmin * min */
+        const bool q5 = t == TSR_TYPE_Q5_K;
+        const size_t qs0 = q5 ? 384 : 128; /* the value vectors (Q5_K: after the 8 qh vectors at 128) */
         for (int64_t sbk = 0; sbk < nb / 8; sbk++) {
-            const char *blk = x + (size_t)sbk * 8 * sizeof(tsr_block_q4_K);
+            const char *blk = x + (size_t)sbk * 8 * (q5 ? sizeof(tsr_block_q5_K) : sizeof(tsr_block_q4_K));
             __m256i sc[2], mn[2];
             il8_q4k_scales(blk + 32, sc, mn);
             const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
@@ -127,10 +130,13 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
                 il8 *ob = o + sbk * 8 + sb;
                 const int j = sb / 2, sh = 8 * (sb % 4);
                 UNROLL for (int g = 0; g < 8; g++) {
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * (8 * j + g)));
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(blk + qs0 + 32 * (8 * j + g)));
                     if (sb & 1)
                         v = _mm256_srli_epi16(v, 4);
-                    _mm256_storeu_si256((__m256i *)(ob->u + 32 * g), _mm256_and_si256(v, m4));
+                    v = _mm256_and_si256(v, m4);
+                    if (q5)
+                        v = _mm256_or_si256(v, k5_high(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * g)), sb));
+                    _mm256_storeu_si256((__m256i *)(ob->u + 32 * g), v);
                 }
                 const __m256i ff = _mm256_set1_epi32(0xFF);
                 _mm256_storeu_ps(
@@ -371,6 +377,7 @@ GEMM8_IL8(gemm_il8_q4_0, TSR_TYPE_Q4_0)
 GEMM8_IL8(gemm_il8_q4_1, TSR_TYPE_Q4_1)
 GEMM8_IL8(gemm_il8_q5_0, TSR_TYPE_Q5_0)
 GEMM8_IL8(gemm_il8_q4_k, TSR_TYPE_Q4_K)
+GEMM8_IL8(gemm_il8_q5_k, TSR_TYPE_Q5_K)
 GEMM8(gemm_q8_0, TSR_TYPE_Q8_0)
 GEMM8(gemm_q4_0, TSR_TYPE_Q4_0)
 GEMM8(gemm_q5_0, TSR_TYPE_Q5_0)
@@ -734,4 +741,5 @@ void tsr__cpu_avx2_gemm(tsr_cpu_kernels *k) {
     k->gemm_il8[TSR_TYPE_Q4_1] = gemm_il8_q4_1;
     k->gemm_il8[TSR_TYPE_Q5_0] = gemm_il8_q5_0;
     k->gemm_il8[TSR_TYPE_Q4_K] = gemm_il8_q4_k;
+    k->gemm_il8[TSR_TYPE_Q5_K] = gemm_il8_q5_k;
 }

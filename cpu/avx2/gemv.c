@@ -209,11 +209,6 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
 /* Q5_K: Q4_K's sums with each value's fifth bit (qh: bit j of byte b is the
  * high bit of value b of sub-block j) put at bit 4 of its nibble byte, as
  * dot.c's dot_q5_K_q8_K. */
-INLINE __m256i q5k_high(__m256i qh, int j) {
-    const __m256i t = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
-    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
-}
-
 INLINE void rows_q5k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
     __m256 acc[8];
     float accm[8];
@@ -238,9 +233,9 @@ INLINE void rows_q5k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                 if (j < 3)
                     _mm_prefetch(x + pfo + (sb * R + r) * 176 + 64 * j, _MM_HINT_T1); /* linear_pf */
                 const __m256i bits = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
-                const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi8(0x0F)), q5k_high(qh, 2 * j));
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi8(0x0F)), k5_high(qh, 2 * j));
                 const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0x0F)),
-                                                   q5k_high(qh, 2 * j + 1));
+                                                   k5_high(qh, 2 * j + 1));
                 const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
                 const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j), pl));
@@ -450,9 +445,14 @@ INLINE __m256i il8_byte16(int b) {
     return _mm256_add_epi32(base, _mm256_set1_epi32((int)(0x80008000u | (uint32_t)b << 16 | (uint32_t)b)));
 }
 
-INLINE void il8_q4k_rows(int64_t k, int64_t m, int64_t ahead, const char *x, size_t xs, const void *vy, float *s) {
+/* Q5_K (q5 true): the same with the fifth bits (k5_high of the qh vector
+ * of the same values) and the 16-bit sums of 4 vectors at a time (below 4 *
+ * 2 * 31 * 127). */
+INLINE void il8_q4k_rows(bool q5, int64_t k, int64_t m, int64_t ahead, const char *x, size_t xs, const void *vy,
+                         float *s) {
     const int64_t nsb = k / 256;
-    const size_t bs8 = 8 * sizeof(tsr_block_q4_K), pfd = (size_t)GEMV_PF * xs;
+    const size_t bs8 = 8 * (q5 ? sizeof(tsr_block_q5_K) : sizeof(tsr_block_q4_K)), pfd = (size_t)GEMV_PF * xs;
+    const size_t qs0 = q5 ? 384 : 128; /* the value vectors (Q5_K: after the 8 qh vectors at 128) */
     const char *end = x + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
     const __m256i m4 = _mm256_set1_epi8(0x0F), lo16 = _mm256_set1_epi32(0x00FF00FF);
     for (int64_t g = 0; g < m / 8; g++) {
@@ -478,20 +478,29 @@ INLINE void il8_q4k_rows(int64_t k, int64_t m, int64_t ahead, const char *x, siz
             }
             __m256i isum = _mm256_setzero_si256();
             UNROLL for (int j = 0; j < 4; j++) {
-                __m256i hl = _mm256_setzero_si256(), hh = hl;
+                __m256i hl[2], hh[2];
                 const int8_t *a = y->qs + 64 * j;
                 UNROLL for (int c = 0; c < 8; c++) {
-                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * (8 * j + c)));
-                    const __m256i pl = _mm256_maddubs_epi16(_mm256_and_si256(raw, m4), bcast32(a + 4 * c));
-                    const __m256i ph = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
-                                                            bcast32(a + 32 + 4 * c));
-                    hl = c ? _mm256_add_epi16(hl, pl) : pl;
-                    hh = c ? _mm256_add_epi16(hh, ph) : ph;
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + qs0 + 32 * (8 * j + c)));
+                    __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    if (q5) {
+                        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * c));
+                        lo = _mm256_or_si256(lo, k5_high(qh, 2 * j)), hi = _mm256_or_si256(hi, k5_high(qh, 2 * j + 1));
+                    }
+                    const __m256i pl = _mm256_maddubs_epi16(lo, bcast32(a + 4 * c));
+                    const __m256i ph = _mm256_maddubs_epi16(hi, bcast32(a + 32 + 4 * c));
+                    const int h = q5 ? c / 4 : 0, first = q5 ? c % 4 == 0 : c == 0;
+                    hl[h] = first ? pl : _mm256_add_epi16(hl[h], pl);
+                    hh[h] = first ? ph : _mm256_add_epi16(hh[h], ph);
                 }
                 /* sub-blocks 2j and 2j+1: bytes (2j) % 4 and (2j+1) % 4 of sc[j / 2], as 16 bits twice */
                 const __m256i s0 = _mm256_shuffle_epi8(sc[j / 2], il8_byte16(2 * j % 4)),
                               s1 = _mm256_shuffle_epi8(sc[j / 2], il8_byte16(2 * j % 4 + 1));
-                isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_madd_epi16(hl, s0), _mm256_madd_epi16(hh, s1)));
+                isum = _mm256_add_epi32(isum,
+                                        _mm256_add_epi32(_mm256_madd_epi16(hl[0], s0), _mm256_madd_epi16(hh[0], s1)));
+                if (q5)
+                    isum = _mm256_add_epi32(
+                        isum, _mm256_add_epi32(_mm256_madd_epi16(hl[1], s0), _mm256_madd_epi16(hh[1], s1)));
             }
             const __m256 yd = _mm256_set1_ps(y->d);
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
@@ -505,7 +514,11 @@ INLINE void il8_q4k_rows(int64_t k, int64_t m, int64_t ahead, const char *x, siz
 }
 
 static void gemv_il8_q4_k(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
-    il8_q4k_rows(k, m, ahead, vx, xs, vy, s);
+    il8_q4k_rows(false, k, m, ahead, vx, xs, vy, s);
+}
+
+static void gemv_il8_q5_k(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
+    il8_q4k_rows(true, k, m, ahead, vx, xs, vy, s);
 }
 
 #define GEMV_IL8(name, T)                                                                                        \
@@ -602,4 +615,5 @@ void tsr__cpu_avx2_gemv(tsr_cpu_kernels *k) {
     k->gemv_il8[TSR_TYPE_Q8_0] = gemv_il8_q8_0;
     k->gemv_il8[TSR_TYPE_Q5_0] = gemv_il8_q5_0;
     k->gemv_il8[TSR_TYPE_Q4_K] = gemv_il8_q4_k;
+    k->gemv_il8[TSR_TYPE_Q5_K] = gemv_il8_q5_k;
 }

@@ -86,7 +86,7 @@ static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const ch
 
 /* The same packs from weights in the 8-row interleaved layout (repack.c):
  * rows [0, rows) (rows 8 or 16: one or two whole groups) of the groups at
- * x, xs bytes per row (Q4_0, Q4_1, Q5_0, Q4_K). The layout already holds each 4-byte group of a
+ * x, xs bytes per row (Q4_0, Q4_1, Q5_0, Q4_K, Q5_K). The layout already holds each 4-byte group of a
  * block's values of 8 rows side by side, so a pack vector is two of its
  * vectors put together (no transpose); the scales and minimums are the
  * same floats il_row gives, so a gemm over interleaved rows gives the bits
@@ -107,9 +107,12 @@ static inline __attribute__((always_inline)) void il16_pack_il8(tsr_type t, cons
                                                                 int64_t nb, il16 *out) {
     const char *ga = x, *gb = rows > 8 ? x + 8 * xs : NULL;
     const __m512i f4 = _mm512_set1_epi8(0x0F);
-    if (t == TSR_TYPE_Q4_K) { /* per super-block: d[8], dmin[8], 3 scale vectors, 32 value vectors */
+    if (t == TSR_TYPE_Q4_K || t == TSR_TYPE_Q5_K) { /* per super-block: d[8], dmin[8], 3 scale vectors, (Q5_K: 8
+                                                       qh vectors,) 32 value vectors */
+        const bool q5 = t == TSR_TYPE_Q5_K;
+        const size_t qs0 = q5 ? 384 : 128;
         for (int64_t sb = 0; sb < nb / 8; sb++) {
-            const size_t o = (size_t)sb * 8 * sizeof(tsr_block_q4_K);
+            const size_t o = (size_t)sb * 8 * (q5 ? sizeof(tsr_block_q5_K) : sizeof(tsr_block_q4_K));
             const char *a = ga + o, *b = gb ? gb + o : NULL;
             float dd[16], dm[16];
             il8_f16x16(a, b ? b : NULL, dd);
@@ -131,11 +134,17 @@ static inline __attribute__((always_inline)) void il16_pack_il8(tsr_type t, cons
             }
             for (int j = 0; j < 8; j++)
                 for (int g = 0; g < 8; g++) {
-                    const size_t v = 128 + 32 * (size_t)(8 * (j / 2) + g);
+                    const size_t v = qs0 + 32 * (size_t)(8 * (j / 2) + g);
                     __m512i u = il8_pair(a + v, b ? b + v : NULL);
                     if (j & 1)
                         u = _mm512_srli_epi16(u, 4);
-                    _mm512_storeu_si512((void *)(out[8 * sb + j].u + 64 * g), _mm512_and_si512(u, f4));
+                    u = _mm512_and_si512(u, f4);
+                    if (q5) { /* bit j of the qh bytes of the same values, at bit 4 */
+                        const __m512i h = il8_pair(a + 128 + 32 * g, b ? b + 128 + 32 * g : NULL);
+                        const __m512i t5 = j <= 4 ? _mm512_slli_epi16(h, 4 - j) : _mm512_srli_epi16(h, j - 4);
+                        u = _mm512_or_si512(u, _mm512_and_si512(t5, _mm512_set1_epi8(0x10)));
+                    }
+                    _mm512_storeu_si512((void *)(out[8 * sb + j].u + 64 * g), u);
                 }
         }
         return;
@@ -407,6 +416,7 @@ GEMM16_IL8(gemm_q4_0, TSR_TYPE_Q4_0)
 GEMM16_IL8(gemm_q5_0, TSR_TYPE_Q5_0)
 GEMM16_IL8(gemm_q4_1, TSR_TYPE_Q4_1)
 GEMM16_IL8(gemm_q4_k, TSR_TYPE_Q4_K)
+GEMM16_IL8(gemm_q5_k, TSR_TYPE_Q5_K)
 
 /* Activations -> tsr_cpu_q8s rows: the reference's arithmetic (d = max / 127,
  * values rounded to nearest even of x * 127 / max), 32 values at a time. */
@@ -842,4 +852,5 @@ void tsr__cpu_avx512_gemm(tsr_cpu_kernels *k, bool vnni) {
     k->gemm_il8[TSR_TYPE_Q4_1] = gemm_q4_1_il8;
     k->gemm_il8[TSR_TYPE_Q5_0] = gemm_q5_0_il8;
     k->gemm_il8[TSR_TYPE_Q4_K] = gemm_q4_k_il8;
+    k->gemm_il8[TSR_TYPE_Q5_K] = gemm_q5_k_il8;
 }

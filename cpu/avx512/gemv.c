@@ -255,11 +255,6 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
 
 /* Q5_K: Q4_K's sums with each value's fifth bit (qh: bit j of byte b is the
  * high bit of value b of sub-block j) put at bit 4 of its nibble byte. */
-INLINE __m256i q5k_high(__m256i qh, int j) {
-    const __m256i t = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
-    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
-}
-
 INLINE void rows_q5k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
     __m256 acc[8];
     float accm[8];
@@ -286,8 +281,8 @@ INLINE void rows_q5k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                     _mm_prefetch(x + (size_t)r * xs + pfo + sb * 176 + 64 * p, _MM_HINT_T1);
                 const __m256i t = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * p));
                 const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
-                const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(q5k_high(qh, 2 * p)),
-                                                      q5k_high(qh, 2 * p + 1), 1);
+                const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(k5_high(qh, 2 * p)),
+                                                      k5_high(qh, 2 * p + 1), 1);
                 const __m512i u = _mm512_ternarylogic_epi32(nib, _mm512_set1_epi8(0x0F), hi, 0xEA); /* (a & b) | c */
                 const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
                                                       _mm512_loadu_si512((const void *)(y->qs + 64 * p)));
