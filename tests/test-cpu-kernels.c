@@ -363,7 +363,9 @@ static void check_il8(const tsr_cpu_kernels *k) {
         for (int ext = 0; ext < 2; ext++)
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
                 for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-                    const int64_t kk = ks[ki], m = ms[mi], n = 7;
+                    /* columns: both sides of the few-column path (avx512/gemm.c: n <= 8) */
+                    static const int64_t ns[] = {1, 3, 7, 8, 9, 13};
+                    const int64_t kk = ks[ki], m = ms[mi], n = ns[(ki + mi + (size_t)ext) % 6];
                     if (kk % tsr_type_block_size((tsr_type)wt) || kk % tsr_type_block_size(dt) || (kk > 1536 && m > 16))
                         continue;
                     const size_t xs = tsr_row_size((tsr_type)wt, kk);

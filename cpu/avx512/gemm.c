@@ -348,12 +348,182 @@ static inline __attribute__((always_inline)) void il32_cols(il_mode mode, int nc
 IL32_COLS(IL_ZP)
 IL32_COLS(IL_MIN)
 
+/* Few columns (n <= 8: decode of a batch-invariant stream, or of a few
+ * sequences) from the interleaved layout without a pack: each block's
+ * vectors, scales and minimums made in registers, as il16_pack_il8 makes
+ * them, then il16_cols's arithmetic, instruction for instruction, so that
+ * the results are the bits of the packed path (test-cpu-kernels). Rows
+ * [0, rows) (8 or 16) of the groups at x. */
+/* Two 8-float halves as one vector (AVX-512F only: no DQ's insertf32x8). */
+static inline __attribute__((always_inline)) __m512 ps16_of(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+
+static inline __attribute__((always_inline)) __m512 il8_f16x16v(const char *a, const char *b) {
+    const __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)a));
+    const __m256 hi = b ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b)) : _mm256_setzero_ps();
+    return ps16_of(lo, hi);
+}
+
+/* Byte j % 4 of each row's dword of v (8 rows) as 8 floats. */
+static inline __attribute__((always_inline)) __m256 il8_byte_ps(__m256i v, int j) {
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 * (j % 4)), _mm256_set1_epi32(0xFF)));
+}
+
+static inline __attribute__((always_inline)) void il8_direct(tsr_type t, il_mode mode, int nc, int64_t nb,
+                                                             const char *x, size_t xs, int rows, const char *y,
+                                                             size_t ys, float *s, size_t ss) {
+    const char *ga = x, *gb = rows > 8 ? x + 8 * xs : NULL;
+    const bool kq = t == TSR_TYPE_Q4_K || t == TSR_TYPE_Q5_K, q5k = t == TSR_TYPE_Q5_K;
+    const size_t bs = t == TSR_TYPE_Q5_0   ? sizeof(tsr_block_q5_0)
+                      : t == TSR_TYPE_Q4_1 ? sizeof(tsr_block_q4_1)
+                      : t == TSR_TYPE_Q4_K ? sizeof(tsr_block_q4_K)
+                      : t == TSR_TYPE_Q5_K ? sizeof(tsr_block_q5_K)
+                                           : sizeof(tsr_block_q4_0);
+    const __m512i f4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8];
+    const tsr_cpu_q8s *yb[8];
+    UNROLL
+    for (int c = 0; c < nc; c++) {
+        acc[c] = _mm512_setzero_ps();
+        yb[c] = (const tsr_cpu_q8s *)(y + (size_t)c * ys);
+    }
+    __m512 dd = _mm512_setzero_ps(), ndm = _mm512_setzero_ps();
+    __m256i sca[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, mna[2] = {sca[0], sca[0]},
+            scb[2] = {sca[0], sca[0]}, mnb[2] = {sca[0], sca[0]};
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i wv[8];
+        __m512 d, mv = _mm512_setzero_ps();
+        if (kq) {
+            const int j = (int)(b % 8);
+            const size_t o = (size_t)(b / 8) * 8 * bs;
+            const char *a = ga + o, *bp = gb ? gb + o : NULL;
+            if (j == 0) {
+                dd = il8_f16x16v(a, bp);
+                ndm = _mm512_castsi512_ps(_mm512_xor_si512(
+                    _mm512_castps_si512(il8_f16x16v(a + 16, bp ? bp + 16 : NULL)), _mm512_set1_epi32(INT32_MIN)));
+                il8_q4k_scales(a + 32, sca, mna);
+                if (bp)
+                    il8_q4k_scales(bp + 32, scb, mnb);
+                else
+                    scb[0] = scb[1] = mnb[0] = mnb[1] = _mm256_setzero_si256();
+            }
+            const __m512 sc = ps16_of(il8_byte_ps(sca[j / 4], j), il8_byte_ps(scb[j / 4], j));
+            const __m512 mn = ps16_of(il8_byte_ps(mna[j / 4], j), il8_byte_ps(mnb[j / 4], j));
+            d = _mm512_mul_ps(dd, sc);
+            mv = _mm512_mul_ps(ndm, mn);
+            const size_t qs0 = q5k ? 384 : 128;
+            UNROLL
+            for (int g = 0; g < 8; g++) {
+                const size_t v = qs0 + 32 * (size_t)(8 * (j / 2) + g);
+                __m512i u = il8_pair(a + v, bp ? bp + v : NULL);
+                if (j & 1)
+                    u = _mm512_srli_epi16(u, 4);
+                u = _mm512_and_si512(u, f4);
+                if (q5k) {
+                    const __m512i h = il8_pair(a + 128 + 32 * g, bp ? bp + 128 + 32 * g : NULL);
+                    const __m512i t5 = j <= 4 ? _mm512_slli_epi16(h, 4 - j) : _mm512_srli_epi16(h, j - 4);
+                    u = _mm512_or_si512(u, _mm512_and_si512(t5, _mm512_set1_epi8(0x10)));
+                }
+                wv[g] = u;
+            }
+        } else {
+            const size_t o = (size_t)b * 8 * bs;
+            const char *a = ga + o, *bp = gb ? gb + o : NULL;
+            d = il8_f16x16v(a, bp);
+            if (t == TSR_TYPE_Q4_1)
+                mv = il8_f16x16v(a + 16, bp ? bp + 16 : NULL);
+            const int nf = t == TSR_TYPE_Q4_1 ? 2 : 1;
+            const size_t v0 = 16 * (size_t)nf, q0 = v0 + (t == TSR_TYPE_Q5_0 ? 32 : 0);
+            const __m512i qh = t == TSR_TYPE_Q5_0 ? il8_pair(a + v0, bp ? bp + v0 : NULL) : _mm512_setzero_si512();
+            const __m512i off = _mm512_set1_epi8(t == TSR_TYPE_Q4_0 ? 120 : t == TSR_TYPE_Q5_0 ? 112 : 0);
+            const __m512i rep = _mm512_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8,
+                                                8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4,
+                                                0, 0, 0, 0, 12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+            UNROLL
+            for (int c = 0; c < 4; c++) {
+                const __m512i v = il8_pair(a + q0 + 32 * c, bp ? bp + q0 + 32 * c : NULL);
+                UNROLL
+                for (int h = 0; h < 2; h++) {
+                    const int g = c + 4 * h;
+                    __m512i u = _mm512_add_epi8(_mm512_and_si512(h ? _mm512_srli_epi16(v, 4) : v, f4), off);
+                    if (t == TSR_TYPE_Q5_0) {
+                        const __m512i hb = _mm512_shuffle_epi8(_mm512_srli_epi32(qh, 4 * g), rep);
+                        u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(hb, _mm512_set1_epi32(0x08040201)), u,
+                                                 _mm512_set1_epi8(16));
+                    }
+                    wv[g] = u;
+                }
+            }
+        }
+        /* il16_cols's steps */
+        __m512i isum[8];
+        UNROLL
+        for (int c = 0; c < nc; c++) isum[c] = mode == IL_ZP ? _mm512_set1_epi32(yb[c][b].c) : _mm512_setzero_si512();
+        UNROLL
+        for (int g = 0; g < 8; g++) {
+            UNROLL
+            for (int c = 0; c < nc; c++) isum[c] = _mm512_dpbusd_epi32(isum[c], wv[g], bcast4(yb[c][b].qs + 4 * g));
+        }
+        UNROLL
+        for (int c = 0; c < nc; c++)
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), _mm512_mul_ps(d, _mm512_set1_ps(yb[c][b].d)), acc[c]);
+        if (mode == IL_MIN) {
+            UNROLL
+            for (int c = 0; c < nc; c++) acc[c] = _mm512_fmadd_ps(mv, _mm512_set1_ps(yb[c][b].ds), acc[c]);
+        }
+    }
+    const __mmask16 mask = (__mmask16)((1u << rows) - 1);
+    UNROLL
+    for (int c = 0; c < nc; c++) _mm512_mask_storeu_ps(s + (size_t)c * ss, mask, acc[c]);
+}
+
+#define IL8_DIRECT(name, T, mode)                                                                                \
+    static void name(int nc, int64_t nb, const char *x, size_t xs, int rows, const char *y, size_t ys, float *s, \
+                     size_t ss) {                                                                                \
+        switch (nc) {                                                                                            \
+        case 8: il8_direct(T, mode, 8, nb, x, xs, rows, y, ys, s, ss); break;                                    \
+        case 7: il8_direct(T, mode, 7, nb, x, xs, rows, y, ys, s, ss); break;                                    \
+        case 6: il8_direct(T, mode, 6, nb, x, xs, rows, y, ys, s, ss); break;                                    \
+        case 5: il8_direct(T, mode, 5, nb, x, xs, rows, y, ys, s, ss); break;                                    \
+        case 4: il8_direct(T, mode, 4, nb, x, xs, rows, y, ys, s, ss); break;                                    \
+        case 3: il8_direct(T, mode, 3, nb, x, xs, rows, y, ys, s, ss); break;                                    \
+        case 2: il8_direct(T, mode, 2, nb, x, xs, rows, y, ys, s, ss); break;                                    \
+        default: il8_direct(T, mode, 1, nb, x, xs, rows, y, ys, s, ss); break;                                   \
+        }                                                                                                        \
+    }
+IL8_DIRECT(direct_q4_0, TSR_TYPE_Q4_0, IL_ZP)
+IL8_DIRECT(direct_q5_0, TSR_TYPE_Q5_0, IL_ZP)
+IL8_DIRECT(direct_q4_1, TSR_TYPE_Q4_1, IL_MIN)
+IL8_DIRECT(direct_q4_k, TSR_TYPE_Q4_K, IL_MIN)
+IL8_DIRECT(direct_q5_k, TSR_TYPE_Q5_K, IL_MIN)
+
+typedef void (*il8_direct_fn)(int, int64_t, const char *, size_t, int, const char *, size_t, float *, size_t);
+
+static il8_direct_fn il8_direct_of(tsr_type t) {
+    switch (t) {
+    case TSR_TYPE_Q4_0: return direct_q4_0;
+    case TSR_TYPE_Q5_0: return direct_q5_0;
+    case TSR_TYPE_Q4_1: return direct_q4_1;
+    case TSR_TYPE_Q4_K: return direct_q4_k;
+    case TSR_TYPE_Q5_K: return direct_q5_k;
+    default: return NULL;
+    }
+}
+
 static inline __attribute__((always_inline)) void gemm16(tsr_type t, bool il8, int64_t k, int64_t m, int64_t n,
                                                          const void *vx, size_t xs, const void *vy, size_t ys, float *s,
                                                          size_t ss, void *scratch) {
     const int64_t nb = k / 32;
     il16 *xb = (il16 *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     const il_mode mode = il_mode_of(t);
+    if (il8 && n <= 8) { /* few columns: no pack (m % 8 == 0) */
+        const il8_direct_fn direct = il8_direct_of(t);
+        for (int64_t i = 0; i < m; i += 16)
+            direct((int)n, nb, (const char *)vx + (size_t)i * xs, xs, m - i < 16 ? (int)(m - i) : 16, vy, ys, s + i,
+                   ss);
+        return;
+    }
     int64_t i = 0;
     if (mode != IL_Q6) /* 32 rows at a time */
         for (; i + 32 <= m; i += 32) {
