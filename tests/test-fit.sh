@@ -80,6 +80,11 @@ TSR_FIT_PROC_ROOT=$root run FAKE0:400KiB dense-memavail "$dense" -c 16384 --ctx-
 smol=${TSR_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ -f "$smol" ]; then
     run FAKE0:60MiB,FAKE1:40MiB smollm2-2dev "$smol" -c 8192 --ctx-min 2048
+    # the split: the room each GPU has at full offload (where the output
+    # layer and its compute buffer sit on the last GPU) is not what it has
+    # at partial offload; no GPU may keep room for one more layer
+    run FAKE0:30MiB,FAKE1:70MiB smollm2-2dev-uneven "$smol" -c 8192 --ctx-min 2048
+    run FAKE0:45MiB,FAKE1:45MiB smollm2-2dev-even "$smol" -c 2048 --ctx-min 2048
     run FAKE0:120MiB smollm2-ctx-kept "$smol" -c 8192 --keep-ctx 1
 else
     echo "SKIP part: $smol absent (SmolLM2 scenarios)"
