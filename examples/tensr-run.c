@@ -24,6 +24,7 @@ typedef struct opts {
     int cap_ctx, n_predict, n_threads, n_gpu_layers, main_gpu, flash_attn, chat, verbose, list_devices, n_chunks;
     int mmap;
     int fit, fit_print, placement_given, ctx_given; /* fit: -1 = auto (on when no -ngl/-ts/-ot) */
+    int ngl_given;                                  /* -ngl given (-ngl 0 too): the fit keeps it */
     const char *fit_target;
     int64_t fit_ctx;
     int64_t n_ctx, n_batch, n_ubatch;
@@ -173,7 +174,7 @@ static int parse_value_flag(opts *o, const char *a, const char *v)
     else if (is(a, "-b", "--batch-size")) { if (parse_int(a, v, 1, 1 << 30, &n)) return 1; o->n_batch = n; }
     else if (is(a, "-ub", "--ubatch-size")) { if (parse_int(a, v, 1, 1 << 30, &n)) return 1; o->n_ubatch = n; }
     else if (is(a, "-t", "--threads")) { if (parse_int(a, v, 1, 1024, &n)) return 1; o->n_threads = (int)n; }
-    else if (is(a, "-ngl", "--n-gpu-layers")) { if (parse_int(a, v, -1, 1 << 20, &n)) return 1; o->n_gpu_layers = (int)n; o->placement_given = 1; }
+    else if (is(a, "-ngl", "--n-gpu-layers")) { if (parse_int(a, v, -1, 1 << 20, &n)) return 1; o->n_gpu_layers = (int)n; o->placement_given = o->ngl_given = 1; }
     else if (is(a, "-mg", "--main-gpu")) { if (parse_int(a, v, 0, MAX_GPUS - 1, &n)) return 1; o->main_gpu = (int)n; }
     else if (is(a, "-amb", "--attn-max-batch")) { if (parse_int(a, v, 0, 1 << 20, &n)) return 1; o->amb = (size_t)n << 20; }
     else if (is(a, "--top-k", NULL)) { if (parse_int(a, v, 0, 1 << 30, &n)) return 1; o->smp.top_k = (int32_t)n; }
@@ -341,7 +342,7 @@ static int run_fit(const opts *o, const tsr_backend_params *bp, const char *path
     tsr_fit_params fp;
     tsr_fit_params_init(&fp, sizeof fp);
     fp.n_ctx_min = o->fit_ctx;
-    fp.keep_n_gpu_layers = o->placement_given && lp->n_gpu_layers != 0;
+    fp.keep_n_gpu_layers = o->ngl_given;
     fp.keep_n_ctx = o->ctx_given;
     if (o->fit_target && fit_targets(o->fit_target, &fp, margins))
         return 1;
