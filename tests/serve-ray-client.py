@@ -6,23 +6,14 @@ model; with CI=true those fail. Run by tests/test-serve-ray.sh."""
 import concurrent.futures
 import json
 import os
-import socket
 import sys
-import time
 import urllib.request
+
+from server_helpers import check, done, free_port, skip
 
 here = os.path.dirname(os.path.abspath(__file__))
 pydir = os.path.join(os.environ.get("top_srcdir", os.path.join(here, "..")), "examples", "python")
 model = os.environ.get("TSR_TEST_MODEL") or os.path.expanduser("~/.cache/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def skip(why):
-    print("SKIP:", why)
-    if os.environ.get("CI") == "true":
-        print("FAIL: CI=true requires it")
-        sys.exit(1)
-    sys.exit(77)
-
 
 try:
     import ray
@@ -34,21 +25,10 @@ if not os.path.exists(model):
 sys.path.insert(0, pydir)
 import serve_ray  # noqa: E402
 
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-port = s.getsockname()[1]
-s.close()
+port = free_port()
 env = {k: os.environ[k] for k in ("LIBTENSR_PATH",) if k in os.environ}
 env["PYTHONPATH"] = pydir
 ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env}, log_to_driver=False)
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what, flush=True)
 
 
 def post(body, path="/v1/chat/completions"):
@@ -77,5 +57,4 @@ try:
 finally:
     serve.shutdown()
     ray.shutdown()
-print(f"serve-ray-client.py: {failures} failed")
-sys.exit(1 if failures else 0)
+done("serve-ray-client.py")
