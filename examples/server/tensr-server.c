@@ -16,6 +16,8 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <libtensr.h>
 
+#include "../fit-target.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
@@ -1335,27 +1337,6 @@ static void parse_args(int argc, char **argv) {
         usage_exit(2);
 }
 
-/* --fit-target A[,B...] in MiB: one value for every GPU, else one per
- * device (GPUs, then the CPU) into margins. */
-static void fit_targets(tsr_fit_params *fp, size_t *margins) {
-    const char *s = o.fit_target;
-    size_t n = 0;
-    for (char *end; *s && n < TSR_FIT_MAX_DEVICES; s = *end ? end + 1 : end) {
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v < 0 || v > (1LL << 40) || (*end && *end != ',')) {
-            fprintf(stderr, "tensr-server: --fit-target %s: MiB[,MiB...]\n", o.fit_target);
-            exit(2);
-        }
-        margins[n++] = (size_t)v << 20;
-    }
-    if (n == 1)
-        fp->gpu_margin = margins[0];
-    else {
-        fp->margins = margins;
-        fp->n_margins = n;
-    }
-}
-
 /* --fit-print: the placement as flags, then per device the bytes planned
  * and the bytes the fit had there. */
 static void fit_print(const tsr_fit_result *fr) {
@@ -1387,8 +1368,8 @@ static int fit_placement(const tsr_backend_params *bp, tsr_load_params *lp, tsr_
     tsr_fit_params_init(&fp, sizeof fp);
     fp.keep_n_ctx = 1;
     size_t margins[TSR_FIT_MAX_DEVICES];
-    if (o.fit_target)
-        fit_targets(&fp, margins);
+    if (o.fit_target && fit_target_parse(o.fit_target, &fp, margins))
+        return fprintf(stderr, "tensr-server: --fit-target %s: expected MiB[,MiB...]\n", o.fit_target), 1;
     if (tsr_fit(o.model, bp, lp, &sp, &fp, fr) != TSR_OK)
         return fprintf(stderr, "tensr-server: fit: %s\n", tsr_last_error()), 1;
     if (o.fit_print)
