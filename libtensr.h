@@ -1086,7 +1086,11 @@ typedef struct tsr_fit_result {
  * allowed placement fits: the detail names the device and the bytes
  * missing. TSR_E_INVALID, TSR_E_IO, TSR_E_MALFORMED, TSR_E_UNSUPPORTED as
  * tsr_model_load. Free the result with tsr_fit_result_free (also after a
- * failure). Thread-safe with respect to other backends. */
+ * failure). Free memory is read as it is at the call, so call it before
+ * making the backend the result is loaded into: the plan counts that
+ * backend's stream workspace and scratch, which a backend made first would
+ * already hold (counted twice). Thread-safe with respect to other
+ * backends. */
 TSR_API tsr_status tsr_fit(const char *path, const tsr_backend_params *bp, const tsr_load_params *lp,
                            const tsr_session_params *sp, const tsr_fit_params *fp, tsr_fit_result *out);
 /* Frees what the result owns (its override list) and clears the list; the

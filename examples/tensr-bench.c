@@ -48,12 +48,14 @@ typedef struct bench_opts {
     int placement_given; /* -ngl or -ot */
 } bench_opts;
 
-/* -fit on|off (-1: on unless -ngl or -ot is given), --fit-target, --fit-ctx. */
+/* -fit on|off (-1: on unless -ngl or -ot is given), --fit-target, --fit-ctx;
+ * ngl_given: -ngl was given (-ngl 0 too), so the fit keeps it. */
 static struct {
     int on;
     const char *target;
     int64_t ctx;
-} fit_opt = {-1, NULL, 4096};
+    int ngl_given;
+} fit_opt = {-1, NULL, 4096, 0};
 
 typedef struct result {
     double mean, sd; /* tokens/s; mean < 0: not measured */
@@ -206,7 +208,7 @@ static int parse_value(bench_opts *o, list *seen, const char *a, const char *v) 
     else if (is(a, "-ub", "--ubatch-size"))
         l = &o->ubatch, lo = 1;
     else if (is(a, "-ngl", "--n-gpu-layers"))
-        l = &o->ngl, lo = -1, o->placement_given = 1;
+        l = &o->ngl, lo = -1, o->placement_given = fit_opt.ngl_given = 1;
     else if (is(a, "-fa", "--flash-attn"))
         l = &o->fa, fa = 1;
     else
@@ -420,7 +422,7 @@ static int fit(const config *c, const tsr_backend_params *bp, tsr_load_params *l
     tsr_fit_params_init(&fp, sizeof fp);
     fp.n_ctx_min = fit_opt.ctx;
     fp.keep_n_ctx = 1;
-    fp.keep_n_gpu_layers = ldp->n_gpu_layers != 0;
+    fp.keep_n_gpu_layers = fit_opt.ngl_given;
     if (fit_opt.target) {
         list l = {{0}, 0};
         if (parse_list("--fit-target", fit_opt.target, 0, 0, &l))

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "libtensr.h"
+#include "fit-target.h"
 
 #define DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 #define MAX_GPUS 16
@@ -24,6 +25,7 @@ typedef struct opts {
     int cap_ctx, n_predict, n_threads, n_gpu_layers, main_gpu, flash_attn, chat, verbose, list_devices, n_chunks;
     int mmap;
     int fit, fit_print, placement_given, ctx_given; /* fit: -1 = auto (on when no -ngl/-ts/-ot) */
+    int ngl_given;                                  /* -ngl given (-ngl 0 too): the fit keeps it */
     const char *fit_target;
     int64_t fit_ctx;
     int64_t n_ctx, n_batch, n_ubatch;
@@ -173,7 +175,7 @@ static int parse_value_flag(opts *o, const char *a, const char *v)
     else if (is(a, "-b", "--batch-size")) { if (parse_int(a, v, 1, 1 << 30, &n)) return 1; o->n_batch = n; }
     else if (is(a, "-ub", "--ubatch-size")) { if (parse_int(a, v, 1, 1 << 30, &n)) return 1; o->n_ubatch = n; }
     else if (is(a, "-t", "--threads")) { if (parse_int(a, v, 1, 1024, &n)) return 1; o->n_threads = (int)n; }
-    else if (is(a, "-ngl", "--n-gpu-layers")) { if (parse_int(a, v, -1, 1 << 20, &n)) return 1; o->n_gpu_layers = (int)n; o->placement_given = 1; }
+    else if (is(a, "-ngl", "--n-gpu-layers")) { if (parse_int(a, v, -1, 1 << 20, &n)) return 1; o->n_gpu_layers = (int)n; o->placement_given = o->ngl_given = 1; }
     else if (is(a, "-mg", "--main-gpu")) { if (parse_int(a, v, 0, MAX_GPUS - 1, &n)) return 1; o->main_gpu = (int)n; }
     else if (is(a, "-amb", "--attn-max-batch")) { if (parse_int(a, v, 0, 1 << 20, &n)) return 1; o->amb = (size_t)n << 20; }
     else if (is(a, "--top-k", NULL)) { if (parse_int(a, v, 0, 1 << 30, &n)) return 1; o->smp.top_k = (int32_t)n; }
@@ -311,40 +313,19 @@ static void session_sizes(const opts *o, int perplexity, int64_t n_ctx, tsr_sess
     sp->n_outputs_max = perplexity ? sp->n_ubatch : 1;
 }
 
-/* --fit-target A[,B...] in MiB: one value for every GPU, else per device. */
-static int fit_targets(const char *spec, tsr_fit_params *fp, size_t *margins)
-{
-    char buf[512], *save = NULL;
-    size_t n = 0;
-    snprintf(buf, sizeof buf, "%s", spec);
-    for (char *t = strtok_r(buf, ",", &save); t && n < MAX_GPUS + 1; t = strtok_r(NULL, ",", &save)) {
-        long long v;
-        if (parse_int("--fit-target", t, 0, 1LL << 40, &v))
-            return 1;
-        margins[n++] = (size_t)v << 20;
-    }
-    if (n == 1)
-        fp->gpu_margin = margins[0];
-    else {
-        fp->margins = margins;
-        fp->n_margins = n;
-    }
-    return 0;
-}
-
 /* Runs tsr_fit on the options' placement and applies its answer to lp and
  * sp (the result owns the overrides until tsr_fit_result_free). */
 static int run_fit(const opts *o, const tsr_backend_params *bp, const char *path, tsr_load_params *lp,
                    tsr_session_params *sp, tsr_fit_result *fr)
 {
-    size_t margins[MAX_GPUS + 1];
+    size_t margins[TSR_FIT_MAX_DEVICES];
     tsr_fit_params fp;
     tsr_fit_params_init(&fp, sizeof fp);
     fp.n_ctx_min = o->fit_ctx;
-    fp.keep_n_gpu_layers = o->placement_given && lp->n_gpu_layers != 0;
+    fp.keep_n_gpu_layers = o->ngl_given;
     fp.keep_n_ctx = o->ctx_given;
-    if (o->fit_target && fit_targets(o->fit_target, &fp, margins))
-        return 1;
+    if (o->fit_target && fit_target_parse(o->fit_target, &fp, margins))
+        return die("--fit-target %s: expected MiB[,MiB...]%s", o->fit_target, "");
     if (tsr_fit(path, bp, lp, sp, &fp, fr) != TSR_OK)
         return die("fit: %s%s", tsr_last_error(), "");
     lp->n_gpu_layers = fr->n_gpu_layers;

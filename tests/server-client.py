@@ -11,25 +11,10 @@ import time
 
 import httpx
 import openai
+from server_helpers import check, done, wait_ok
 
 base, key = sys.argv[1], sys.argv[2]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what, flush=True)
-
-
-for _ in range(300):  # the model loads
-    try:
-        if httpx.get(base + "/health", timeout=2).status_code == 200:
-            break
-    except httpx.HTTPError:
-        pass
-    time.sleep(0.1)
+wait_ok(base + "/health")  # the model loads
 
 client = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
 models = client.models.list()
@@ -228,5 +213,4 @@ for name in ("tensr_requests_running", "tensr_requests_waiting", "tensr_kv_cache
 check(0 < gauge("tensr_request_queue_time_seconds_count") <= gauge("tensr_e2e_request_latency_seconds_count"),
       "more queue times than finished requests")
 
-print(f"server-client.py: {failures} failed")
-sys.exit(1 if failures else 0)
+done("server-client.py")

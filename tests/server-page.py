@@ -17,15 +17,10 @@ import tempfile
 import time
 import urllib.request
 
+from server_helpers import check, done, wait_ok
+
 chromium, base, shot = sys.argv[1], sys.argv[2], sys.argv[3]
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what, flush=True)
+wait_ok(base + "/health")  # the model loads
 
 
 class WebSocket:
@@ -152,5 +147,4 @@ finally:
         browser.kill()
     shutil.rmtree(profile, ignore_errors=True)
 
-print(f"server-page.py: {failures} failed")
-sys.exit(1 if failures else 0)
+done("server-page.py")

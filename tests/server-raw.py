@@ -15,8 +15,9 @@ import sys
 import threading
 import time
 
+from server_helpers import check, done, wait_ok
+
 host, port, pid = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-failures = 0
 # under valgrind (TSR_VALGRIND, from make check VALGRIND=valgrind) every token
 # costs ~50 times more, under ASan (TSR_SANITIZER, .ci/run's sanitizer job)
 # a few times: fewer tokens, longer waits; the same checks
@@ -31,13 +32,6 @@ T = 20 if slow_run else 1  # time scale
 
 def toks(n):
     return max(2, n // 8) if slow_run else n
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what, flush=True)
 
 
 def connect(timeout=60 * T):
@@ -128,12 +122,7 @@ def metric(name):
     return None
 
 
-for _ in range(300 * T):
-    try:
-        if request("GET", "/health", timeout=2)[0] == 200:
-            break
-    except OSError:
-        time.sleep(0.1)
+wait_ok(f"http://{host}:{port}/health", 30 * T)  # the model loads
 
 # ---- the exact SSE bytes ------------------------------------------------------
 body = {"prompt": "The capital of France is", "max_tokens": 2 if valgrind else 6, "temperature": 0, "stream": True}
@@ -340,5 +329,4 @@ for i in range(2):
     fin = [json.loads(e[6:])["choices"][0]["finish_reason"] for e in sse_events(r[2])] if ok else []
     check(ok and fin[-1] == "length", f"stream {i} cut by SIGTERM: {r if not ok else fin}")
 
-print(f"server-raw.py: {failures} failed")
-sys.exit(1 if failures else 0)
+done("server-raw.py")

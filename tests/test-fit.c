@@ -10,8 +10,10 @@
  *    the stream memory the fit adds), and no fake device has more memory
  *    in use than the fit planned for it;
  *  - it is maximal (devices with margin 0, so the real planner judges): one
- *    more GPU layer does not load, and when the fit put experts of n layers
- *    in system memory, n - 1 do not fit either;
+ *    more GPU layer does not load, with several GPUs and the fit's own
+ *    split not on any one of them either (the others keeping their layer
+ *    counts), and when the fit put experts of n layers in system memory,
+ *    n - 1 do not fit either;
  *  - with --check-ctx 1 (a dense model whose context shrank), a context
  *    one step (256 cells) larger with the same placement does not fit,
  *    as the planner of tsr_fit itself says (system memory is the fit's);
@@ -117,8 +119,8 @@ static void setup(const scen *sc, tsr_load_params *lp, tsr_session_params *sp, t
 /* Loads with the placement (ngl and n_cpu_moe possibly changed); the
  * status of load + session. used[d]: device memory in use afterwards;
  * plan[d]: the backend's plan. */
-static tsr_status load_with(const tsr_fit_result *r, const tsr_session_params *sp0, int ngl,
-                            const tsr_buft_override *ov, size_t *used, size_t *plan) {
+static tsr_status load_split(const tsr_fit_result *r, const tsr_session_params *sp0, int ngl, const float *split,
+                             const tsr_buft_override *ov, size_t *used, size_t *plan, int *layers) {
     tsr_backend *b = NULL;
     tsr_status st = tsr_backend_new(NULL, &b);
     if (st != TSR_OK)
@@ -126,7 +128,7 @@ static tsr_status load_with(const tsr_fit_result *r, const tsr_session_params *s
     tsr_load_params lp;
     tsr_load_params_init(&lp, sizeof lp);
     lp.n_gpu_layers = ngl;
-    lp.tensor_split = r->tensor_split;
+    lp.tensor_split = split;
     lp.overrides = ov;
     tsr_session_params sp = *sp0;
     sp.n_ctx = r->n_ctx;
@@ -142,10 +144,35 @@ static tsr_status load_with(const tsr_fit_result *r, const tsr_session_params *s
         used[d] = tot - fr;
         plan[d] = w + kv + c;
     }
+    for (size_t d = 0; layers && st == TSR_OK && d < tsr_backend_n_devices(b); d++) {
+        layers[d] = 0;
+        for (int il = 0; il < r->n_layers; il++)
+            layers[d] += tsr_backend_layer_buffer_type(b, il) == tsr_device_buffer_type(tsr_backend_device(b, d));
+    }
     tsr_session_free(s);
     tsr_model_free(m);
     tsr_backend_free(b);
     return st;
+}
+
+static tsr_status load_with(const tsr_fit_result *r, const tsr_session_params *sp0, int ngl,
+                            const tsr_buft_override *ov, size_t *used, size_t *plan) {
+    return load_split(r, sp0, ngl, r->tensor_split, ov, used, plan, NULL);
+}
+
+/* Several GPUs and the fit's own split: one more layer on any one GPU
+ * (the others keeping theirs: a split of whole layer counts, which the
+ * placement follows exactly) does not fit either. */
+static void check_split_maximal(const scen *sc, const tsr_fit_result *r, const tsr_session_params *sp,
+                                const int *layers) {
+    size_t n_gpu = r->n_devices - 1;
+    for (size_t g = 0; g < n_gpu; g++) {
+        float split[TSR_FIT_MAX_DEVICES] = {0};
+        for (size_t h = 0; h < n_gpu; h++) split[h] = (float)(layers[h] + (h == g));
+        tsr_status st = load_split(r, sp, r->n_gpu_layers + 1, split, r->overrides, NULL, NULL, NULL);
+        CHECK(st == TSR_E_DEVICE_NOMEM, "%s: one more layer on %s (%d) loads too (%s): the split is not maximal",
+              sc->label, tsr_device_name(tsr_device_get(g)), layers[g] + 1, tsr_status_string(st));
+    }
 }
 
 /* The result's overrides with the fit's expert pattern for one layer fewer. */
@@ -234,7 +261,8 @@ static void check_ctx_maximal(const scen *sc, const tsr_fit_result *r, const tsr
 /* Fits, loads with it, and shows the next step would not fit. */
 static void run_ok(const scen *sc, const tsr_fit_result *r, const tsr_session_params *sp) {
     size_t used[TSR_FIT_MAX_DEVICES] = {0}, plan[TSR_FIT_MAX_DEVICES] = {0};
-    tsr_status st = load_with(r, sp, r->n_gpu_layers, r->overrides, used, plan);
+    int layers[TSR_FIT_MAX_DEVICES] = {0};
+    tsr_status st = load_split(r, sp, r->n_gpu_layers, r->tensor_split, r->overrides, used, plan, layers);
     CHECK(st == TSR_OK, "%s: the fit's placement does not load: %s", sc->label, tsr_last_error());
     for (size_t d = 0; st == TSR_OK && d < r->n_devices; d++) {
         tsr_device *dev = tsr_device_get(d);
@@ -252,6 +280,8 @@ static void run_ok(const scen *sc, const tsr_fit_result *r, const tsr_session_pa
         st = load_with(r, sp, r->n_gpu_layers + 1, r->overrides, NULL, NULL);
         CHECK(st == TSR_E_DEVICE_NOMEM, "%s: one more layer (%d) loads too (%s): the fit is not maximal", sc->label,
               r->n_gpu_layers + 1, tsr_status_string(st));
+        if (r->n_devices > 2 && !sc->n_ts)
+            check_split_maximal(sc, r, sp, layers);
     }
     if (r->n_cpu_moe > 0) {
         char pat[2048];

@@ -46,6 +46,8 @@ run FAKE0:1MiB,FAKE1:3MiB dense-2dev-speed "$dense" -c 65536 --ctx-min 1024 --sp
 run FAKE0:600KiB,FAKE1:600KiB dense-2dev-ts "$dense" -ts 1,3
 # the caller's -ngl is kept; the context shrinks around it
 run FAKE0:2MiB dense-ngl-kept "$dense" -ngl 1 -c 65536 --ctx-min 512 --check-ctx 1
+# -ngl 0 is a choice too (every layer on the CPU), kept though it is the default value
+run FAKE0:64MiB dense-ngl0-kept "$dense" -ngl 0
 # MoE: experts to system memory from the last layer, then fewer layers
 run FAKE0:64MiB mixtral-loose "$mix"
 run FAKE0:1100KiB mixtral-tight "$mix"
@@ -80,6 +82,11 @@ TSR_FIT_PROC_ROOT=$root run FAKE0:400KiB dense-memavail "$dense" -c 16384 --ctx-
 smol=${TSR_MODEL:-${XDG_CACHE_HOME:-$HOME/.cache}/libtensr/SmolLM2-135M-Instruct.Q4_1.gguf}
 if [ -f "$smol" ]; then
     run FAKE0:60MiB,FAKE1:40MiB smollm2-2dev "$smol" -c 8192 --ctx-min 2048
+    # the split: the room each GPU has at full offload (where the output
+    # layer and its compute buffer sit on the last GPU) is not what it has
+    # at partial offload; no GPU may keep room for one more layer
+    run FAKE0:30MiB,FAKE1:70MiB smollm2-2dev-uneven "$smol" -c 8192 --ctx-min 2048
+    run FAKE0:45MiB,FAKE1:45MiB smollm2-2dev-even "$smol" -c 2048 --ctx-min 2048
     run FAKE0:120MiB smollm2-ctx-kept "$smol" -c 8192 --keep-ctx 1
 else
     echo "SKIP part: $smol absent (SmolLM2 scenarios)"
@@ -96,6 +103,37 @@ case $flags in *"-ngl "*"-ot "*"-c "*) ;; *) echo "FAIL: --fit-print printed no 
 eval "set -- $flags"
 TSR_FAKE_DEVICES=FAKE0:1200KiB,FAKE1:600KiB "$run_bin" -m "$mix" "$@" -fit off -n 2 -p "a b" > /dev/null 2>&1 ||
     { echo "FAIL: tensr-run with the printed flags does not run"; fail=1; }
+# the tools keep a -ngl given, -ngl 0 included: tensr-run's fit keeps it,
+# tensr-server does not fit at all (nothing for --fit-print to print)
+flags=$(TSR_FAKE_DEVICES=FAKE0:64MiB "$run_bin" -m "$dense" -ngl 0 -fit on --fit-print --fit-target 0 -c 256)
+echo "tensr-run -ngl 0 -fit on --fit-print: $flags"
+case $flags in "-ngl 0 "*) ;; *) echo "FAIL: tensr-run -ngl 0 -fit on: the fit chose '$flags'"; fail=1 ;; esac
+if [ -x "$builddir/examples/server/tensr-server" ]; then
+    TSR_FAKE_DEVICES=FAKE0:64MiB "$builddir/examples/server/tensr-server" -m "$dense" -ngl 0 --fit-target 0 --fit-print \
+        > /dev/null 2>&1
+    [ $? -eq 2 ] || { echo "FAIL: tensr-server -ngl 0 --fit-print: the server fitted a placement the caller set"; fail=1; }
+fi
+# tensr-server fits before it makes its backend, so each device's stream
+# scratch (TSR_FAKE_STREAM_BYTES) is counted once: FAKE0 holds the plan of
+# every layer (the scratch included) and half a scratch more, so the whole
+# model fits only when the scratch is counted once, and the server's fit
+# must still choose it (made first, the backend's streams would hold their
+# scratch and the fit's plan count it again: fewer layers)
+srv=$builddir/examples/server/tensr-server
+if [ -x "$srv" ]; then
+    sb=262144
+    fit_srv() { TSR_FAKE_STREAM_BYTES=$sb TSR_FAKE_DEVICES=$1 "$srv" -m "$dense" -c 512 -np 2 --fit-target 0 --fit-print 2>/dev/null; }
+    loose=$(fit_srv FAKE0:64MiB) || { echo "FAIL: tensr-server --fit-print"; fail=1; }
+    want=$(printf '%s\n' "$loose" | head -n 1)
+    need=$(printf '%s\n' "$loose" | awk '$1 == "FAKE0" { print $3 }')
+    tight=$(fit_srv "FAKE0:$((${need:-0} + sb / 2))") || { echo "FAIL: tensr-server --fit-print (tight)"; fail=1; }
+    got=$(printf '%s\n' "$tight" | head -n 1)
+    echo "| server-stream | FAKE0:$((${need:-0} + sb / 2)) stream $sb | tiny-mistral-spm-f32.gguf | tensr-server -c 512 -np 2 | $got | FAKE0 $(awk "BEGIN { printf \"%.2f\", ${need:-0} / 1048576 }") planned | - |"
+    case $want in "-ngl 2 "*) ;; *) echo "FAIL: server-stream: the loose fit is '$want', not every layer"; fail=1 ;; esac
+    [ "$got" = "$want" ] || { echo "FAIL: server-stream: '$got', not '$want': the stream scratch counted twice"; fail=1; }
+else
+    echo "SKIP part: $srv not built (server-stream)"
+fi
 # nothing fits: the error names the device and the bytes missing
 run FAKE0:64MiB dense-nomem-ngl "$dense" -ngl 2 -c 4096 --margin 67000000 --expect nomem
 TSR_FIT_SYSMEM=100KiB run FAKE0:64MiB dense-nomem-sys "$dense" --expect nomem

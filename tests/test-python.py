@@ -584,6 +584,9 @@ def test_model_greedy_generation():
     # differ; this question has one answer in both)
     reply = "".join(m.generate("Name the capital city of France.", 24, temperature=0, chat=True))
     assert "Paris" in reply, reply
+    # a conversation as a list of messages: one user turn renders as the string does
+    q = [{"role": "user", "content": "Name the capital city of France."}]
+    assert "".join(m.generate(q, 24, temperature=0, chat=True)) == reply
 
 
 def test_model_generate_utf8_pieces():

@@ -1964,13 +1964,16 @@ class Model(_Handle):
         """Yields the text of up to max_tokens new tokens as they are produced
         (each piece valid UTF-8: a character split over tokens comes whole),
         stopping early at an end-of-generation token. chat: the prompt is one
-        user message, rendered with the chat template. Bad arguments raise
+        user message (a string), or a conversation (a list of messages as
+        chat_format takes them: several turns, a system message), rendered
+        with the chat template with the assistant's turn opened. Bad arguments raise
         tsr.Error here, decode failures from the iteration; the session and
         sampler it makes are freed when the iteration ends or the generator
         is closed."""
         what = "generate"
         if chat:
-            ids = self.tokenize(self.chat_format([("user", prompt)]), True, True)
+            msgs = [("user", prompt)] if isinstance(prompt, (str, bytes)) else prompt
+            ids = self.tokenize(self.chat_format(msgs), True, True)
         else:
             ids = self.tokenize(prompt, True, False)
         if not ids:

@@ -9,9 +9,12 @@ time (tsr.Model.generate).
     python3 serve_ray.py [-m model.gguf] [--replicas 2] [-t threads] [--port 8000]
     curl localhost:8000/v1/chat/completions -d '{"messages": [{"role": "user", "content": "Hi"}]}'
 
-A chat is one user message (an optional system message before it is
-folded into it): tsr.Model.generate(chat=True) renders one turn with the
-model's template. For the whole OpenAI API, continuous batching and
+A chat's messages (system, user and assistant turns, as many as the
+client sends) are rendered whole with the model's chat template, the
+assistant's turn opened, as tensr-server renders them
+(tsr.Model.generate(messages, chat=True)); the replica keeps no state
+between requests: the client sends the conversation so far each time.
+For the whole OpenAI API, continuous batching and
 cancellation, run tensr-server replicas instead (tensr-server(1),
 SCALING OUT). Each response names its replica in "system_fingerprint".
 """
@@ -73,11 +76,10 @@ class TensrModel:
             msgs = body.get("messages")
             if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
                 return error(400, "'messages' must be a non-empty array", "messages")
-            system = [m.get("content", "") for m in msgs[:-1] if m.get("role") == "system"]
-            if len(msgs) - len(system) != 1 or msgs[-1].get("role") != "user":
-                return error(400, "one user message (after an optional system message) is served here",
-                             "messages")
-            prompt = "\n\n".join(system + [msgs[-1].get("content", "")])
+            for i, m in enumerate(msgs):
+                if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                    return error(400, f"messages[{i}] needs a string 'role' and a string 'content'", "messages")
+            prompt = [{"role": m["role"], "content": m["content"]} for m in msgs]
         else:
             prompt = body.get("prompt")
             if not isinstance(prompt, str):

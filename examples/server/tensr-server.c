@@ -16,6 +16,8 @@
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <libtensr.h>
 
+#include "../fit-target.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
@@ -39,8 +41,9 @@
 extern const char tsr_chat_page[]; /* chat.html as a C string (Makefile.am writes it at build time) */
 
 typedef struct opts {
-    const char *model, *host, *api_key, *overrides, *cors;
+    const char *model, *host, *api_key, *overrides, *cors, *fit_target;
     int port, n_threads, n_slots, flash_attn, n_gpu_layers, verbose, batch_invariant;
+    int ngl_given, fit_print; /* -ngl given (0 too: no fit); --fit-print */
     int64_t n_ctx, n_batch, n_ubatch, max_queued, timeout_s, keepalive_s;
     size_t amb;
 } opts;
@@ -1199,8 +1202,11 @@ static void usage_exit(int code) {
             "  -t, --threads N          CPU threads (default: the library's)\n"
             "  -b, --batch-size N       most tokens of one step (default 512)\n"
             "  -ub, --ubatch-size N     most prompt tokens of one request a step (default 512)\n"
-            "  -ngl, --n-gpu-layers N   layers on GPUs (default 0)\n"
+            "  -ngl, --n-gpu-layers N   layers on GPUs (default: the fit's; -ngl 0: all on the CPU)\n"
             "  -ot, --override-tensor P tensor buffer overrides, PATTERN=BUFT,...\n"
+            "  --fit-target MiB[,...]   memory the fit leaves free per GPU (one value: every GPU;\n"
+            "                           default 1024); the fit runs when neither -ngl nor -ot is given\n"
+            "  --fit-print              print the fitted placement (flags, then bytes per device) and exit\n"
             "  -fa, --flash-attn on|off|auto\n"
             "  -amb, --attn-max-batch N attention max batch, MiB\n"
             "  --batch-invariant on|off a request's tokens the same whatever else is in its batch\n"
@@ -1277,7 +1283,11 @@ static void parse_args(int argc, char **argv) {
         else if (IS(a, "-ub", "--ubatch-size"))
             o.n_ubatch = int_arg(argc, argv, &i, 1, 1 << 20);
         else if (IS(a, "-ngl", "--n-gpu-layers"))
-            o.n_gpu_layers = (int)int_arg(argc, argv, &i, 0, 100000);
+            o.n_gpu_layers = (int)int_arg(argc, argv, &i, 0, 100000), o.ngl_given = 1;
+        else if (strcmp(a, "--fit-target") == 0)
+            o.fit_target = arg(argc, argv, &i);
+        else if (strcmp(a, "--fit-print") == 0)
+            o.fit_print = 1;
         else if (IS(a, "-ot", "--override-tensor"))
             o.overrides = arg(argc, argv, &i);
         else if (IS(a, "-amb", "--attn-max-batch"))
@@ -1327,9 +1337,25 @@ static void parse_args(int argc, char **argv) {
         usage_exit(2);
 }
 
+/* --fit-print: the placement as flags, then per device the bytes planned
+ * and the bytes the fit had there. */
+static void fit_print(const tsr_fit_result *fr) {
+    char flags[4096];
+    size_t len;
+    if (tsr_fit_result_flags(fr, flags, sizeof flags, &len) == TSR_OK)
+        printf("%s\n", flags);
+    for (size_t d = 0; d < fr->n_devices; d++)
+        printf("%s planned %zu available %zu\n", tsr_device_name(tsr_device_get(d)), fr->planned[d],
+               fr->available[d]);
+    fflush(stdout);
+}
+
 /* No -ngl and no -ot: tsr_fit picks the GPU layers, split and expert
  * overrides for the slots' context (kept as given); the result owns the
- * overrides it puts into lp. */
+ * overrides it puts into lp. It runs before the server makes its backend:
+ * the fit reads each device's free memory as it is, and the streams of a
+ * backend made first would hold their workspace and scratch already,
+ * which the fit's plan counts again. */
 static int fit_placement(const tsr_backend_params *bp, tsr_load_params *lp, tsr_fit_result *fr) {
     tsr_session_params sp;
     tsr_session_params_init(&sp, sizeof sp);
@@ -1341,8 +1367,13 @@ static int fit_placement(const tsr_backend_params *bp, tsr_load_params *lp, tsr_
     tsr_fit_params fp;
     tsr_fit_params_init(&fp, sizeof fp);
     fp.keep_n_ctx = 1;
+    size_t margins[TSR_FIT_MAX_DEVICES];
+    if (o.fit_target && fit_target_parse(o.fit_target, &fp, margins))
+        return fprintf(stderr, "tensr-server: --fit-target %s: expected MiB[,MiB...]\n", o.fit_target), 1;
     if (tsr_fit(o.model, bp, lp, &sp, &fp, fr) != TSR_OK)
         return fprintf(stderr, "tensr-server: fit: %s\n", tsr_last_error()), 1;
+    if (o.fit_print)
+        fit_print(fr);
     lp->n_gpu_layers = fr->n_gpu_layers;
     lp->tensor_split = fr->n_devices > 2 ? fr->tensor_split : NULL;
     lp->overrides = fr->overrides;
@@ -1362,8 +1393,7 @@ static int load(void) {
     bp.batch_invariant = o.batch_invariant;
     bp.attn_max_batch = o.amb;
     tsr_buft_override *ov = NULL;
-    if (tsr_backend_new(&bp, &backend) != TSR_OK ||
-        (o.overrides && tsr_buft_overrides_parse(o.overrides, &ov) != TSR_OK))
+    if (o.overrides && tsr_buft_overrides_parse(o.overrides, &ov) != TSR_OK)
         return fprintf(stderr, "tensr-server: %s\n", tsr_last_error()), 1;
     tsr_load_params lp;
     tsr_load_params_init(&lp, sizeof lp);
@@ -1372,9 +1402,20 @@ static int load(void) {
     tsr_fit_result fr;
     memset(&fr, 0, sizeof fr);
     fr.size = sizeof fr;
-    if (!o.n_gpu_layers && !o.overrides && fit_placement(&bp, &lp, &fr))
-        return 1;
-    tsr_status st = tsr_model_load(backend, o.model, &lp, &model);
+    int fitted = !o.ngl_given && !o.overrides;
+    if (o.fit_print && !fitted)
+        return fprintf(stderr, "tensr-server: --fit-print: -ngl or -ot given, nothing to fit\n"), 2;
+    if (fitted && fit_placement(&bp, &lp, &fr)) /* before the backend: its streams are not counted twice */
+        return tsr_fit_result_free(&fr), tsr_buft_overrides_free(ov), 1;
+    if (o.fit_print)
+        return tsr_fit_result_free(&fr), 3;
+    tsr_status st = tsr_backend_new(&bp, &backend);
+    if (st != TSR_OK) {
+        tsr_fit_result_free(&fr);
+        tsr_buft_overrides_free(ov);
+        return fprintf(stderr, "tensr-server: %s\n", tsr_last_error()), 1;
+    }
+    st = tsr_model_load(backend, o.model, &lp, &model);
     tsr_fit_result_free(&fr);
     tsr_buft_overrides_free(ov);
     if (st != TSR_OK)
@@ -1402,8 +1443,9 @@ int main(int argc, char **argv) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* every thread; main waits for them */
-    if (load())
-        return 1;
+    int rc = load();
+    if (rc)
+        return rc == 3 ? 0 : rc; /* 3: --fit-print done */
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;

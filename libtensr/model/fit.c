@@ -19,6 +19,13 @@
  * (layer by layer from the last), then fewer GPU layers, then a smaller
  * context down to the floor; TSR_FIT_PREFER_SPEED shrinks the context first.
  * Each step is a binary search (the plan grows with each of the three).
+ * With several GPUs and no split from the caller, a partial offload ends
+ * with the split as whole layer counts, each GPU given one more layer while
+ * one fits there (fill_split), so no GPU keeps room for another layer.
+ *
+ * Free memory is read as it is at the call: a backend the caller made
+ * before already holds its streams' workspace and scratch, which the plan
+ * counts again, so callers fit first and make their backend after.
  */
 #include "model.h"
 
@@ -220,6 +227,54 @@ static tsr_status search(fit_state *st, fit_cand *c, fit_vary what, int64_t lo, 
     return TSR_OK;
 }
 
+/* GPU layers per GPU for n_gpu_layers ngl and st->split, as the planner
+ * places them (tsr__place_layers: layer j of the ngl goes to the first GPU
+ * whose share of the cumulated split exceeds j / ngl). */
+static void layer_counts(const fit_state *st, int ngl, int *counts) {
+    double cum[FIT_MAX], sum = 0;
+    for (size_t g = 0; g < st->n_gpu; g++) cum[g] = sum += st->split[g];
+    for (size_t g = 0; g < st->n_gpu; g++) counts[g] = 0;
+    for (int j = 0; j < ngl; j++) {
+        size_t g = sum > 0 ? 0 : (size_t)st->lp.main_gpu;
+        while (sum > 0 && g + 1 < st->n_gpu && !((double)j / ngl < cum[g] / sum)) g++;
+        if (g < st->n_gpu)
+            counts[g]++;
+    }
+}
+
+/* Several GPUs and the fit's own split: the split was drawn from each GPU's
+ * room at full offload, which a partial offload does not see (the output
+ * layer and its compute buffer then stay on the CPU), so after the search
+ * for the layer count the split becomes whole layer counts and each GPU
+ * takes one more layer for as long as one fits there: no GPU is left with
+ * room for another layer (the others keeping theirs). */
+static tsr_status fill_split(fit_state *st, fit_cand *c) {
+    if (st->n_gpu < 2 || st->lp.tensor_split || st->fp.keep_n_gpu_layers || c->ngl >= st->n_layers)
+        return TSR_OK;
+    int counts[FIT_MAX];
+    float before[FIT_MAX];
+    layer_counts(st, c->ngl, counts);
+    for (size_t g = 0; g < st->n_gpu; g++) before[g] = st->split[g], st->split[g] = (float)counts[g];
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (size_t g = 0; g < st->n_gpu && c->ngl < st->n_layers; g++) {
+            fit_cand t = *c;
+            t.ngl++;
+            st->split[g] += 1;
+            bool ok;
+            tsr_status rc = try_cand(st, &t, &ok);
+            if (rc != TSR_OK)
+                return rc;
+            if (ok)
+                *c = t, grew = true;
+            else
+                st->split[g] -= 1;
+        }
+    }
+    for (size_t g = 0; c->ngl == 0 && g < st->n_gpu; g++) st->split[g] = before[g]; /* no layer: no counts to show */
+    return TSR_OK;
+}
+
 /* The largest (ngl, n_cpu_moe) at context c->n_ctx: *found false when not
  * even the smallest fits. c->ngl comes in as the most allowed. */
 static tsr_status place_at(fit_state *st, fit_cand *c, int ngl_min, bool *found) {
@@ -246,7 +301,7 @@ static tsr_status place_at(fit_state *st, fit_cand *c, int ngl_min, bool *found)
     t.ngl = ngl_min;
     if ((rc = try_cand(st, &t, &ok)) != TSR_OK || !(*found = ok))
         return rc;
-    if ((rc = search(st, c, VARY_NGL, ngl_min, c->ngl, 1)) != TSR_OK || !e_all)
+    if ((rc = search(st, c, VARY_NGL, ngl_min, c->ngl, 1)) != TSR_OK || (rc = fill_split(st, c)) != TSR_OK || !e_all)
         return rc;
     /* with fewer GPU layers, some of their experts may come back: experts
      * of CPU layers are in system memory anyway (n_cpu_moe <= ngl) */
