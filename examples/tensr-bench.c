@@ -89,6 +89,8 @@ static void usage(void) {
            "                            (default on unless -ngl or -ot is given); the context is the test's\n"
            "  --fit-target MiB[,...]    memory left free per GPU (one value: every GPU; default 1024)\n"
            "  --fit-ctx N               the fit's context floor (default 4096)\n"
+           "  --batch-invariant on|off  results independent of the batch, as tensr-server's default\n"
+           "                            (default off)\n"
            "  -r, --repetitions N       measured runs of each test (default 5)\n"
            "  -o, --output md|json      markdown table (default) or JSON\n"
            "  --no-warmup               no warm-up run before each test\n"
@@ -150,6 +152,9 @@ static int add_str(const char *flag, const char *v, strlist *l) {
 }
 
 /* Options that take a value; 0 done, 1 error, -1 unknown. */
+/* --batch-invariant: the backend's batch_invariant (as tensr-server's default) */
+static int batch_invariant;
+
 static int parse_value(bench_opts *o, list *seen, const char *a, const char *v) {
     list *l = NULL;
     int64_t lo = 0, r;
@@ -170,6 +175,12 @@ static int parse_value(bench_opts *o, list *seen, const char *a, const char *v) 
     }
     if (is(a, "--fit-ctx", NULL))
         return parse_num(a, v, 1, &fit_opt.ctx);
+    if (is(a, "--batch-invariant", NULL)) {
+        if (strcmp(v, "on") && strcmp(v, "off"))
+            return die(a, "expects on or off");
+        batch_invariant = !strcmp(v, "on");
+        return 0;
+    }
     if (is(a, "--llama-bench", NULL)) {
         o->llama_bench = v;
         return 0;
@@ -451,6 +462,7 @@ static int open_model(const config *c, int64_t n_ctx, tsr_backend **be, tsr_mode
     tsr_backend_params_init(&bp, sizeof bp);
     bp.n_threads = (int)c->threads;
     bp.flash_attn = (int)c->fa;
+    bp.batch_invariant = batch_invariant;
     tsr_load_params ldp;
     tsr_load_params_init(&ldp, sizeof ldp);
     ldp.n_gpu_layers = (int)c->ngl;
