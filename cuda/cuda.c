@@ -760,6 +760,13 @@ static size_t cu_extent(const tsr_tensor *t) {
     return n;
 }
 
+/* Whether the memory of x and y (their extents) overlap. */
+static bool cu_overlap(const tsr_tensor *x, const tsr_tensor *y) {
+    const uintptr_t a = (uintptr_t)x->data, b = (uintptr_t)y->data;
+    const size_t na = cu_extent(x), nb = cu_extent(y);
+    return na && nb && a < b + nb && b < a + na;
+}
+
 /* The mat-vec's activations *y for weights of type wtype: b itself when it
  * is contiguous F32 and the weights float (no copy), NULL when strided (the
  * mat-vec's) and b has F32 rows (read in place through b's strides), the
@@ -809,7 +816,7 @@ static bool cu_fuse_epi(const cu_dev *c, const tsr_tensor *node, const tsr_tenso
         node->type != TSR_TYPE_F32 || (nx->src[0] == node) == (nx->src[1] == node))
         return false;
     const tsr_tensor *x = nx->src[0] == node ? nx->src[1] : nx->src[0];
-    if (!x || x->type != TSR_TYPE_F32 || !cu_supports(&c->dev, nx))
+    if (!x || x->type != TSR_TYPE_F32 || !cu_supports(&c->dev, nx) || cu_overlap(nx, node->src[1]))
         return false;
     for (int i = 0; i < 4; i++)
         if (nx->ne[i] != node->ne[i] || x->ne[i] != node->ne[i])
@@ -818,6 +825,46 @@ static bool cu_fuse_epi(const cu_dev *c, const tsr_tensor *node, const tsr_tenso
     epi->dst = cu_t(nx);
     epi->x = cu_t(x);
     return true;
+}
+
+/* Whether the gate and up projections of one input, p and q (the next
+ * product), and sw = swiglu of the two (either order) run as one mat-vec
+ * launch (TCU_EPI_SWIGLU_PAIR): weights of one type and shape, F32
+ * results of one shape; every result is still written. Float weights read
+ * b in place: sw must not have taken b's memory (b dies at q). */
+static bool cu_fuse_glu_pair(const cu_dev *c, const tsr_tensor *p, const tsr_tensor *q, const tsr_tensor *sw) {
+    if (q->op != TSR_OP_MUL_MAT || sw->op != TSR_OP_SWIGLU || q->src[1] != p->src[1] || !cu_use_mmv(p) ||
+        p->type != TSR_TYPE_F32 || q->type != TSR_TYPE_F32 || sw->type != TSR_TYPE_F32 || !cu_supports(&c->dev, q) ||
+        !cu_supports(&c->dev, sw))
+        return false;
+    if (!((sw->src[0] == p && sw->src[1] == q) || (sw->src[0] == q && sw->src[1] == p)))
+        return false;
+    const tsr_tensor *wp = p->src[0], *wq = q->src[0];
+    if (wp->type != wq->type || cu_overlap(sw, p->src[1]))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (wp->ne[i] != wq->ne[i] || q->ne[i] != p->ne[i] || sw->ne[i] != p->ne[i])
+            return false;
+    return true;
+}
+
+/* The fused gate/up pair (cu_fuse_glu_pair): one launch writes the gate's
+ * product, the up projection's and their swiglu. */
+static tsr_status cu_mul_mat_glu(cu_stream *s, const tsr_tensor *sw) {
+    cu_dev *c = s->c;
+    const tsr_tensor *gate = sw->src[0], *up = sw->src[1], *b = gate->src[1];
+    tsr_status st = cu_arena_grow(s, cu_scratch_need(c, gate));
+    if (st != TSR_OK)
+        return st;
+    tcu_mmv_epi epi;
+    epi.mode = TCU_EPI_SWIGLU_PAIR;
+    epi.dst = cu_t(sw);
+    epi.x = cu_t(up);
+    epi.a2 = cu_t(up->src[0]);
+    const void *y = NULL;
+    CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)gate->src[0]->type, true, &y));
+    CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(gate), cu_t(gate->src[0]), cu_t(b), y, &epi));
+    return TSR_OK;
 }
 
 /* nx: the node after (NULL: none); *fused when the mat-vec computed it too. */
@@ -1075,7 +1122,14 @@ static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_
         if (!cu_supports(&c->dev, node))
             return tsr__error(TSR_E_UNSUPPORTED, "%s: node '%s' (%s) has no CUDA kernel for its types", c->dev.name,
                               node->name, tsr__op_name(node->op));
-        if (node->op == TSR_OP_MUL_MAT) {
+        const size_t j = node->op == TSR_OP_MUL_MAT ? cu_next_op(nodes, n_nodes, i) : n_nodes;
+        const size_t j2 = j < n_nodes ? cu_next_op(nodes, n_nodes, j) : n_nodes;
+        if (j2 < n_nodes && cu_fuse_glu_pair(c, node, nodes[j], nodes[j2])) {
+            cu_act_forget(s, nodes[j]);
+            cu_act_forget(s, nodes[j2]);
+            st = cu_mul_mat_glu(s, nodes[j2]);
+            i = j2;
+        } else if (node->op == TSR_OP_MUL_MAT) {
             tsr_tensor *nx = i + 1 < n_nodes ? nodes[i + 1] : NULL;
             bool fused = false;
             st = cu_mul_mat(s, node, nx, &fused);
