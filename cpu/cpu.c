@@ -65,8 +65,8 @@ static tsr_status host_to_stored(tsr_buffer *buf, tsr_tensor *t) {
     return tsr__il8_canonical(t);
 }
 
-const tsr_buft_iface tsr__cpu_buft_iface = {host_alloc,  host_free, host_set,      host_get,
-                                            host_memset, host_copy, host_to_stored};
+const tsr_buft_iface tsr__cpu_buft_iface = {host_alloc,  host_free, host_set,       host_get,
+                                            host_memset, host_copy, host_to_stored, NULL};
 
 /* ---- the op table: support, work buffer and kernel of every op ------------------
  * What the CPU runs is stated here and nowhere else: the core's builders ask

@@ -151,7 +151,8 @@ static tsr_status fake_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const voi
     return TSR_OK;
 }
 
-static const tsr_buft_iface fake_buft_iface = {fake_alloc, fake_free, fake_set, fake_get, fake_memset, fake_copy, NULL};
+static const tsr_buft_iface fake_buft_iface = {fake_alloc,  fake_free, fake_set, fake_get,
+                                               fake_memset, fake_copy, NULL,     NULL};
 
 /* ---- device ---------------------------------------------------------------- */
 

@@ -73,6 +73,14 @@ typedef struct cu_graph {
     cudaGraphExec_t exec;
     unsigned long long kernels; /* launched into the graph */
     bool no_capture, ids;
+    /* The last compute found with this description, cheaply: its nodes
+     * array and count, the plan count (tsr__plan_count: no tensor moved
+     * since), a hash of the nodes' addresses, and the arena; a compute
+     * that matches all of them has the description without building it. */
+    tsr_tensor *const *sig_nodes;
+    size_t sig_n, sig_arena_size;
+    uint64_t sig_plan, sig_hash;
+    void *sig_arena;
 } cu_graph;
 
 typedef struct cu_stream {
@@ -111,7 +119,7 @@ typedef struct cu_stream {
 
 /* Kernel launches (tcu_count_launch; a graph's replay adds the kernels it
  * captured), computes and the last compute's launches, for TSR_PROFILE. */
-static atomic_ullong cu_launches, cu_computes, cu_last_launches;
+static atomic_ullong cu_launches, cu_computes, cu_last_launches, cu_keys_built;
 static _Thread_local unsigned long long cu_tl_launches; /* this thread's (a capture's own) */
 
 void tcu_count_launch(void) {
@@ -129,9 +137,13 @@ static void cu_prof_print(void) {
     const unsigned long long n = atomic_load(&cu_launches), c = atomic_load(&cu_computes);
     fprintf(stderr,
             "libtensr cuda profile (TSR_PROFILE): %llu kernel launches in %llu computes (%.1f per compute); "
-            "the last compute (a decode token's, after a tg test) %llu\n",
-            n, c, c ? (double)n / (double)c : 0.0, atomic_load(&cu_last_launches));
+            "the last compute (a decode token's, after a tg test) %llu; graph descriptions built %llu\n",
+            n, c, c ? (double)n / (double)c : 0.0, atomic_load(&cu_last_launches), atomic_load(&cu_keys_built));
 }
+
+#ifdef TCU_EMU_CUDA_RUNTIME_API_H /* the emulated module (tests only): for tests/test-cuda-emu.c */
+TSR_MODULE_EXPORT unsigned long long tcu_emu_graph_keys(void) { return atomic_load(&cu_keys_built); }
+#endif
 
 static cu_dev cu_devs[CU_MAX];
 static size_t cu_n;
@@ -263,6 +275,22 @@ static void cu_free(tsr_buffer_type *bt, void *base, void *handle) {
     }
 }
 
+/* Whether host is plain (pageable) memory, not pinned or registered: a
+ * copy from it returns once the runtime staged the bytes, so the caller
+ * may reuse them at once (CUDA's "API synchronization behavior"); from
+ * pinned memory the copy may still be reading them after it returns. */
+static bool cu_pageable(const void *host) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, host) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not an error of the stream: unknown, so treated as pinned */
+        return false;
+    }
+    return a.type == cudaMemoryTypeUnregistered;
+}
+
+/* Ordered on the device's stream; waits for the copy only when it reads
+ * pinned memory (the scheduler's staging), so inputs in system memory
+ * cost no host sync each. */
 static tsr_status cu_set(tsr_buffer *buf, void *dst, const void *host, size_t size) {
     cu_dev *c = buf->buft->impl;
     tsr_status st = cu_begin(c);
@@ -270,7 +298,19 @@ static tsr_status cu_set(tsr_buffer *buf, void *dst, const void *host, size_t si
         return st;
     CU_CHECK(c, "cudaMemcpyAsync (host to device)",
              cudaMemcpyAsync(dst, host, size, cudaMemcpyHostToDevice, c->stream));
-    return cu_sync(c);
+    return cu_pageable(host) ? TSR_OK : cu_sync(c);
+}
+
+/* The scheduler's copies into a split (set_async): never waits; the
+ * split's synchronize does, once for all of them and the kernels. */
+static tsr_status cu_set_async(tsr_buffer *buf, void *dst, const void *host, size_t size) {
+    cu_dev *c = buf->buft->impl;
+    tsr_status st = cu_begin(c);
+    if (st != TSR_OK || !size)
+        return st;
+    CU_CHECK(c, "cudaMemcpyAsync (host to device)",
+             cudaMemcpyAsync(dst, host, size, cudaMemcpyHostToDevice, c->stream));
+    return TSR_OK;
 }
 
 static tsr_status cu_get(tsr_buffer *buf, const void *src, void *host, size_t size) {
@@ -303,7 +343,7 @@ static tsr_status cu_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const void 
     return TSR_OK;
 }
 
-static const tsr_buft_iface cu_buft_iface = {cu_alloc, cu_free, cu_set, cu_get, cu_memset, cu_copy, NULL};
+static const tsr_buft_iface cu_buft_iface = {cu_alloc, cu_free, cu_set, cu_get, cu_memset, cu_copy, NULL, cu_set_async};
 
 /* ---- pinned host buffer type ----------------------------------------------------- */
 
@@ -367,7 +407,7 @@ static tsr_status cu_host_copy(tsr_buffer *db, void *dst, tsr_buffer *sb, const 
 }
 
 static const tsr_buft_iface cu_host_buft_iface = {cu_host_alloc,  cu_host_free, cu_host_set, cu_host_get,
-                                                  cu_host_memset, cu_host_copy, NULL};
+                                                  cu_host_memset, cu_host_copy, NULL,        NULL};
 
 /* ---- op support: exactly what the kernels run ---------------------------------- */
 
@@ -760,6 +800,13 @@ static size_t cu_extent(const tsr_tensor *t) {
     return n;
 }
 
+/* Whether the memory of x and y (their extents) overlap. */
+static bool cu_overlap(const tsr_tensor *x, const tsr_tensor *y) {
+    const uintptr_t a = (uintptr_t)x->data, b = (uintptr_t)y->data;
+    const size_t na = cu_extent(x), nb = cu_extent(y);
+    return na && nb && a < b + nb && b < a + na;
+}
+
 /* The mat-vec's activations *y for weights of type wtype: b itself when it
  * is contiguous F32 and the weights float (no copy), NULL when strided (the
  * mat-vec's) and b has F32 rows (read in place through b's strides), the
@@ -809,7 +856,7 @@ static bool cu_fuse_epi(const cu_dev *c, const tsr_tensor *node, const tsr_tenso
         node->type != TSR_TYPE_F32 || (nx->src[0] == node) == (nx->src[1] == node))
         return false;
     const tsr_tensor *x = nx->src[0] == node ? nx->src[1] : nx->src[0];
-    if (!x || x->type != TSR_TYPE_F32 || !cu_supports(&c->dev, nx))
+    if (!x || x->type != TSR_TYPE_F32 || !cu_supports(&c->dev, nx) || cu_overlap(nx, node->src[1]))
         return false;
     for (int i = 0; i < 4; i++)
         if (nx->ne[i] != node->ne[i] || x->ne[i] != node->ne[i])
@@ -818,6 +865,46 @@ static bool cu_fuse_epi(const cu_dev *c, const tsr_tensor *node, const tsr_tenso
     epi->dst = cu_t(nx);
     epi->x = cu_t(x);
     return true;
+}
+
+/* Whether the gate and up projections of one input, p and q (the next
+ * product), and sw = swiglu of the two (either order) run as one mat-vec
+ * launch (TCU_EPI_SWIGLU_PAIR): weights of one type and shape, F32
+ * results of one shape; every result is still written. Float weights read
+ * b in place: sw must not have taken b's memory (b dies at q). */
+static bool cu_fuse_glu_pair(const cu_dev *c, const tsr_tensor *p, const tsr_tensor *q, const tsr_tensor *sw) {
+    if (q->op != TSR_OP_MUL_MAT || sw->op != TSR_OP_SWIGLU || q->src[1] != p->src[1] || !cu_use_mmv(p) ||
+        p->type != TSR_TYPE_F32 || q->type != TSR_TYPE_F32 || sw->type != TSR_TYPE_F32 || !cu_supports(&c->dev, q) ||
+        !cu_supports(&c->dev, sw))
+        return false;
+    if (!((sw->src[0] == p && sw->src[1] == q) || (sw->src[0] == q && sw->src[1] == p)))
+        return false;
+    const tsr_tensor *wp = p->src[0], *wq = q->src[0];
+    if (wp->type != wq->type || cu_overlap(sw, p->src[1]))
+        return false;
+    for (int i = 0; i < 4; i++)
+        if (wp->ne[i] != wq->ne[i] || q->ne[i] != p->ne[i] || sw->ne[i] != p->ne[i])
+            return false;
+    return true;
+}
+
+/* The fused gate/up pair (cu_fuse_glu_pair): one launch writes the gate's
+ * product, the up projection's and their swiglu. */
+static tsr_status cu_mul_mat_glu(cu_stream *s, const tsr_tensor *sw) {
+    cu_dev *c = s->c;
+    const tsr_tensor *gate = sw->src[0], *up = sw->src[1], *b = gate->src[1];
+    tsr_status st = cu_arena_grow(s, cu_scratch_need(c, gate));
+    if (st != TSR_OK)
+        return st;
+    tcu_mmv_epi epi;
+    epi.mode = TCU_EPI_SWIGLU_PAIR;
+    epi.dst = cu_t(sw);
+    epi.x = cu_t(up);
+    epi.a2 = cu_t(up->src[0]);
+    const void *y = NULL;
+    CU_CHECK(c, "tcu_activations (kernel launch)", cu_activations(s, b, (int)gate->src[0]->type, true, &y));
+    CU_CHECK(c, "tcu_mat_vec (kernel launch)", tcu_mat_vec(s->cs, cu_t(gate), cu_t(gate->src[0]), cu_t(b), y, &epi));
+    return TSR_OK;
 }
 
 /* nx: the node after (NULL: none); *fused when the mat-vec computed it too. */
@@ -1075,7 +1162,14 @@ static tsr_status cu_run_nodes(cu_stream *s, tsr_tensor *const *nodes, size_t n_
         if (!cu_supports(&c->dev, node))
             return tsr__error(TSR_E_UNSUPPORTED, "%s: node '%s' (%s) has no CUDA kernel for its types", c->dev.name,
                               node->name, tsr__op_name(node->op));
-        if (node->op == TSR_OP_MUL_MAT) {
+        const size_t j = node->op == TSR_OP_MUL_MAT ? cu_next_op(nodes, n_nodes, i) : n_nodes;
+        const size_t j2 = j < n_nodes ? cu_next_op(nodes, n_nodes, j) : n_nodes;
+        if (j2 < n_nodes && cu_fuse_glu_pair(c, node, nodes[j], nodes[j2])) {
+            cu_act_forget(s, nodes[j]);
+            cu_act_forget(s, nodes[j2]);
+            st = cu_mul_mat_glu(s, nodes[j2]);
+            i = j2;
+        } else if (node->op == TSR_OP_MUL_MAT) {
             tsr_tensor *nx = i + 1 < n_nodes ? nodes[i + 1] : NULL;
             bool fused = false;
             st = cu_mul_mat(s, node, nx, &fused);
@@ -1150,6 +1244,7 @@ static uint64_t *cu_key_tensor(uint64_t *k, const tsr_tensor *t) {
 static size_t cu_graph_key(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes) {
     if (n_nodes > (SIZE_MAX / sizeof(uint64_t) - 4) / CU_KEY_NODE)
         return 0;
+    atomic_fetch_add_explicit(&cu_keys_built, 1, memory_order_relaxed);
     const size_t need = 4 + n_nodes * CU_KEY_NODE;
     if (need > s->key_new_cap) {
         uint64_t *a = tsr__malloc(need * sizeof *a);
@@ -1215,6 +1310,31 @@ static cu_graph *cu_graph_find(cu_stream *s, size_t n, bool *fresh) {
     old->no_capture = old->ids = false;
     *fresh = true;
     return old;
+}
+
+/* The nodes' addresses (tensor and data), hashed. */
+static uint64_t cu_nodes_hash(tsr_tensor *const *nodes, size_t n) {
+    uint64_t h = 0xcbf29ce484222325u;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ (uint64_t)(uintptr_t)nodes[i]) * 0x100000001b3u;
+        h = (h ^ (uint64_t)(uintptr_t)nodes[i]->data) * 0x100000001b3u;
+    }
+    return h;
+}
+
+/* The entry that the same nodes found last, when no plan bound a tensor
+ * since and the arena stayed (the scheduler kept its plan: a decode step
+ * run again); NULL when the description has to be built and compared. */
+static cu_graph *cu_graph_same(cu_stream *s, tsr_tensor *const *nodes, size_t n_nodes, uint64_t plan, uint64_t hash) {
+    for (int i = 0; i < CU_GRAPHS; i++) {
+        cu_graph *e = &s->g[i];
+        if (e->n && e->sig_nodes == nodes && e->sig_n == n_nodes && e->sig_plan == plan && e->sig_hash == hash &&
+            e->sig_arena == s->arena && e->sig_arena_size == s->arena_size) {
+            e->used = ++s->tick;
+            return e;
+        }
+    }
+    return NULL;
 }
 
 /* Whether the nodes can be captured: no scratch to grow, no host work. */
@@ -1309,9 +1429,24 @@ static tsr_status cu_compute_nodes(tsr_stream *ts, tsr_tensor *const *nodes, siz
         if ((st = cu_arena_grow(s, need)) != TSR_OK)
             return st;
     }
-    const size_t n = s->graphs ? cu_graph_key(s, nodes, n_nodes) : 0;
     bool fresh = true;
-    cu_graph *e = n ? cu_graph_find(s, n, &fresh) : NULL;
+    cu_graph *e = NULL;
+    if (s->graphs) {
+        const uint64_t plan = tsr__plan_count(), hash = cu_nodes_hash(nodes, n_nodes);
+        if ((e = cu_graph_same(s, nodes, n_nodes, plan, hash)) != NULL) {
+            fresh = false;
+        } else {
+            const size_t n = cu_graph_key(s, nodes, n_nodes);
+            if (n && (e = cu_graph_find(s, n, &fresh)) != NULL) {
+                e->sig_nodes = nodes;
+                e->sig_n = n_nodes;
+                e->sig_plan = plan;
+                e->sig_hash = hash;
+                e->sig_arena = s->arena;
+                e->sig_arena_size = s->arena_size;
+            }
+        }
+    }
     if (!e || fresh)
         return cu_run_nodes(s, nodes, n_nodes);
     if (!e->exec && !e->no_capture) {

@@ -71,18 +71,23 @@ cudaError_t tcu_matrix_to_f32(cudaStream_t s, float *out, tcu_tensor a, int64_t 
 /* dst = a x b for few columns: y holds all of b's rows (b->ne[1]*ne[2]*ne[3]
  * of them, in order) converted once by tcu_activations for a's type: Q8_1
  * blocks for the integer types (tcu_dot_q8_1_type), contiguous F32 for the
- * float ones; each warp takes a row of a and dots it with every column. */
+ * float ones; a block of several warps takes a row of a and dots it with
+ * every column (the column count a template argument: one kernel per count
+ * up to TCU_MMV_MAX_COLS). */
 #define TCU_MMV_MAX_COLS 8
 cudaError_t tcu_activations(cudaStream_t s, void *y, tcu_tensor b, int wtype);
 /* The node after the product in the same launch (epi NULL: none): dst
  * still gets the product v, and epi->dst (F32, dst's shape) gets v + x
  * (TCU_EPI_ADD: the residual), silu(v) * x (TCU_EPI_SWIGLU_A: v is the
  * gate) or silu(x) * v (TCU_EPI_SWIGLU_B: v is the up projection), x F32
- * of dst's shape, read and written at v's coordinates. */
-enum { TCU_EPI_NONE, TCU_EPI_ADD, TCU_EPI_SWIGLU_A, TCU_EPI_SWIGLU_B };
+ * of dst's shape, read and written at v's coordinates. TCU_EPI_SWIGLU_PAIR:
+ * two products of the same activations in one launch, v = a x b (the gate)
+ * into dst and u = epi->a2 x b (the up projection; a2 of a's type and
+ * shape) into epi->x, and silu(v) * u into epi->dst. */
+enum { TCU_EPI_NONE, TCU_EPI_ADD, TCU_EPI_SWIGLU_A, TCU_EPI_SWIGLU_B, TCU_EPI_SWIGLU_PAIR };
 typedef struct tcu_mmv_epi {
     int mode;
-    tcu_tensor dst, x;
+    tcu_tensor dst, x, a2;
 } tcu_mmv_epi;
 /* y NULL: float weights read b (F32, contiguous rows, row strides whole
  * floats) in place. */

@@ -1,14 +1,16 @@
 /*
  * matmul.cu - what the matrix products need besides cuBLAS: a matrix of any
  * readable type dequantized (or converted) to contiguous F16 or F32 for the
- * GEMM of large batches, and the matrix-vector kernel for few columns: each
- * warp takes a row of the weights, its lanes walk the row's elements
- * (dequantizing on the fly, adjacent lanes on adjacent elements) against
- * every column of the activations, converted once: for the integer
- * types to Q8_1 blocks (32 values, a scale and the scaled sum), met by
- * integer dot products (dp4a) per 32-value segment of the weights, a lane
- * per segment (cuda/quant.h, checked on the host); for the float types to
- * contiguous F32, a lane per element.
+ * GEMM of large batches, and the matrix-vector kernels for few columns,
+ * against activations converted once: for the integer types to Q8_1 blocks
+ * (32 values, a scale and the scaled sum), met by integer dot products
+ * (dp4a, cuda/quant.h, checked on the host); for the float types to
+ * contiguous F32. k_mat_vec (the decode products): a block of MMV_WARPS
+ * warps per weight row, its threads over the row in 4-byte words (four
+ * threads per 32-value segment, adjacent threads on adjacent words), the
+ * warps' sums added in shared memory; one instance per weight type and
+ * column count. k_mat_vec_id (the experts'): a warp per weight row, a lane
+ * per segment.
  */
 #include "common.cuh"
 
@@ -49,13 +51,14 @@ template <int TYPE> struct tcu_qdot {
     static constexpr int spb = TYPE == TCU_Q4_K || TYPE == TCU_Q5_K || TYPE == TCU_Q6_K ? 8 : 1;
 };
 
-/* A lane's part of the dots of weight row arow with ncols columns of y:
- * Q8_1 blocks (nseg = k / 32 per column) for the integer types, each lane
- * on whole segments (adjacent lanes on adjacent blocks); F32 values (k per
- * column) for the float types, adjacent lanes on adjacent elements. */
+/* A lane's part of the dots of weight row arow with ncols columns of y
+ * (k_mat_vec_id's warp per row): Q8_1 blocks (nseg = k / 32 per column)
+ * for the integer types, each lane on whole segments (adjacent lanes on
+ * adjacent blocks); F32 values (k per column) for the float types,
+ * adjacent lanes on adjacent elements. */
 template <int TYPE>
 __device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t k, int64_t nb0, const void *y,
-                                             int ncols, float *acc, int lane, int64_t ycs = 0) {
+                                             int ncols, float *acc, int lane) {
     if constexpr (tcu_qdot<TYPE>::yes) {
         const tcu_q8_1 *yq = (const tcu_q8_1 *)y;
         const int64_t nseg = k / 32;
@@ -70,13 +73,12 @@ __device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t 
         }
     } else {
         const float *yf = (const float *)y;
-        const int64_t cs = ycs ? ycs : k; /* floats from a column to the next */
         for (int64_t e = lane; e < k; e += 32) {
             const float w = tcu_load(TYPE, arow, e, nb0);
 #pragma unroll
             for (int c = 0; c < TCU_MMV_MAX_COLS; c++)
                 if (c < ncols)
-                    acc[c] += w * yf[c * cs + e];
+                    acc[c] += w * yf[c * k + e];
         }
     }
 }
@@ -84,41 +86,113 @@ __device__ __forceinline__ void tcu_row_dots(const unsigned char *arow, int64_t 
 /* Values per column of y: segments (Q8_1) or elements (F32). */
 template <int TYPE> __device__ __forceinline__ int64_t tcu_ycol(int64_t k) { return tcu_qdot<TYPE>::yes ? k / 32 : k; }
 
-/* grid.x: rows of a in groups of MMV_WARPS (grid-stride); grid.y: the
- * matrices of b (i12 + ne12 * i13). One instance per weight type, so the
- * loader's type switch and block arithmetic fold at compile time. */
-template <int TYPE>
+#define MMV_THREADS (32 * MMV_WARPS)
+#define MMV_PARTS 4 /* threads per 32-value segment: two 4-value groups (4-byte words) each */
+
+/* A thread's part (tid of MMV_THREADS) of the dots of weight row arow with
+ * the NCOLS columns of y (cs values from a column to the next): for the
+ * integer types four threads per 32-value segment, two 4-byte words of the
+ * weights and of the Q8_1 values each, so a warp reads 8 segments' words
+ * in order; F16 and BF16 rows (contiguous, 4-byte aligned) two elements a
+ * thread, one 4-byte word; else an element a thread. */
+template <int TYPE, int NCOLS>
+__device__ __forceinline__ void tcu_row_dots_block(const unsigned char *arow, int64_t k, int64_t nb0, const void *y,
+                                                   int64_t cs, float *acc, int tid) {
+    if constexpr (tcu_qdot<TYPE>::yes) {
+        const tcu_q8_1 *yq = (const tcu_q8_1 *)y;
+        const int64_t nseg = k / 32, units = nseg * MMV_PARTS;
+        const int bb = tcu_block_bytes(TYPE);
+        for (int64_t u = tid; u < units; u += MMV_THREADS) {
+            const int64_t g = u / MMV_PARTS;
+            const int p = (int)(u % MMV_PARTS);
+            const unsigned char *blk = arow + (g / tcu_qdot<TYPE>::spb) * bb;
+            const int sub = (int)(g % tcu_qdot<TYPE>::spb);
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++)
+                acc[c] += tcu_dot_q8_1_part(TYPE, blk, sub, yq + c * nseg + g, 2 * p, 2 * p + 2);
+        }
+    } else {
+        const float *yf = (const float *)y;
+        int64_t e0 = 0;
+        if constexpr (TYPE == TCU_F16 || TYPE == TCU_BF16) {
+            if (nb0 == 2 && !((uintptr_t)arow & 3)) {
+                const int64_t npair = k / 2;
+                for (int64_t e2 = tid; e2 < npair; e2 += MMV_THREADS) {
+                    const uint32_t w2 = ((const uint32_t *)arow)[e2];
+                    const uint16_t lo = (uint16_t)(w2 & 0xffffu), hi = (uint16_t)(w2 >> 16);
+                    const float w0 = TYPE == TCU_F16 ? tcu_half_to_float(lo) : tcu_bf16_to_float(lo);
+                    const float w1 = TYPE == TCU_F16 ? tcu_half_to_float(hi) : tcu_bf16_to_float(hi);
+#pragma unroll
+                    for (int c = 0; c < NCOLS; c++) acc[c] += w0 * yf[c * cs + 2 * e2] + w1 * yf[c * cs + 2 * e2 + 1];
+                }
+                e0 = 2 * npair;
+            }
+        }
+        for (int64_t e = e0 + tid; e < k; e += MMV_THREADS) {
+            const float w = tcu_load(TYPE, arow, e, nb0);
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++) acc[c] += w * yf[c * cs + e];
+        }
+    }
+}
+
+/* grid.x: rows of a, a block per row (grid-stride); grid.y: the matrices
+ * of b (i12 + ne12 * i13). One instance per weight type and column count,
+ * so the loader's type switch, the block arithmetic and the column loops
+ * fold at compile time. With TCU_EPI_SWIGLU_PAIR the block does the same
+ * row of epi.a2 too (gate and up of one input in one launch). Each
+ * column's sum runs in an order that does not depend on NCOLS. */
+template <int TYPE, int NCOLS>
 __global__ void k_mat_vec(tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y, tcu_mmv_epi epi) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int64_t k = a.ne[0], m = a.ne[1], ncols = b.ne[1];
+    __shared__ float part[2][MMV_WARPS][NCOLS];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int nmat = epi.mode == TCU_EPI_SWIGLU_PAIR ? 2 : 1;
+    const int64_t k = a.ne[0], m = a.ne[1];
     const int64_t mat = blockIdx.y, i12 = mat % b.ne[2], i13 = mat / b.ne[2];
     const int64_t r2 = b.ne[2] / a.ne[2], r3 = b.ne[3] / a.ne[3];
     const size_t ybytes = tcu_qdot<TYPE>::yes ? sizeof(tcu_q8_1) : sizeof(float);
     /* y NULL (float weights): b's F32 rows read in place through its strides */
-    const char *ym = y ? (const char *)y + (size_t)mat * (size_t)(ncols * tcu_ycol<TYPE>(k)) * ybytes
+    const char *ym = y ? (const char *)y + (size_t)mat * (size_t)(NCOLS * tcu_ycol<TYPE>(k)) * ybytes
                        : (const char *)tcu_at(b, 0, 0, i12, i13);
-    const int64_t ycs = y ? 0 : b.nb[1] / (int64_t)sizeof(float);
-    for (int64_t i = blockIdx.x * (int64_t)MMV_WARPS + warp; i < m; i += (int64_t)gridDim.x * MMV_WARPS) {
-        const unsigned char *arow = (const unsigned char *)tcu_at(a, 0, i, i12 / r2, i13 / r3);
-        float acc[TCU_MMV_MAX_COLS];
+    const int64_t ycs = y ? tcu_ycol<TYPE>(k) : b.nb[1] / (int64_t)sizeof(float);
+    for (int64_t i = blockIdx.x; i < m; i += gridDim.x) {
+        float acc[2][NCOLS];
 #pragma unroll
-        for (int c = 0; c < TCU_MMV_MAX_COLS; c++) acc[c] = 0.0f;
-        tcu_row_dots<TYPE>(arow, k, a.nb[0], ym, (int)ncols, acc, lane, ycs);
-#pragma unroll
-        for (int c = 0; c < TCU_MMV_MAX_COLS; c++) {
-            if (c >= ncols)
-                break;
-            const float v = tcu_warp_sum(acc[c]);
-            if (lane != 0)
-                continue;
-            *(float *)tcu_at(dst, i, c, i12, i13) = v;
-            if (epi.mode == TCU_EPI_NONE)
-                continue;
-            const float x = *(const float *)tcu_at(epi.x, i, c, i12, i13);
-            *(float *)tcu_at(epi.dst, i, c, i12, i13) = epi.mode == TCU_EPI_ADD        ? v + x
-                                                        : epi.mode == TCU_EPI_SWIGLU_A ? tcu_silu(v) * x
-                                                                                       : tcu_silu(x) * v;
+        for (int c = 0; c < NCOLS; c++) acc[0][c] = acc[1][c] = 0.0f;
+        for (int mi = 0; mi < nmat; mi++) {
+            const tcu_tensor &w = mi ? epi.a2 : a;
+            tcu_row_dots_block<TYPE, NCOLS>((const unsigned char *)tcu_at(w, 0, i, i12 / r2, i13 / r3), k, w.nb[0], ym,
+                                            ycs, acc[mi], tid);
         }
+        for (int mi = 0; mi < nmat; mi++)
+#pragma unroll
+            for (int c = 0; c < NCOLS; c++) {
+                const float v = tcu_warp_sum(acc[mi][c]);
+                if (lane == 0)
+                    part[mi][warp][c] = v;
+            }
+        __syncthreads();
+        if (warp == MMV_WARPS - 1 && lane < NCOLS) { /* the last warp adds the warps' sums */
+            const int c = lane;
+            float v = 0.0f, u = 0.0f;
+#pragma unroll
+            for (int w = 0; w < MMV_WARPS; w++) {
+                v += part[0][w][c];
+                if (nmat == 2)
+                    u += part[1][w][c];
+            }
+            *(float *)tcu_at(dst, i, c, i12, i13) = v;
+            if (epi.mode == TCU_EPI_SWIGLU_PAIR) {
+                *(float *)tcu_at(epi.x, i, c, i12, i13) = u;
+                *(float *)tcu_at(epi.dst, i, c, i12, i13) = tcu_silu(v) * u;
+            } else if (epi.mode != TCU_EPI_NONE) {
+                const float x = *(const float *)tcu_at(epi.x, i, c, i12, i13);
+                *(float *)tcu_at(epi.dst, i, c, i12, i13) = epi.mode == TCU_EPI_ADD        ? v + x
+                                                            : epi.mode == TCU_EPI_SWIGLU_A ? tcu_silu(v) * x
+                                                                                           : tcu_silu(x) * v;
+            }
+        }
+        __syncthreads(); /* part[] is read before the next row's sums overwrite it */
     }
 }
 
@@ -153,34 +227,53 @@ static bool tcu_even(const tcu_tensor &a) {
     return !tcu_dot_q8_1_type(a.type) || !(((uintptr_t)a.data | (uint64_t)(a.nb[1] | a.nb[2] | a.nb[3])) & 1);
 }
 
+template <int TYPE>
+static void tcu_mmv_cols(cudaStream_t s, dim3 grid, int64_t ncols, const tcu_tensor &dst, const tcu_tensor &a,
+                         const tcu_tensor &b, const void *y, const tcu_mmv_epi &epi) {
+    switch (ncols) {
+    case 1: k_mat_vec<TYPE, 1><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    case 2: k_mat_vec<TYPE, 2><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    case 3: k_mat_vec<TYPE, 3><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    case 4: k_mat_vec<TYPE, 4><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    case 5: k_mat_vec<TYPE, 5><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    case 6: k_mat_vec<TYPE, 6><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    case 7: k_mat_vec<TYPE, 7><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    default: k_mat_vec<TYPE, 8><<<grid, MMV_THREADS, 0, s>>>(dst, a, b, y, epi); break;
+    }
+}
+
 extern "C" cudaError_t tcu_mat_vec(cudaStream_t s, tcu_tensor dst, tcu_tensor a, tcu_tensor b, const void *y,
                                    const tcu_mmv_epi *epi_p) {
     tcu_mmv_epi epi;
     if (epi_p)
         epi = *epi_p;
     else
-        epi.mode = TCU_EPI_NONE, epi.dst = epi.x = dst;
-    if (!tcu_even(a))
+        epi.mode = TCU_EPI_NONE, epi.dst = epi.x = epi.a2 = dst;
+    const bool pair = epi.mode == TCU_EPI_SWIGLU_PAIR;
+    if (!tcu_even(a) || (pair && (!tcu_even(epi.a2) || epi.a2.type != a.type)))
         return cudaErrorInvalidValue;
+    for (int d = 0; pair && d < 4; d++)
+        if (epi.a2.ne[d] != a.ne[d])
+            return cudaErrorInvalidValue;
     const int64_t mats = b.ne[2] * b.ne[3];
     if (a.ne[1] == 0 || b.ne[1] == 0 || mats == 0)
         return cudaSuccess;
     if (b.ne[1] > TCU_MMV_MAX_COLS || mats > TCU_MAX_GRID)
         return cudaErrorInvalidValue;
-    dim3 grid(tcu_blocks(a.ne[1], MMV_WARPS), (unsigned)mats);
-    const unsigned nt = 32 * MMV_WARPS;
+    const dim3 grid(tcu_blocks(a.ne[1], 1), (unsigned)mats);
+    const int64_t nc = b.ne[1];
     switch (a.type) {
-    case TCU_F32: k_mat_vec<TCU_F32><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_F16: k_mat_vec<TCU_F16><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_BF16: k_mat_vec<TCU_BF16><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q4_0: k_mat_vec<TCU_Q4_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q4_1: k_mat_vec<TCU_Q4_1><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q5_0: k_mat_vec<TCU_Q5_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q5_1: k_mat_vec<TCU_Q5_1><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q8_0: k_mat_vec<TCU_Q8_0><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q4_K: k_mat_vec<TCU_Q4_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q5_K: k_mat_vec<TCU_Q5_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
-    case TCU_Q6_K: k_mat_vec<TCU_Q6_K><<<grid, nt, 0, s>>>(dst, a, b, y, epi); break;
+    case TCU_F32: tcu_mmv_cols<TCU_F32>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_F16: tcu_mmv_cols<TCU_F16>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_BF16: tcu_mmv_cols<TCU_BF16>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q4_0: tcu_mmv_cols<TCU_Q4_0>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q4_1: tcu_mmv_cols<TCU_Q4_1>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q5_0: tcu_mmv_cols<TCU_Q5_0>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q5_1: tcu_mmv_cols<TCU_Q5_1>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q8_0: tcu_mmv_cols<TCU_Q8_0>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q4_K: tcu_mmv_cols<TCU_Q4_K>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q5_K: tcu_mmv_cols<TCU_Q5_K>(s, grid, nc, dst, a, b, y, epi); break;
+    case TCU_Q6_K: tcu_mmv_cols<TCU_Q6_K>(s, grid, nc, dst, a, b, y, epi); break;
     default: return cudaErrorInvalidValue;
     }
     return TCU_LAUNCHED();

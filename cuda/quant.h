@@ -315,18 +315,14 @@ TCU_HD int tcu_dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
-TCU_HD uint32_t tcu_yq(const tcu_q8_1 *y, int i) { return tcu_u32((const unsigned char *)y->qs + 4 * i); }
-
-/* The sum of q_i * y_i over a 32-value segment whose weights are 4-bit
- * values, low nibbles of qs[0..15] for values 0..15 (or, with hi, the high
- * nibbles), the fifth bits from qh (bit i for value i) when qh5 is set. */
-TCU_HD int tcu_dot_nib(const unsigned char *qs, int hi_first, const tcu_q8_1 *y, int yoff) {
-    int acc = 0;
-    for (int j = 0; j < 4; j++) {
-        const uint32_t v = tcu_u32(qs + 4 * j);
-        acc = tcu_dp4a(hi_first ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu, tcu_yq(y, yoff + j), acc);
-    }
-    return acc;
+/* Word i (values 4i..4i+3) of y's values: one 4-byte load on the device
+ * (a Q8_1 block is 40 bytes, its values at offset 8). */
+TCU_HD uint32_t tcu_yq(const tcu_q8_1 *y, int i) {
+#ifdef __CUDA_ARCH__
+    return ((const uint32_t *)y->qs)[i];
+#else
+    return tcu_u32((const unsigned char *)y->qs + 4 * i);
+#endif
 }
 
 /* Spreads bits b..b+3 of qh to bit 4 of four bytes. */
@@ -335,37 +331,42 @@ TCU_HD uint32_t tcu_qh4(uint32_t qh, int b) {
     return ((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25);
 }
 
-/* Segment sub (32 values) of the weight block wb against y: the float dot
- * product of the dequantized weights with y's values (y.d * y.qs). The
- * 32-value types have one segment per block, the K types eight. */
-TCU_HD float tcu_dot_q8_1(int type, const unsigned char *wb, int sub, const tcu_q8_1 *y) {
+/* Part of segment sub (32 values) of the weight block wb against y: the
+ * float dot product of the dequantized weights with y's values (y.d *
+ * y.qs) over the segment's 4-value groups w0..w1-1 (of 8; 0, 8 is the whole
+ * segment), the offset terms (y.s) in the part with w0 == 0. A 4-value group
+ * is one 4-byte word of y and of the weights' low bits: the nibble types'
+ * group w is the low (w even) or high nibbles of qs word w / 2, so the
+ * mat-vec's threads that take two groups each read adjacent words. The
+ * 32-value types have one segment per block, the K types eight. The parts
+ * of a segment add up to its whole (integer sums exact, the scales the same). */
+TCU_HD float tcu_dot_q8_1_part(int type, const unsigned char *wb, int sub, const tcu_q8_1 *y, int w0, int w1) {
+    const int first = w0 == 0;
     switch (type) {
-    case TCU_Q4_0: {
-        const int sum = tcu_dot_nib(wb + 2, 0, y, 0) + tcu_dot_nib(wb + 2, 1, y, 4);
-        return tcu_half_to_float(tcu_u16(wb)) * (y->d * (float)sum - 8.0f * y->s);
-    }
-    case TCU_Q4_1: {
-        const int sum = tcu_dot_nib(wb + 4, 0, y, 0) + tcu_dot_nib(wb + 4, 1, y, 4);
-        return tcu_half_to_float(tcu_u16(wb)) * y->d * (float)sum + tcu_half_to_float(tcu_u16(wb + 2)) * y->s;
-    }
+    case TCU_Q4_0:
+    case TCU_Q4_1:
     case TCU_Q5_0:
     case TCU_Q5_1: {
-        const int off = type == TCU_Q5_0 ? 2 : 4;
-        const uint32_t qh = tcu_u32(wb + off);
-        const unsigned char *qs = wb + off + 4;
+        const int q5 = type == TCU_Q5_0 || type == TCU_Q5_1, off = type == TCU_Q4_0 || type == TCU_Q5_0 ? 2 : 4;
+        const unsigned char *qs = wb + off + (q5 ? 4 : 0);
+        const uint32_t qh = q5 ? tcu_u32(wb + off) : 0;
         int sum = 0;
-        for (int j = 0; j < 4; j++) {
-            const uint32_t v = tcu_u32(qs + 4 * j);
-            sum = tcu_dp4a((v & 0x0F0F0F0Fu) | tcu_qh4(qh, 4 * j), tcu_yq(y, j), sum);
-            sum = tcu_dp4a(((v >> 4) & 0x0F0F0F0Fu) | tcu_qh4(qh, 16 + 4 * j), tcu_yq(y, 4 + j), sum);
+        for (int w = w0; w < w1; w++) {
+            const int j = (w & 1) * 4 + w / 2; /* y's word: values 4j..4j+3 */
+            const uint32_t v = tcu_u32(qs + 4 * (w / 2));
+            uint32_t q = (w & 1) ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu;
+            if (q5)
+                q |= tcu_qh4(qh, 4 * j);
+            sum = tcu_dp4a(q, tcu_yq(y, j), sum);
         }
         const float d = tcu_half_to_float(tcu_u16(wb));
-        return type == TCU_Q5_0 ? d * (y->d * (float)sum - 16.0f * y->s)
-                                : d * y->d * (float)sum + tcu_half_to_float(tcu_u16(wb + 2)) * y->s;
+        if (type == TCU_Q4_0 || type == TCU_Q5_0)
+            return d * (y->d * (float)sum - (first ? (type == TCU_Q4_0 ? 8.0f : 16.0f) * y->s : 0.0f));
+        return d * y->d * (float)sum + (first ? tcu_half_to_float(tcu_u16(wb + 2)) * y->s : 0.0f);
     }
     case TCU_Q8_0: {
         int sum = 0;
-        for (int j = 0; j < 8; j++) sum = tcu_dp4a(tcu_u32(wb + 2 + 4 * j), tcu_yq(y, j), sum);
+        for (int j = w0; j < w1; j++) sum = tcu_dp4a(tcu_u32(wb + 2 + 4 * j), tcu_yq(y, j), sum);
         return tcu_half_to_float(tcu_u16(wb)) * y->d * (float)sum;
     }
     case TCU_Q4_K:
@@ -375,7 +376,7 @@ TCU_HD float tcu_dot_q8_1(int type, const unsigned char *wb, int sub, const tcu_
         const int g = sub / 2, hi = sub % 2;
         const unsigned char *qs = wb + 4 + 12 + (type == TCU_Q5_K ? 32 : 0) + 32 * g;
         int sum = 0;
-        for (int j = 0; j < 8; j++) {
+        for (int j = w0; j < w1; j++) {
             const uint32_t v = tcu_u32(qs + 4 * j);
             uint32_t q = hi ? (v >> 4) & 0x0F0F0F0Fu : v & 0x0F0F0F0Fu;
             if (type == TCU_Q5_K) /* bit `sub` of qh[l] is bit 4 of value l */
@@ -383,14 +384,14 @@ TCU_HD float tcu_dot_q8_1(int type, const unsigned char *wb, int sub, const tcu_
             sum = tcu_dp4a(q, tcu_yq(y, j), sum);
         }
         return tcu_half_to_float(tcu_u16(wb)) * (float)sc * y->d * (float)sum -
-               tcu_half_to_float(tcu_u16(wb + 2)) * (float)m * y->s;
+               (first ? tcu_half_to_float(tcu_u16(wb + 2)) * (float)m * y->s : 0.0f);
     }
     case TCU_Q6_K: { /* segment sub = 4 * h + quarter: values l = 0..31 */
         const int h = sub / 4, quarter = sub % 4;
         const unsigned char *ql = wb + 64 * h + ((quarter & 1) ? 32 : 0), *qh = wb + 128 + 32 * h;
         const signed char *scales = (const signed char *)(wb + 192) + 8 * h + 2 * quarter;
         int part[2] = {0, 0}, ysum[2] = {0, 0}; /* (q - 32) . y = q . y - 32 (sum of y), per 16 values */
-        for (int j = 0; j < 8; j++) {
+        for (int j = w0; j < w1; j++) {
             const uint32_t lo = tcu_u32(ql + 4 * j), hb = tcu_u32(qh + 4 * j);
             const uint32_t q4 = (quarter & 2) ? (lo >> 4) & 0x0F0F0F0Fu : lo & 0x0F0F0F0Fu;
             const uint32_t q = q4 | (((hb >> (2 * quarter)) & 0x03030303u) << 4);
@@ -403,6 +404,11 @@ TCU_HD float tcu_dot_q8_1(int type, const unsigned char *wb, int sub, const tcu_
     }
     default: return 0.0f;
     }
+}
+
+/* The whole segment. */
+TCU_HD float tcu_dot_q8_1(int type, const unsigned char *wb, int sub, const tcu_q8_1 *y) {
+    return tcu_dot_q8_1_part(type, wb, sub, y, 0, 8);
 }
 
 /* Whether the matrix-vector kernels take type's weights with Q8_1 activations. */

@@ -33,6 +33,11 @@ typedef struct tsr_buft_iface {
      * (tsr__tensor_to_stored), it asks for them in the stored layout, to
      * stay so (TSR_FLAG_KEEP_STORED). t is the root of its views, in buf. */
     tsr_status (*to_stored)(tsr_buffer *buf, tsr_tensor *t);
+    /* May be NULL (then set): set, for a caller that leaves host's bytes
+     * as they are until it synchronizes the device's stream (the
+     * scheduler's copies into a split, which ends with synchronize), so
+     * the copy may still read them after the call returns. */
+    tsr_status (*set_async)(tsr_buffer *buf, void *dst, const void *host, size_t size);
 } tsr_buft_iface;
 
 struct tsr_buffer_type {
@@ -139,6 +144,11 @@ typedef struct tsr_module_services {
     const tsr_op_info *(*op_info)(tsr_op op);
     size_t (*tensor_nbytes)(const tsr_tensor *t);
     tsr_device *(*host_device)(void);
+    /* Graphs planned by every scheduler so far: nodes a device saw at the
+     * same count, in the same array, are the same nodes at the same
+     * addresses (only a plan binds a tensor elsewhere), so what the device
+     * derived from them still holds (cpu/job.c's plan_of, the CUDA graphs). */
+    uint64_t (*plan_count)(void);
 } tsr_module_services;
 
 /* What a module hands back. The sizes are the module's own sizeof of the

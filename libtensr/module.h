@@ -78,6 +78,7 @@ static inline const char *tsr__module_op_name(tsr_op op) {
 #define tsr__free(p) tsr__svc->free(p)
 #define tsr__aligned_alloc(align, n) tsr__svc->aligned_alloc(align, n)
 #define tsr__aligned_free(p) tsr__svc->aligned_free(p)
+#define tsr__plan_count() tsr__svc->plan_count()
 #define tsr__type_traits(type) tsr__svc->type_traits(type)
 #define tsr__op_info(op) tsr__svc->op_info(op)
 #define tsr__nbytes(t) tsr__svc->tensor_nbytes(t)

@@ -270,8 +270,11 @@ static void test_reserve_covers(void) {
     tsr_backend_free(b);
 }
 
-/* The emulator's count of kernel launches (a graph's replay counts its kernels). */
-static unsigned long long (*emu_launches)(void);
+/* The emulator's count of kernel launches (a graph's replay counts its
+ * kernels), of host waits on a stream, and the module's count of CUDA
+ * graph descriptions it built (the emulated module exports it). */
+static unsigned long long (*emu_launches)(void), (*emu_syncs)(void), (*emu_graph_keys)(void);
+static unsigned long long last_syncs, last_keys; /* decode_launches' counted token */
 
 /* Kernels launched for one decode token of the model (every layer and the
  * head on CUDA0): a 5-token prompt, then tokens one at a time; the third
@@ -305,7 +308,10 @@ static unsigned long long decode_launches(const char *path, int flash) {
         for (int i = 0; i < 3; i++) {
             const int32_t t = 310 + i;
             const unsigned long long before = emu_launches ? emu_launches() : 0;
+            const unsigned long long syncs = emu_syncs ? emu_syncs() : 0, keys = emu_graph_keys ? emu_graph_keys() : 0;
             CHECK_OK(tsr_session_decode(s, 1, &t, NULL, NULL, NULL));
+            last_syncs = emu_syncs ? emu_syncs() - syncs : 0;
+            last_keys = emu_graph_keys ? emu_graph_keys() - keys : 0;
             CHECK(tsr_session_logits(s, 0) != NULL);
             n = emu_launches() - before;
         }
@@ -331,9 +337,15 @@ static int launches_main(char **argv) {
         const char *lim = getenv("TSR_EMU_LAUNCH_LIMIT");
         const double limit = lim ? atof(lim) : 16;
         printf("kernel launches per decode token, flash attention %s: %.1f per layer, %.1f outside the layers "
-               "(%llu with %d layers)\n",
-               flash ? "on" : "off", per, rest, b, lb);
+               "(%llu with %d layers); host syncs %llu, graph descriptions built %llu\n",
+               flash ? "on" : "off", per, rest, b, lb, last_syncs, last_keys);
         CHECK(per <= limit, "%.1f kernel launches per decode layer, more than %.0f", per, limit);
+        /* the token replays the step's graph: the scheduler kept its plan, so
+         * the description is not built again; the host waits once for the
+         * compute (its inputs are copied without a wait) and once to read
+         * the logits */
+        CHECK(last_keys == 0, "a replayed decode step built %llu graph descriptions", last_keys);
+        CHECK(last_syncs <= 2, "%llu host syncs in a decode step (compute and logits read: 2)", last_syncs);
     }
     return tsrtest_done("test-cuda-emu launches");
 }
@@ -479,6 +491,140 @@ static void test_fusions(void) {
         }
 }
 
+/* The mat-vec at every column count (1..8: one kernel instance each, so a
+ * count dispatched to the wrong instance shows) and weight type, at shapes
+ * that leave tails (k not a multiple of the block's threads; F16 rows of
+ * odd k, every other one not 4-byte aligned, so both the two-element
+ * words and the single elements run; 67 rows, and more rows than the
+ * grid's blocks, so a block's second row reuses its shared memory); then gate and up of the
+ * same input with their swiglu (either operand the gate), fused into one
+ * launch: the three results against a double reference and the launches
+ * asserted (the product: 1, or 2 with the Q8_1 conversion; the pair too). */
+static void test_mat_vec_cols(void) {
+    const struct {
+        tsr_type type;
+        int64_t k, m, max_n;
+    } ws[] = {{TSR_TYPE_F32, 301, 67, 8},       {TSR_TYPE_F16, 301, 67, 8},      {TSR_TYPE_BF16, 302, 67, 8},
+              {TSR_TYPE_Q8_0, 32 * 37, 67, 8},  {TSR_TYPE_Q4_0, 32 * 37, 67, 8}, {TSR_TYPE_Q5_1, 32 * 5, 67, 8},
+              {TSR_TYPE_Q4_K, 256 * 5, 67, 8},  {TSR_TYPE_Q6_K, 256 * 3, 67, 8},
+              {TSR_TYPE_Q8_0, 32, 65535 + 37, 1}}; /* more rows than blocks: a block takes a second row */
+    /* the last case guards the barrier after a row's sums are read, which
+     * threads run in order catch (the last warp reads them after the other
+     * warps ran on to the next row) and threads run last first cannot: run
+     * in that order alone (6 s) */
+    const char *rev = getenv("TCU_EMU_REVERSE");
+    const size_t n_ws = sizeof ws / sizeof *ws - (rev && *rev == '1' ? 1 : 0);
+    for (size_t wi = 0; wi < n_ws; wi++)
+        for (int64_t n = 1; n <= ws[wi].max_n; n++) {
+            const tsr_type type = ws[wi].type;
+            const int64_t k = ws[wi].k, m = ws[wi].m;
+            const bool q8 = type != TSR_TYPE_F32 && type != TSR_TYPE_F16 && type != TSR_TYPE_BF16;
+            tsr_backend *b = backend_cuda();
+            tsr_context *ctx = tsr_context_new(b);
+            float *w, *w2, *x;
+            tsr_tensor *tw = rand_tensor(ctx, type, k, m, 0.3f, 0.0f, &w);
+            tsr_tensor *tw2 = rand_tensor(ctx, type, k, m, 0.3f, 0.0f, &w2);
+            tsr_tensor *tx = rand_tensor(ctx, TSR_TYPE_F32, k, n, 2.0f, 0.1f, &x);
+            tsr_tensor *p = tsr_mul_mat(ctx, tw, tx);
+            tsr_tensor *g = tsr_mul_mat(ctx, tw, tx), *u = tsr_mul_mat(ctx, tw2, tx);
+            tsr_tensor *pair[3] = {n % 2 ? tsr_swiglu(ctx, g, u) : tsr_swiglu(ctx, u, g), g, u};
+            float *got[4];
+            for (int j = 0; j < 4; j++) got[j] = malloc((size_t)(m * n) * sizeof **got);
+            const unsigned long long want = q8 ? 2 : 1;
+            unsigned long long before = emu_launches ? emu_launches() : 0;
+            CHECK_OK(tsr_compute(ctx, &p, 1));
+            CHECK(tsr_tensor_device(p) == cuda0);
+            if (emu_launches)
+                CHECK(emu_launches() - before == want, "%s, %lld columns: the product took %llu launches, want %llu",
+                      tsr_type_name(type), (long long)n, emu_launches() - before, want);
+            if (got[3])
+                CHECK_OK(tsr_tensor_read(p, got[3], 0, (size_t)(m * n) * sizeof **got));
+            before = emu_launches ? emu_launches() : 0;
+            CHECK_OK(tsr_compute(ctx, pair, 3));
+            if (emu_launches)
+                CHECK(emu_launches() - before == want, "%s, %lld columns: gate/up/swiglu took %llu launches, want %llu",
+                      tsr_type_name(type), (long long)n, emu_launches() - before, want);
+            for (int j = 0; j < 3; j++)
+                if (got[j])
+                    CHECK_OK(tsr_tensor_read(pair[j], got[j], 0, (size_t)(m * n) * sizeof **got));
+            double *dg = calloc((size_t)(m * n), sizeof *dg), *du = calloc((size_t)(m * n), sizeof *du);
+            double *dh = calloc((size_t)(m * n), sizeof *dh);
+            for (int64_t c = 0; dg && du && dh && c < n; c++)
+                for (int64_t j = 0; j < m; j++) {
+                    double sg = 0, su = 0;
+                    for (int64_t i = 0; i < k; i++) {
+                        sg += (double)w[j * k + i] * x[c * k + i];
+                        su += (double)w2[j * k + i] * x[c * k + i];
+                    }
+                    dg[c * m + j] = sg;
+                    du[c * m + j] = su;
+                    dh[c * m + j] = n % 2 ? sg / (1 + exp(-sg)) * su : su / (1 + exp(-su)) * sg;
+                }
+            const double lim = q8 ? 1e-3 : type == TSR_TYPE_F32 ? 1e-9 : 1e-6;
+            const char *names[4] = {"swiglu of the pair", "gate of the pair", "up of the pair", "product"};
+            const double *wants[4] = {dh, dg, du, dg};
+            for (int j = 0; j < 4; j++) {
+                char what[96];
+                snprintf(what, sizeof what, "mat-vec: %s, %s weights, k %lld, %lld columns", names[j],
+                         tsr_type_name(type), (long long)k, (long long)n);
+                if (got[j] && wants[j])
+                    check_close(what, got[j], wants[j], m * n, lim);
+            }
+            free(dg), free(du), free(dh);
+            for (int j = 0; j < 4; j++) free(got[j]);
+            free(w), free(w2), free(x);
+            tsr_context_close(ctx);
+            tsr_backend_free(b);
+        }
+}
+
+/* A compute the scheduler runs again on its kept plan finds its CUDA graph
+ * without building its description (graph descriptions built: 0) and waits
+ * on the host once (its input copied without a wait); after another plan
+ * in between, the description is built and compared again (1), since a
+ * plan may bind any tensor elsewhere. Results against a double reference. */
+static void test_graph_key(void) {
+    if (!emu_graph_keys || !emu_syncs)
+        return; /* the emulated module's counters (a GPU's module has none) */
+    const int64_t k = 64, m = 37;
+    tsr_backend *b = backend_cuda();
+    tsr_context *ctx = tsr_context_new(b);
+    float *w, *xv = malloc((size_t)k * sizeof *xv), *got = malloc((size_t)m * sizeof *got);
+    tsr_tensor *tw = rand_tensor(ctx, TSR_TYPE_F32, k, m, 0.5f, 0.0f, &w);
+    const int64_t ne[2] = {k, 1};
+    tsr_tensor *x = tsr_input(ctx, TSR_TYPE_F32, 2, ne, NULL);
+    tsr_tensor *out = tsr_mul_mat(ctx, tw, x), *other = tsr_scale(ctx, tsr_mul_mat(ctx, tw, x), 2.0f);
+    CHECK(x && out && other && xv && got);
+    for (int step = 0; step < 6 && x && out && other && xv && got; step++) {
+        for (int64_t i = 0; i < k; i++) xv[i] = frand() + 0.1f * step;
+        CHECK_OK(tsr_tensor_write(x, xv, 0, (size_t)k * sizeof *xv));
+        if (step == 4) /* another plan in between */
+            CHECK_OK(tsr_compute(ctx, &other, 1));
+        const unsigned long long keys = emu_graph_keys(), syncs = emu_syncs();
+        CHECK_OK(tsr_compute(ctx, &out, 1));
+        const unsigned long long dk = emu_graph_keys() - keys, ds = emu_syncs() - syncs;
+        CHECK(tsr_tensor_device(out) == cuda0);
+        /* step 0 plans and builds it; 1 captures, 2 and 3 replay: kept plan;
+         * 4 plans again (after `other`) and builds it; 5 replays */
+        const unsigned long long want = step == 0 || step == 4;
+        CHECK(dk == want, "step %d: %llu graph descriptions built, want %llu", step, dk, want);
+        /* (the stream's first compute: up to 2) */
+        CHECK(step == 0 ? ds <= 2 : ds == 1, "step %d: %llu host syncs in the compute, want 1", step, ds);
+        CHECK_OK(tsr_tensor_read(out, got, 0, (size_t)m * sizeof *got));
+        double want_v[37];
+        for (int64_t j = 0; j < m; j++) {
+            want_v[j] = 0;
+            for (int64_t i = 0; i < k; i++) want_v[j] += (double)w[j * k + i] * xv[i];
+        }
+        char what[64];
+        snprintf(what, sizeof what, "graph replay, step %d", step);
+        check_close(what, got, want_v, m, 1e-9);
+    }
+    free(w), free(xv), free(got);
+    tsr_context_close(ctx);
+    tsr_backend_free(b);
+}
+
 int main(int argc, char **argv) {
     cuda0 = tsr_device_by_name("CUDA0");
     if (!cuda0)
@@ -488,6 +634,8 @@ int main(int argc, char **argv) {
     if (h) {
         *(void **)&emu_mallocs = dlsym(h, "tcu_emu_mallocs");
         *(void **)&emu_launches = dlsym(h, "tcu_emu_launches");
+        *(void **)&emu_syncs = dlsym(h, "tcu_emu_syncs");
+        *(void **)&emu_graph_keys = dlsym(h, "tcu_emu_graph_keys");
         dlclose(h); /* the core's reference keeps it loaded */
     }
     if (argc == 7 && !strcmp(argv[1], "launches"))
@@ -498,5 +646,7 @@ int main(int argc, char **argv) {
     test_stream_bytes();
     test_reserve_covers();
     test_fusions();
+    test_mat_vec_cols();
+    test_graph_key();
     return tsrtest_done("test-cuda-emu");
 }

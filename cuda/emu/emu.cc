@@ -26,6 +26,7 @@
 #include <ucontext.h>
 #endif
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -703,13 +704,44 @@ TCU_EMU_EXPORT cudaError_t cudaFree(void *p) {
     return cudaSuccess;
 }
 
+static std::map<void *, size_t> g_pinned; /* cudaMallocHost's allocations */
+
 TCU_EMU_EXPORT cudaError_t cudaMallocHost(void **p, size_t size) {
     *p = malloc(size ? size : 1);
-    return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
+    if (!*p)
+        return set_error(cudaErrorMemoryAllocation);
+    pthread_mutex_lock(&g_mem_lock);
+    g_pinned[*p] = size ? size : 1;
+    pthread_mutex_unlock(&g_mem_lock);
+    return cudaSuccess;
 }
 
 TCU_EMU_EXPORT cudaError_t cudaFreeHost(void *p) {
+    pthread_mutex_lock(&g_mem_lock);
+    g_pinned.erase(p);
+    pthread_mutex_unlock(&g_mem_lock);
     free(p);
+    return cudaSuccess;
+}
+
+/* Whether p lies in one of the allocations of m (base -> size). */
+static bool emu_within(const std::map<void *, size_t> &m, const void *p) {
+    auto it = m.upper_bound((void *)p);
+    if (it == m.begin())
+        return false;
+    --it;
+    return (const char *)p < (const char *)it->first + it->second;
+}
+
+/* As CUDA 11 and later: plain host memory is cudaMemoryTypeUnregistered. */
+TCU_EMU_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p) {
+    pthread_mutex_lock(&g_mem_lock);
+    const bool pinned = emu_within(g_pinned, p), dev = emu_within(g_allocs, p);
+    pthread_mutex_unlock(&g_mem_lock);
+    a->type = pinned ? cudaMemoryTypeHost : dev ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    a->device = pinned || dev ? 0 : -2;
+    a->devicePointer = dev ? (void *)p : nullptr;
+    a->hostPointer = dev ? nullptr : (void *)p;
     return cudaSuccess;
 }
 
@@ -766,11 +798,16 @@ TCU_EMU_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 
+static std::atomic<unsigned long long> g_syncs; /* host waits on a stream (tcu_emu_syncs) */
+
+extern "C" __attribute__((visibility("default"))) unsigned long long tcu_emu_syncs(void) { return g_syncs; }
+
 TCU_EMU_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (s && s->capturing) { /* as CUDA: not while capturing, and the capture is lost */
         s->invalidated = true;
         return set_error(cudaErrorStreamCaptureUnsupported);
     }
+    g_syncs++;
     return g_sticky != cudaSuccess ? set_error(g_sticky) : cudaSuccess;
 }
 

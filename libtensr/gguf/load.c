@@ -124,7 +124,7 @@ static tsr_status map_memset(tsr_buffer *buf, void *dst, int value, size_t size)
     return TSR_OK;
 }
 
-static const tsr_buft_iface map_iface = {map_alloc, map_free, NULL, NULL, map_memset, NULL, NULL};
+static const tsr_buft_iface map_iface = {map_alloc, map_free, NULL, NULL, map_memset, NULL, NULL, NULL};
 static tsr_buffer_type map_buft;
 static pthread_once_t map_buft_once = PTHREAD_ONCE_INIT;
 

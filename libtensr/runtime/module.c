@@ -39,6 +39,7 @@ static const tsr_module_services tsr_services = {
     tsr__op_info,
     tsr__nbytes,
     services_host,
+    tsr__plan_count,
 };
 
 const tsr_module_services *tsr__module_services(void) { return &tsr_services; }

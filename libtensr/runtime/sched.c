@@ -590,9 +590,14 @@ static tsr_status copy_root(tsr_sched *s, const tsr_copy *c) {
     size_t size = tsr_tensor_nbytes(r);
     /* another device reads a weight its buffer type keeps in a layout of its own: as stored from now on */
     tsr_status st = tsr__tensor_to_stored((tsr_tensor *)r);
-    if (st == TSR_OK)
-        st = tsr__buffer_copy_staged(c->copy->buffer, c->copy->data, r->buffer, r->data, size, s->staging,
-                                     s->staging_size);
+    tsr_buffer *db = c->copy->buffer;
+    /* from host memory into a device that copies asynchronously: nothing
+     * writes the source before the split's synchronize */
+    if (st == TSR_OK && size && r->buffer && r->buffer->buft->is_host && db && db->buft != r->buffer->buft &&
+        db->buft->iface->set_async)
+        st = db->buft->iface->set_async(db, c->copy->data, r->data, size);
+    else if (st == TSR_OK)
+        st = tsr__buffer_copy_staged(db, c->copy->data, r->buffer, r->data, size, s->staging, s->staging_size);
     if (st != TSR_OK)
         tsr__error_prefix("copying '%s' (%zu bytes) to %s", r->name, size, s->b->devices[c->dev]->name);
     return st;
