@@ -133,16 +133,11 @@ for fd in $files; do
     f=${fd%@*}
     [ -x "$dump" ] || break
     "$dump" "$f" 2>/dev/null | python3 -c '
-import json, sys
-ts = {}
-for line in sys.stdin:
-    line = line.strip().rstrip(",")
-    if line.startswith("{\"name\"") and "\"size\"" in line:
-        o = json.loads(line)
-        ts[o["name"]] = o["size"]
+import re, sys
+ts = dict((m.group(1), int(m.group(2))) for m in re.finditer(r"\"name\": \"([^\"]*)\"[^{}]*?\"size\": ([0-9]+)", sys.stdin.read()))
 if "token_embd.weight" in ts and "output.weight" in ts:
     print("embd %s %d" % (sys.argv[1], ts["token_embd.weight"]))
-' "$(basename "$f")" >>"$tmp/machine"
+' "$(basename "$f")" >>"$tmp/machine" || true
 done
 for t in $(echo "$threads" | tr ',' ' '); do
     echo "bw $t $("$tools/bandwidth" "$t" 1024 2>/dev/null)" >>"$tmp/machine"
