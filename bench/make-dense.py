@@ -8,7 +8,8 @@ from DRAM every token. No 1B-class model is at hand on the machines here,
 and the speed of a matmul does not depend on its weights' values, so the
 1B-class comparison runs on a synthetic one: TinyLlama-1.1B's shape (22
 layers, n_embd 2048, 32 query / 4 KV heads of 64, FFN 5632, untied output,
-a 32000-token vocabulary: a tiny byte-level BPE padded with unused tokens),
+a 32000-token vocabulary: a tiny byte-level BPE padded with unused tokens,
+a ChatML chat template for server benchmarks),
 about 1.1B parameters (2.2 GB as F16), written with
 tests/make_tiny_models.py's deterministic weights. Requantize it with
 llama.cpp's llama-quantize (bench/build-llama.sh builds it) and compare:
@@ -21,6 +22,7 @@ make bench-compare BENCH_DENSE=1 does all of this (files cached).
 """
 import os
 import sys
+import types
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import make_tiny_models as m  # noqa: E402
@@ -28,6 +30,17 @@ import make_tiny_models as m  # noqa: E402
 N_VOCAB = 32000
 CFG = dict(arch="llama", seed=41, vocab="bpe", ftype="f16", n_embd=2048, n_head=32, n_head_kv=4, head_dim=64,
            n_layer=22, n_ff=5632, n_ctx=4096 + 640, rope_base=10000.0, eps=1e-5)
+
+
+# ChatML, so that a server benchmark's chat requests have a template
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+class Writer(m.gguf.GGUFWriter):
+    def write_header_to_file(self, *args, **kwargs):
+        self.add_chat_template(CHAT_TEMPLATE)
+        return super().write_header_to_file(*args, **kwargs)
 
 
 def padded_bpe_vocab(base=m.bpe_vocab):
@@ -45,6 +58,10 @@ def main(argv):
         print(__doc__, file=sys.stderr)
         return 2
     m.bpe_vocab = padded_bpe_vocab
+    shim = types.ModuleType("gguf")  # make_tiny_models' gguf, with the writer above
+    shim.__dict__.update(m.gguf.__dict__)
+    shim.GGUFWriter = Writer
+    m.gguf = shim
     m.ALL_MODELS["bench-dense-1b"] = CFG
     m.write_model("bench-dense-1b", argv[1])
     return 0
