@@ -169,7 +169,8 @@ INLINE __m256i bcast16(__m256i v, int k) {
     return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(((2 * k + 1) << 8) | (2 * k))));
 }
 
-INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+INLINE void rows_k4(bool q5, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    const size_t bsz = q5 ? sizeof(tsr_block_q5_K) : sizeof(tsr_block_q4_K);
     __m256 acc[8];
     float accm[8];
     UNROLL
@@ -180,7 +181,12 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                                           _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
         KROWS
         for (int r = 0; r < R; r++) {
-            const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
+            /* (d, dmin and scales at the same offsets in both) */
+            const char *blk = x + (size_t)r * xs + (size_t)sb * bsz;
+            const tsr_block_q4_K *q = (const tsr_block_q4_K *)blk;
+            const uint8_t *qs = q5 ? ((const tsr_block_q5_K *)blk)->qs : q->qs;
+            const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)((const tsr_block_q5_K *)blk)->qh)
+                                  : _mm256_setzero_si256();
             const __m128i sm = q4k_scales(q->scales);
             __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
             pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
@@ -190,10 +196,12 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
             __m256i sumi = _mm256_setzero_si256();
             UNROLL for (int j = 0; j < 4; j++) {
                 if (j < 3)
-                    _mm_prefetch(x + pfo + (sb * R + r) * 144 + 64 * j, _MM_HINT_T1); /* linear_pf */
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
-                const __m256i lo = _mm256_and_si256(bits, _mm256_set1_epi8(0x0F));
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0x0F));
+                    _mm_prefetch(x + pfo + (sb * R + r) * bsz + 64 * j, _MM_HINT_T1); /* linear_pf */
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(qs + 32 * j));
+                __m256i lo = _mm256_and_si256(bits, _mm256_set1_epi8(0x0F));
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0x0F));
+                if (q5)
+                    lo = _mm256_or_si256(lo, k5_high(qh, 2 * j)), hi = _mm256_or_si256(hi, k5_high(qh, 2 * j + 1));
                 const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
                 const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j), pl));
@@ -207,45 +215,12 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
 }
 
 /* Q5_K: Q4_K's sums with each value's fifth bit (qh: bit j of byte b is the
- * high bit of value b of sub-block j) put at bit 4 of its nibble byte, as
- * dot.c's dot_q5_K_q8_K. */
+ * high bit of value b of sub-block j) at bit 4 of its nibble byte. */
+INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    rows_k4(false, R, k, x, xs, pfo, vy, s);
+}
 INLINE void rows_q5k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
-    __m256 acc[8];
-    float accm[8];
-    UNROLL
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = 0.0f;
-    for (int64_t sb = 0; sb < k / 256; sb++) {
-        const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
-                                          _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-        KROWS
-        for (int r = 0; r < R; r++) {
-            const tsr_block_q5_K *q = (const tsr_block_q5_K *)(x + (size_t)r * xs) + sb;
-            const __m128i sm = q4k_scales(q->scales);
-            __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
-            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
-            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
-            accm[r] += y->d * F16F(q->dmin) * (float)_mm_cvtsi128_si32(pm);
-            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)q->qh);
-            __m256i sumi = _mm256_setzero_si256();
-            UNROLL for (int j = 0; j < 4; j++) {
-                if (j < 3)
-                    _mm_prefetch(x + pfo + (sb * R + r) * 176 + 64 * j, _MM_HINT_T1); /* linear_pf */
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * j));
-                const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi8(0x0F)), k5_high(qh, 2 * j));
-                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), _mm256_set1_epi8(0x0F)),
-                                                   k5_high(qh, 2 * j + 1));
-                const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j)));
-                const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y->qs + 64 * j + 32)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j), pl));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(bcast16(sc, 2 * j + 1), ph));
-            }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), _mm256_cvtepi32_ps(sumi), acc[r]);
-        }
-    }
-    UNROLL
-    for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]) - accm[r];
+    rows_k4(true, R, k, x, xs, pfo, vy, s);
 }
 
 INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {

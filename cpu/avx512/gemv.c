@@ -213,7 +213,8 @@ INLINE __m256 fold_cvt(__m512i v) {
 
 /* Row by row within a super-block (the activations reloaded from L1): the
  * rows' scales and sums do not fit in registers all at once. */
-INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+INLINE void rows_k4(bool q5, int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    const size_t bsz = q5 ? sizeof(tsr_block_q5_K) : sizeof(tsr_block_q4_K);
     __m256 acc[8];
     float accm[8];
     UNROLL
@@ -225,7 +226,12 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
                                           _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
         UNROLL
         for (int r = 0; r < R; r++) {
-            const tsr_block_q4_K *q = (const tsr_block_q4_K *)(x + (size_t)r * xs) + sb;
+            /* (d, dmin and scales at the same offsets in both) */
+            const char *blk = x + (size_t)r * xs + (size_t)sb * bsz;
+            const tsr_block_q4_K *q = (const tsr_block_q4_K *)blk;
+            const uint8_t *qs = q5 ? ((const tsr_block_q5_K *)blk)->qs : q->qs;
+            const __m256i qh = q5 ? _mm256_loadu_si256((const __m256i *)((const tsr_block_q5_K *)blk)->qh)
+                                  : _mm256_setzero_si256();
             const __m128i sm = q4k_scales(q->scales);
             const __m512i sc = _mm512_cvtepu8_epi32(sm);
             __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
@@ -236,10 +242,13 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
             UNROLL
             for (int p = 0; p < 4; p++) {
                 if (p < 3)
-                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * 144 + 64 * p, _MM_HINT_T1);
-                const __m256i t = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * p));
-                const __m512i u = _mm512_and_si512(
-                    _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1), _mm512_set1_epi8(0x0F));
+                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * bsz + 64 * p, _MM_HINT_T1);
+                const __m256i t = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+                __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1),
+                                             _mm512_set1_epi8(0x0F));
+                if (q5)
+                    u = _mm512_or_si512(
+                        u, _mm512_inserti64x4(_mm512_castsi256_si512(k5_high(qh, 2 * p)), k5_high(qh, 2 * p + 1), 1));
                 const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
                                                       _mm512_loadu_si512((const void *)(y->qs + 64 * p)));
                 /* |d| < 2^15: one 16 x 16-bit product per lane */
@@ -254,47 +263,12 @@ INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, con
 }
 
 /* Q5_K: Q4_K's sums with each value's fifth bit (qh: bit j of byte b is the
- * high bit of value b of sub-block j) put at bit 4 of its nibble byte. */
+ * high bit of value b of sub-block j) at bit 4 of its nibble byte. */
+INLINE void rows_q4k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
+    rows_k4(false, R, k, x, xs, pfo, vy, s);
+}
 INLINE void rows_q5k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
-    __m256 acc[8];
-    float accm[8];
-    UNROLL
-    for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps(), accm[r] = 0.0f;
-    for (int64_t sb = 0; sb < k / 256; sb++) {
-        const tsr_block_q8_K *y = (const tsr_block_q8_K *)vy + sb;
-        const __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums),
-                                          _mm_loadu_si128((const __m128i *)(y->bsums + 8)));
-        UNROLL
-        for (int r = 0; r < R; r++) {
-            const tsr_block_q5_K *q = (const tsr_block_q5_K *)(x + (size_t)r * xs) + sb;
-            const __m128i sm = q4k_scales(q->scales);
-            const __m512i sc = _mm512_cvtepu8_epi32(sm);
-            __m128i pm = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)), bs);
-            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0x4E));
-            pm = _mm_add_epi32(pm, _mm_shuffle_epi32(pm, 0xB1));
-            accm[r] += y->d * F16F(q->dmin) * (float)_mm_cvtsi128_si32(pm);
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)q->qh);
-            __m512i sumi = _mm512_setzero_si512();
-            UNROLL
-            for (int p = 0; p < 4; p++) {
-                if (p < 3)
-                    _mm_prefetch(x + (size_t)r * xs + pfo + sb * 176 + 64 * p, _MM_HINT_T1);
-                const __m256i t = _mm256_loadu_si256((const __m256i *)(q->qs + 32 * p));
-                const __m512i nib = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
-                const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(k5_high(qh, 2 * p)),
-                                                      k5_high(qh, 2 * p + 1), 1);
-                const __m512i u = _mm512_ternarylogic_epi32(nib, _mm512_set1_epi8(0x0F), hi, 0xEA); /* (a & b) | c */
-                const __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
-                                                      _mm512_loadu_si512((const void *)(y->qs + 64 * p)));
-                /* |d| < 2^15: one 16 x 16-bit product per lane */
-                sumi = _mm512_add_epi32(
-                    sumi, _mm512_madd_epi16(d, _mm512_permutexvar_epi32(_mm512_loadu_si512(idx_k4[p]), sc)));
-            }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * F16F(q->d)), fold_cvt(sumi), acc[r]);
-        }
-    }
-    UNROLL
-    for (int r = 0; r < R; r++) s[r] = hsum_ps256(acc[r]) - accm[r];
+    rows_k4(true, R, k, x, xs, pfo, vy, s);
 }
 
 INLINE void rows_q6k(int R, int64_t k, const char *x, size_t xs, size_t pfo, const void *vy, float *s) {
