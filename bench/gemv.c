@@ -6,7 +6,11 @@
  * Weights of TinyLlama-1.1B's FFN shape (5632 x 2048 and 2048 x 5632
  * matrices, repeated to SIZE MiB, far beyond the caches) are read through
  * the table's gemv in the order decode reads them, best of REPS passes.
- * Prints GB/s per type and the share of a plain read of the same bytes.
+ * Prints GB/s per type and the share of a plain read of the same bytes;
+ * "1 col" rows time the batch-invariant decode (tensr-server's default):
+ * one column with the gemm's bits, through the gemm itself (which packs
+ * the rows) and through gemm1 where the table has it, the activations in
+ * the gemm's format (tsr_cpu_q8s rows on VNNI machines).
  * Not a test: it measures. Build: make bench/gemv (in the build tree).
  *
  * usage: bench/gemv [SIZE_MiB (default 1024)] [REPS (default 5)] [TYPE ...]
@@ -48,6 +52,47 @@ static double read_rate(const char *p, size_t n, int reps) {
         best = g > best ? g : best;
     }
     (void)sink;
+    return best;
+}
+
+/* One pass over the nmat matrices (alternately of the two shapes) through
+ * kernel kind: 0 the gemv, 1 the gemm at one column (scratch: its scratch),
+ * 2 gemm1 (the gemm's bits, read as the gemv reads). */
+typedef struct pass {
+    const tsr_cpu_kernels *k;
+    tsr_type t;
+    bool il8;
+    int kind;
+    char *mem;
+    size_t nmat, mat[2], xs[2];
+    int64_t ks[2], ms[2];
+    const char *y[2];
+    float *out;
+    void *scratch;
+} pass;
+
+static double pass_rate(const pass *ps, int reps) {
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = now();
+        size_t off = 0;
+        for (size_t m = 0; m < ps->nmat; m++) {
+            const int s = (int)(m % 2);
+            const char *x = ps->mem + off;
+            if (ps->kind == 0)
+                (ps->il8 ? ps->k->gemv_il8 : ps->k->gemv)[ps->t](ps->ks[s], ps->ms[s], 0, x, ps->xs[s], ps->y[s],
+                                                                 ps->out);
+            else if (ps->kind == 2)
+                (ps->il8 ? ps->k->gemm1_il8 : ps->k->gemm1)[ps->t](ps->ks[s], ps->ms[s], 0, x, ps->xs[s], ps->y[s],
+                                                                   ps->out);
+            else
+                (ps->il8 ? ps->k->gemm_il8 : ps->k->gemm)[ps->t](ps->ks[s], ps->ms[s], 1, x, ps->xs[s], ps->y[s], 0,
+                                                                 ps->out, (size_t)ps->ms[s], ps->scratch);
+            off += ps->mat[s];
+        }
+        const double g = (double)off / (now() - t0) / 1e9;
+        best = g > best ? g : best;
+    }
     return best;
 }
 
@@ -97,26 +142,45 @@ int main(int argc, char **argv) {
             free(bank);
         }
         const tsr_type dt = k->dot_type[t];
-        char *y[2];
+        char *y[2], *yg[2] = {NULL, NULL};
+        const bool gm = k->gemm[t] != NULL, q8s = gm && k->gemm_q8s[t];
         for (int s = 0; s < 2; s++) {
             for (int64_t i = 0; i < ks[s]; i++) f[i] = frand();
             y[s] = malloc(tsr_row_size(dt, ks[s]));
             k->from_float[dt](f, y[s], ks[s]);
+            if (gm) {
+                yg[s] = malloc(q8s ? TSR_CPU_Q8S_ROW(ks[s]) : tsr_row_size(k->gemm_type[t], ks[s]));
+                (q8s ? k->q8s_from_float : k->from_float[k->gemm_type[t]])(f, yg[s], ks[s]);
+            }
         }
         float *out = malloc(5632 * sizeof(float));
-        double best = 0;
-        for (int r = 0; r < reps; r++) {
-            const double t0 = now();
-            size_t off = 0;
-            for (size_t m = 0; m < nmat; m++) {
-                const int s = (int)(m % 2);
-                k->gemv[t](ks[s], ms[s], 0, mem + off, xs[s], y[s], out);
-                off += mat[s];
-            }
-            const double g = (double)off / (now() - t0) / 1e9;
-            best = g > best ? g : best;
-        }
+        void *scratch = aligned_alloc(64, tsr__pad(TSR_CPU_GEMM_SCRATCH(5632), 64));
+        pass ps = {k,
+                   t,
+                   false,
+                   0,
+                   mem,
+                   nmat,
+                   {mat[0], mat[1]},
+                   {xs[0], xs[1]},
+                   {ks[0], ks[1]},
+                   {ms[0], ms[1]},
+                   {y[0], y[1]},
+                   out,
+                   scratch};
+        double best = pass_rate(&ps, reps);
         printf("| %s | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
+        if (gm) {
+            pass pg = ps;
+            pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1];
+            best = pass_rate(&pg, reps);
+            printf("| %s, 1 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
+            if (k->gemm1[t]) {
+                pg.kind = 2;
+                best = pass_rate(&pg, reps);
+                printf("| %s, 1 col gemm1 | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
+            }
+        }
         if (k->gemv_il8[t]) { /* the same weights in the 8-row interleaved layout (cpu/repack.c) */
             char *tmp = malloc(8 * xs[1] > 8 * xs[0] ? 8 * xs[1] : 8 * xs[0]);
             size_t off = 0;
@@ -129,20 +193,23 @@ int main(int argc, char **argv) {
                 off += mat[s];
             }
             free(tmp);
-            best = 0;
-            for (int r = 0; r < reps; r++) {
-                const double t0 = now();
-                off = 0;
-                for (size_t m = 0; m < nmat; m++) {
-                    const int s = (int)(m % 2);
-                    k->gemv_il8[t](ks[s], ms[s], 0, mem + off, xs[s], y[s], out);
-                    off += mat[s];
-                }
-                const double g = (double)off / (now() - t0) / 1e9;
-                best = g > best ? g : best;
-            }
+            ps.il8 = true;
+            best = pass_rate(&ps, reps);
             printf("| %s interleaved | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
+            if (gm && k->gemm_il8[t]) {
+                pass pg = ps;
+                pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1];
+                best = pass_rate(&pg, reps);
+                printf("| %s interleaved, 1 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
+                if (k->gemm1_il8[t]) {
+                    pg.kind = 2;
+                    best = pass_rate(&pg, reps);
+                    printf("| %s interleaved, 1 col gemm1 | %.2f | %.0f%% |\n", tsr_type_name(t), best,
+                           100 * best / bw);
+                }
+            }
         }
+        free(scratch), free(yg[0]), free(yg[1]);
         free(f), free(out), free(y[0]), free(y[1]);
     }
     free(mem);

@@ -151,6 +151,14 @@ typedef struct tsr_cpu_kernels {
      * exp(y - *m) and the sum of y is returned. A row all -inf (or n == 0)
      * leaves *m, gives y = 0 and returns 0. */
     float (*softmax_step)(int64_t n, float *y, float scale, const float *mask, float *m, float slack);
+    /* gemm1[wt], gemm1_il8[wt]: one column of gemm[wt] (gemm_il8[wt]) read
+     * as the gemv reads (NULL: none): gemv's arguments, y one activation
+     * row in the gemm's format, s[i] the bits the gemm gives for that
+     * column, whatever m and the row's place. The batch-invariant decode. */
+    void (*gemm1[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y,
+                                  float *s);
+    void (*gemm1_il8[TSR_TYPE_COUNT])(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y,
+                                      float *s);
 } tsr_cpu_kernels;
 
 /* Per-thread scratch of a gemm call with k elements per row: 8, 16 or 32
@@ -389,8 +397,8 @@ size_t tsr__cpu_mul_mat_work(const tsr_tensor *dst, int nth);
  * conv_off; 0: none, the one-column matmuls convert in their scratch). */
 size_t tsr__cpu_mul_mat_conv(const tsr_tensor *dst);
 /* Whether dst is a one-column matmul (no barrier inside, claims of rows;
- * *dt: the type its activation row is converted to). */
-bool tsr__cpu_mul_mat_gemv(const tsr_cpu_kernels *k, const tsr_tensor *dst, tsr_type *dt);
+ * *kind: how its activation row is converted, equal for equal conversions). */
+bool tsr__cpu_mul_mat_gemv(const tsr_cpu_kernels *k, const tsr_tensor *dst, int *kind);
 /* The weight bytes thread ith of nth reads first in the matmul dst when
  * that is known before it runs (one activation column); false otherwise. */
 bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int ith, int nth, tsr_prefetch *pf);

@@ -150,7 +150,7 @@ static size_t plan_phases(tsr_stream *s, tsr_tensor *const *nodes, size_t n, siz
         tsr_cpu_node_plan *pl = &s->plan[i];
         pl->slot = (uint8_t)nm;
         pl->woff = work;
-        tsr_type dt, dm;
+        int dt, dm; /* the activations' conversions */
         if (sh && node->op == TSR_OP_MUL_MAT && tsr__cpu_mul_mat_gemv(s->k, node, &dt))
             for (int m = nm - 1; m >= 0; m--) {
                 const tsr_tensor *o = nodes[member[m]];

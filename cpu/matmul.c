@@ -12,8 +12,10 @@
  * column count, so that a column's bits do not depend on the others: the
  * gemm where the weight type has one (each result the same whatever the
  * tile: the kernel table's rule), else the dots one column at a time (the
- * gemv's bits are the dot's); decode then pays the gemm's packing of the
- * weight rows (SmolLM2 Q4_1, Zen 4, 2 threads: tg ~4x slower).
+ * gemv's bits are the dot's). One column of such a node goes through the
+ * kernel table's gemm1 where it has one (the gemm's bits, read as the gemv
+ * reads, with the gemv's split into row ranges and claims), else through
+ * the gemm, which packs the weight rows for it.
  */
 #include "cpu.h"
 
@@ -48,12 +50,23 @@
  * or the dot products; returns the type the activations are converted to. */
 typedef enum { MM_DOT, MM_GEMM, MM_GEMV } mm_path;
 
+/* The one-column kernel with the gemm's bits for weight a, or NULL. */
+static void (*gemm1_of(const tsr_cpu_kernels *k, const tsr_tensor *a))(int64_t, int64_t, int64_t, const void *, size_t,
+                                                                       const void *, float *) {
+    return (a->flags & TSR_FLAG_IL8 ? k->gemm1_il8 : k->gemm1)[a->type];
+}
+
+/* A one-column node through gemm1 (mm_plan's MM_GEMV of a batch-invariant node). */
+static bool mm_one(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path path) {
+    return path == MM_GEMV && (dst->flags & TSR_FLAG_BATCHINV) && k->gemm[dst->src[0]->type];
+}
+
 static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path *path) {
     const tsr_tensor *a = dst->src[0], *b = dst->src[1];
     const int64_t nr1 = b->ne[1] * b->ne[2] * b->ne[3];
     const bool inv = dst->flags & TSR_FLAG_BATCHINV;
     if (inv && k->gemm[a->type] && dst->nb[0] == sizeof(float)) { /* any column count */
-        *path = MM_GEMM;
+        *path = nr1 == 1 && gemm1_of(k, a) ? MM_GEMV : MM_GEMM;
         return k->gemm_type[a->type];
     }
     if (k->gemv[a->type] && nr1 == 1 && dst->nb[0] == sizeof(float)) {
@@ -73,7 +86,7 @@ static tsr_type mm_plan(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path
 
 /* The activations of the integer gemms are tsr_cpu_q8s rows, not rows of a type. */
 static bool mm_q8s(const tsr_cpu_kernels *k, const tsr_tensor *dst, mm_path path) {
-    return path == MM_GEMM && k->gemm_q8s[dst->src[0]->type];
+    return (path == MM_GEMM || mm_one(k, dst, path)) && k->gemm_q8s[dst->src[0]->type];
 }
 
 static size_t conv_bytes(const tsr_tensor *dst, tsr_type dt, bool q8s, size_t *row_bytes) {
@@ -181,11 +194,11 @@ static bool take_claim(tsr_claim *cl, uint64_t seq, int64_t n, bool back, int64_
     }
 }
 
-bool tsr__cpu_mul_mat_gemv(const tsr_cpu_kernels *k, const tsr_tensor *dst, tsr_type *dt) {
+bool tsr__cpu_mul_mat_gemv(const tsr_cpu_kernels *k, const tsr_tensor *dst, int *kind) {
     mm_path path;
     const tsr_type t = mm_plan(k, dst, &path);
-    if (dt)
-        *dt = t;
+    if (kind)
+        *kind = conv_kind(t, mm_q8s(k, dst, path));
     return path == MM_GEMV;
 }
 
@@ -210,7 +223,9 @@ bool tsr__cpu_mul_mat_rows(const tsr_cpu_kernels *k, const tsr_tensor *dst, int 
 static void gemv_rows(const tsr_compute_params *p, tsr_tensor *dst, const void *y) {
     const tsr_tensor *a = dst->src[0];
     void (*const gemv)(int64_t, int64_t, int64_t, const void *, size_t, const void *,
-                       float *) = a->flags & TSR_FLAG_IL8 ? p->k->gemv_il8[a->type] : p->k->gemv[a->type];
+                       float *) = mm_one(p->k, dst, MM_GEMV) ? gemm1_of(p->k, a)
+                                  : a->flags & TSR_FLAG_IL8  ? p->k->gemv_il8[a->type]
+                                                             : p->k->gemv[a->type];
     const int64_t nr0 = a->ne[1];
     const gemv_split g = gemv_split_of(nr0, p->nth);
     for (int o = 0; o < p->nth; o++) { /* its own range (o = 0), then the others' from their backs */
@@ -274,7 +289,7 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
                 tmp[i] = tsr__cpu_load_f(b->type, (const char *)b->data + i * (int64_t)b->nb[0]);
             x = tmp;
         }
-        k->from_float[dt](x, own, b->ne[0]);
+        (q8s ? k->q8s_from_float : k->from_float[dt])(x, own, b->ne[0]);
         gemv_rows(p, dst, own);
         return;
     }

@@ -307,6 +307,61 @@ static void stops_and_statuses(tsr_model *m, const run *base) {
     tsr_batcher_free(NULL);
 }
 
+/* The bits of a token's logits decoded alone are its bits decoded beside
+ * 1, 2, 7 and 12 columns of another sequence (both sides of the kernels'
+ * few-column paths: one column, n <= 8, packed), each sequence in cells of
+ * its own: what the greedy tokens above can hide, a last bit. */
+static void logit_bits(tsr_model *m, const int32_t *toks, size_t nt) {
+    tsr_session_params sp;
+    tsr_session_params_init(&sp, sizeof sp);
+    sp.n_ctx = 288;
+    sp.n_seq_max = 3;
+    sp.per_seq_cells = 1;
+    sp.n_outputs_max = 16;
+    tsr_session *s = NULL;
+    CHECK_OK(tsr_session_new(m, &sp, &s));
+    if (!s || nt < 16) {
+        CHECK(nt >= 16, "%zu prompt tokens", nt);
+        tsr_session_free(s);
+        return;
+    }
+    const int32_t nv = tsr_model_n_vocab(m);
+    int32_t t[16], q[16];
+    int8_t w[16];
+    for (int32_t sq = 0; sq < 3; sq++) { /* prompts: the same on 0 and 1, another on 2 */
+        int32_t seq[16];
+        for (int i = 0; i < 12; i++) {
+            t[i] = toks[((sq == 2 ? 7 : 0) + i) % nt];
+            seq[i] = sq;
+            w[i] = i == 11;
+        }
+        CHECK_OK(tsr_session_decode(s, 12, t, NULL, seq, w));
+    }
+    static const int others[] = {1, 2, 7, 12};
+    size_t q2 = 3; /* seq 2's next token: toks[q2 % nt] */
+    for (int r = 0; r < 4; r++) {
+        const int32_t tok = toks[(12 + r) % nt];
+        int32_t seq[16];
+        w[0] = 1;
+        CHECK_OK(tsr_session_decode(s, 1, &tok, NULL, (int32_t[]){0}, w));
+        float *alone = malloc((size_t)nv * sizeof *alone);
+        if (alone)
+            memcpy(alone, tsr_session_logits(s, 0), (size_t)nv * sizeof *alone);
+        q[0] = tok, seq[0] = 1;
+        for (int i = 1; i <= others[r]; i++) {
+            q[i] = toks[q2++ % nt];
+            seq[i] = 2;
+            w[i] = i == others[r];
+        }
+        CHECK_OK(tsr_session_decode(s, 1 + others[r], q, NULL, seq, w));
+        const float *beside = tsr_session_logits(s, 0);
+        CHECK(alone && beside && memcmp(alone, beside, (size_t)nv * sizeof *alone) == 0,
+              "a token's logits beside %d other columns are not its bits alone", others[r]);
+        free(alone);
+    }
+    tsr_session_free(s);
+}
+
 int main(void) {
     char path[1024];
     if (!tsrtest_model(path, sizeof path))
@@ -338,6 +393,7 @@ int main(void) {
             alone(m, r);
         }
         mixed(m);
+        logit_bits(m, toks, nt);
         reuse(m, &runs[0]);
         stops_and_statuses(m, &runs[1]);
     }

@@ -208,6 +208,15 @@ static void check_gemm(const tsr_cpu_kernels *k) {
                                   tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)n, (long long)i,
                                   (long long)j, got, one);
                         }
+                    if (k->gemm1[wt]) /* one column at a time: the bits of the gemm */
+                        for (int64_t j = 0; j < n; j++) {
+                            float col[50];
+                            for (int64_t i = 0; i <= m; i++) col[i] = NAN;
+                            k->gemm1[wt](kk, m, mmax - m, qx, xs, qy + (size_t)j * ys, col);
+                            CHECK(memcmp(col, out + j * mmax, (size_t)m * 4) == 0 && isnan(col[m]),
+                                  "%s gemm1 %s k=%lld m=%lld column %lld: not the gemm's bits (or wrote past m)",
+                                  k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)j);
+                        }
                     /* nothing written outside the m x n results */
                     int outside = 0;
                     for (int64_t j = 0; j < nmax; j++)
@@ -432,6 +441,17 @@ static void check_il8(const tsr_cpu_kernels *k) {
                               "on the call",
                               k->name, tsr_type_name((tsr_type)wt), (long long)kk);
                     }
+                    if (k->gemm1_il8[wt]) /* one column, the whole call and its last group alone */
+                        for (int64_t j = 0; j < n; j++) {
+                            k->gemm1_il8[wt](kk, m, 0, qx, xs, qys + (size_t)j * ys, out);
+                            CHECK(memcmp(out, g0 + j * m, (size_t)m * 4) == 0,
+                                  "%s gemm1_il8 %s k=%lld m=%lld column %lld: not the gemm's bits", k->name,
+                                  tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)j);
+                            k->gemm1_il8[wt](kk, 8, 0, qx + (size_t)(m - 8) * xs, xs, qys + (size_t)j * ys, out);
+                            CHECK(memcmp(out, g0 + j * m + m - 8, 8 * 4) == 0,
+                                  "%s gemm1_il8 %s k=%lld m=%lld column %lld: a group's bits depend on the call",
+                                  k->name, tsr_type_name((tsr_type)wt), (long long)kk, (long long)m, (long long)j);
+                        }
                     k->gemm_il8[wt](kk, m, n, qx, xs, qys, ys, g1, (size_t)m, scratch);
                     CHECK(memcmp(g0, g1, (size_t)(m * n) * 4) == 0,
                           "%s gemm_il8 %s k=%lld m=%lld: not the stored "
