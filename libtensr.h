@@ -897,9 +897,12 @@ TSR_API tsr_status tsr_sampler_logprobs(const tsr_sampler *s, const float *logit
  * n_ubatch tokens) of each prompt in prefill, within n_batch tokens, so a
  * long prompt never stalls the others. A slot keeps its cells when its
  * request ends: the next request admitted to it keeps the longest common
- * prefix of its prompt and the slot's tokens (reported as n_cached); a
+ * prefix of its prompt and the slot's tokens (reported as n_cached). A
  * request waiting for a slot takes the free one with the longest such
- * prefix. Batch invariance: at temperature 0 (or for a seed) a request's
+ * prefix when that is at least half its prompt, else the free slot used
+ * least recently (the others keep their prompts for later requests); a
+ * longer prefix held by another slot, free or running, is copied in
+ * (tsr_session_seq_copy) instead of decoded again. Batch invariance: at temperature 0 (or for a seed) a request's
  * tokens do not depend on the other requests or on its slot (exactly on
  * the flash-attention path; see tsr_session_seq_copy(3) for the plain one).
  *

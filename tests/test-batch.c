@@ -227,6 +227,62 @@ static void reuse(tsr_model *m, const run *base) {
     tsr_batcher_free(b);
 }
 
+/* Slots keep their prompts for later requests: a prompt that shares
+ * little with every free slot takes the slot used least recently, not the
+ * first one; and a prompt whose prefix a running request's slot holds is
+ * copied from there into a free slot (tsr_session_seq_copy), not decoded
+ * again. Either way its tokens are its run's alone. */
+static void slot_choice(tsr_model *m, const run *base) {
+    run ext;
+    memset(&ext, 0, sizeof ext);
+    memcpy(ext.prompt, base->prompt, base->n_prompt * sizeof *ext.prompt);
+    ext.n_prompt = base->n_prompt;
+    for (int i = 0; i < 5; i++) ext.prompt[ext.n_prompt++] = 300 + i;
+    ext.max_tokens = 10;
+    ext.cancel_at = -1;
+    alone(m, &ext);
+    tsr_batcher *b = new_batcher(m); /* 4 slots */
+    if (!b)
+        return;
+    run first = *base;
+    first.cancel_at = -1;
+    first.n_got = first.n_text = 0;
+    submit(b, &first);
+    drain(b);
+    for (int k = 0; k < 3; k++) { /* prompts that share nothing with it: the 3 other slots */
+        run o;
+        memset(&o, 0, sizeof o);
+        for (int j = 0; j < 6; j++) o.prompt[j] = 500 + 10 * k + j;
+        o.n_prompt = 6;
+        o.max_tokens = 2;
+        o.cancel_at = -1;
+        submit(b, &o);
+        drain(b);
+    }
+    run e1 = ext;
+    submit(b, &e1);
+    drain(b);
+    CHECK(e1.n_cached == (int64_t)base->n_prompt, "after 3 other prompts: n_cached %lld, the prefix is %zu",
+          (long long)e1.n_cached, base->n_prompt);
+    CHECK(e1.n_got == ext.n_alone && memcmp(e1.got, ext.alone, e1.n_got * sizeof *e1.got) == 0,
+          "after 3 other prompts: not the tokens alone");
+    run busy = *base; /* the slot holding the prefix runs this one */
+    busy.cancel_at = -1;
+    busy.n_got = busy.n_text = 0;
+    busy.max_tokens = MAX_GEN;
+    submit(b, &busy);
+    size_t active = 0;
+    CHECK_OK(tsr_batcher_step(b, &active));
+    run e2 = ext;
+    submit(b, &e2);
+    drain(b);
+    CHECK(e2.n_cached == (int64_t)base->n_prompt, "beside a running request on the prefix: n_cached %lld, want %zu",
+          (long long)e2.n_cached, base->n_prompt);
+    CHECK(e2.n_got == ext.n_alone && memcmp(e2.got, ext.alone, e2.n_got * sizeof *e2.got) == 0,
+          "the prefix copied from a running slot: not the tokens alone");
+    tsr_batcher_free(b);
+}
+
 static void stops_and_statuses(tsr_model *m, const run *base) {
     tsr_batcher_params p;
     tsr_batcher_params_init(&p, sizeof p);
@@ -395,6 +451,7 @@ int main(void) {
         mixed(m);
         logit_bits(m, toks, nt);
         reuse(m, &runs[0]);
+        slot_choice(m, &runs[2]);
         stops_and_statuses(m, &runs[1]);
     }
     tsr_model_free(m);

@@ -42,7 +42,8 @@ enum { TOP_MAX = 20 };
 typedef struct bslot {
     int32_t *toks; /* the tokens in the slot's cells, by position */
     int64_t n_held;
-    breq *req; /* NULL: free */
+    breq *req;     /* NULL: free */
+    uint64_t used; /* when a request last took it (0: never) */
 } bslot;
 
 struct tsr_batcher {
@@ -52,6 +53,7 @@ struct tsr_batcher {
     bslot *slots;
     breq *reqs; /* every request not released, in submission order */
     uint64_t next_id;
+    uint64_t tick; /* admissions so far (bslot.used) */
     size_t n_waiting;
     pthread_mutex_t mu;
     /* the step's batch: n_batch entries */
@@ -564,25 +566,48 @@ static int64_t common_prefix(const bslot *sl, const breq *r) {
     return n;
 }
 
-/* Puts r into the free slot with the longest common prefix (at least one
- * prompt token is decoded again, for its logits); false when none is free. */
+/* Puts r into a free slot; false when none is free. The slot is the free
+ * one holding the longest common prefix with the prompt when that is at
+ * least half of it (llama-server's slot similarity), else the free slot
+ * used least recently, so that the other slots keep their prompts for
+ * later requests; then, when another slot, free or running, holds a
+ * longer prefix, its cells are copied in (tsr_session_seq_copy: a prompt
+ * shared by several requests, or asked again while its first slot was
+ * taken, is decoded once). At least one prompt token is decoded again,
+ * for its logits. */
 static bool admit(tsr_batcher *b, breq *r) {
-    int32_t best = -1;
-    int64_t best_n = -1;
+    int32_t best = -1, lru = -1, src = -1;
+    int64_t best_n = -1, src_n = 0;
     for (int32_t i = 0; i < b->p.n_slots; i++) {
-        int64_t n = b->slots[i].req ? -1 : common_prefix(&b->slots[i], r);
-        if (n > best_n) {
-            best = i;
-            best_n = n;
+        const bslot *sl = &b->slots[i];
+        const int64_t n = common_prefix(sl, r);
+        if (n > src_n)
+            src = i, src_n = n;
+        if (sl->req)
+            continue;
+        if (n > best_n)
+            best = i, best_n = n;
+        if (lru < 0 || sl->used < b->slots[lru].used)
+            lru = i;
+    }
+    if (best < 0)
+        return false;
+    if (2 * best_n < r->n_prompt)
+        best = lru, best_n = common_prefix(&b->slots[lru], r);
+    bslot *sl = &b->slots[best];
+    const int64_t cap = r->n_prompt - 1; /* (the last prompt token is decoded again) */
+    int64_t keep = best_n < cap ? best_n : cap;
+    if (src >= 0 && src != best && (src_n < cap ? src_n : cap) > keep) {
+        const int64_t n = src_n < cap ? src_n : cap;
+        if (tsr_session_seq_copy(b->s, src, best, 0, (int32_t)n) == TSR_OK) {
+            memcpy(sl->toks, b->slots[src].toks, (size_t)n * sizeof *sl->toks);
+            sl->n_held = keep = n;
         }
     }
-    if (best < 0 || best_n < 0)
-        return false;
-    int64_t keep = best_n < r->n_prompt ? best_n : r->n_prompt - 1;
-    bslot *sl = &b->slots[best];
     tsr_session_remove(b->s, best, (int32_t)keep, -1);
     sl->n_held = keep;
     sl->req = r;
+    sl->used = ++b->tick;
     r->slot = best;
     r->n_done = r->n_cached = keep;
     r->state = REQ_PREFILL;
