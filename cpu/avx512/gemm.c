@@ -511,12 +511,358 @@ static il8_direct_fn il8_direct_of(tsr_type t) {
     }
 }
 
+/* ---- one column with the gemm's bits (gemm1, gemm1_il8: cpu.h) ---------------
+ * The batch-invariant decode of tensr-server computes a lone column as the
+ * gemm computes any column, and gemm16 packs 16 weight rows per call for it
+ * (Zen 4, one thread, bench/gemv: Q8_0 32%, Q6_K 18%, interleaved Q4_0 55%,
+ * Q4_K 56% of the read bandwidth; with these kernels 77%, 58%, 94%, 86%).
+ * These kernels read the weights as the gemvs do instead, 8 rows side by
+ * side with no pack, prefetching GEMV_PF rows ahead, and keep the gemm's
+ * arithmetic: a row's integer sum over a block is exact however it is formed
+ * (here VPDPBUSD of the unsigned values, their offsets taken out through the
+ * q8s fields: c = -128 * sum(qy), so -8 * sum(qy) = c / 16), and its float
+ * steps are il16_cols's for that row in the same order (acc = fma(sum, d *
+ * dy, acc) per block, per half block for Q6_K; then acc = fma(m, ds, acc)
+ * for the minimum formats); so each result is the packed path's bits (test-
+ * cpu-kernels). The plain layout's rows are summed per row in 8 lanes and
+ * put side by side by horizontal adds (hsum8x8). */
+static inline __attribute__((always_inline)) __m256i bc4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+static inline __attribute__((always_inline)) __m256i ld256(const void *p) {
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* Lanes 0..3 of p[r] summed into lane r of *lo, lanes 4..7 into lane r of *hi. */
+static inline __attribute__((always_inline)) void hsum8x8_halves(const __m256i *p, __m256i *lo, __m256i *hi) {
+    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    *lo = _mm256_permute2x128_si256(u0, u1, 0x20);
+    *hi = _mm256_permute2x128_si256(u0, u1, 0x31);
+}
+
+/* Lane r: the sum of p[r]'s 8 lanes. */
+static inline __attribute__((always_inline)) __m256i hsum8x8(const __m256i *p) {
+    __m256i lo, hi;
+    hsum8x8_halves(p, &lo, &hi);
+    return _mm256_add_epi32(lo, hi);
+}
+
+/* Interleaved rows (Q4_0, Q4_1, Q5_0, Q4_K, Q5_K): whole 8-row groups, nc
+ * (<= 4) columns ys bytes apart, results ss floats apart. */
+static inline __attribute__((always_inline)) void one_il8(tsr_type t, int nc, int64_t k, int64_t m, int64_t ahead,
+                                                          const char *x, size_t xs, const void *vy, size_t ys, float *s,
+                                                          size_t ss) {
+    const int64_t nb = k / 32;
+    const tsr_cpu_q8s *yc[4];
+    UNROLL
+    for (int c = 0; c < nc; c++) yc[c] = (const tsr_cpu_q8s *)((const char *)vy + (size_t)c * ys);
+    const bool kq = t == TSR_TYPE_Q4_K || t == TSR_TYPE_Q5_K, q5k = t == TSR_TYPE_Q5_K;
+    const size_t bs = t == TSR_TYPE_Q5_0   ? sizeof(tsr_block_q5_0)
+                      : t == TSR_TYPE_Q4_1 ? sizeof(tsr_block_q4_1)
+                      : t == TSR_TYPE_Q4_K ? sizeof(tsr_block_q4_K)
+                      : t == TSR_TYPE_Q5_K ? sizeof(tsr_block_q5_K)
+                                           : sizeof(tsr_block_q4_0);
+    const size_t step = 8 * bs, pfd = (size_t)GEMV_PF * xs; /* bytes of 8 rows' block (super-block) */
+    const char *end = x + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
+    const __m256i f4 = _mm256_set1_epi8(0x0F);
+    ramp(x, m, xs);
+    for (int64_t g = 0; g < m / 8; g++) {
+        const char *w = x + (size_t)g * 8 * xs;
+        __m256 acc[4];
+        UNROLL
+        for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+        for (int64_t blk = 0; blk < (kq ? nb / 8 : nb); blk++) {
+            const char *a = w + (size_t)blk * step, *pf = a + pfd;
+            for (size_t o = 0; o < step && pf + o < end; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
+            __m256i u[8];
+            if (kq) {
+                const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)a));
+                const __m256 ndm = _mm256_castsi256_ps(
+                    _mm256_xor_si256(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + 16)))),
+                                     _mm256_set1_epi32(INT32_MIN)));
+                __m256i sc[2], mn[2];
+                il8_q4k_scales(a + 32, sc, mn);
+                const size_t qs0 = q5k ? 384 : 128;
+                for (int jp = 0; jp < 4; jp++) {
+                    __m256i v[8];
+                    UNROLL
+                    for (int gg = 0; gg < 8; gg++) v[gg] = ld256(a + qs0 + 32 * (size_t)(8 * jp + gg));
+                    UNROLL
+                    for (int h = 0; h < 2; h++) {
+                        const int j = 2 * jp + h;
+                        UNROLL
+                        for (int gg = 0; gg < 8; gg++) {
+                            u[gg] = _mm256_and_si256(h ? _mm256_srli_epi16(v[gg], 4) : v[gg], f4);
+                            if (q5k) {
+                                const __m256i hq = ld256(a + 128 + 32 * gg);
+                                const __m256i t5 = j <= 4 ? _mm256_slli_epi16(hq, 4 - j) : _mm256_srli_epi16(hq, j - 4);
+                                u[gg] = _mm256_or_si256(u[gg], _mm256_and_si256(t5, _mm256_set1_epi8(0x10)));
+                            }
+                        }
+                        const __m256 d = _mm256_mul_ps(dd, il8_byte_ps(sc[j / 4], j));
+                        const __m256 mv = _mm256_mul_ps(ndm, il8_byte_ps(mn[j / 4], j));
+                        UNROLL
+                        for (int c = 0; c < nc; c++) {
+                            const tsr_cpu_q8s *yb = yc[c] + 8 * blk + j;
+                            __m256i is = _mm256_setzero_si256();
+                            UNROLL
+                            for (int gg = 0; gg < 8; gg++) is = _mm256_dpbusd_epi32(is, u[gg], bc4(yb->qs + 4 * gg));
+                            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(yb->d)),
+                                                     acc[c]);
+                            acc[c] = _mm256_fmadd_ps(mv, _mm256_set1_ps(yb->ds), acc[c]);
+                        }
+                    }
+                }
+                continue;
+            }
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)a));
+            const int nf = t == TSR_TYPE_Q4_1 ? 2 : 1;
+            const size_t v0 = 16 * (size_t)nf, q0 = v0 + (t == TSR_TYPE_Q5_0 ? 32 : 0);
+            const __m256i qh = t == TSR_TYPE_Q5_0 ? ld256(a + v0) : _mm256_setzero_si256();
+            const __m256i rep = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8,
+                                                8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
+            UNROLL
+            for (int cv = 0; cv < 4; cv++) {
+                const __m256i v = ld256(a + q0 + 32 * cv);
+                UNROLL
+                for (int h = 0; h < 2; h++) {
+                    const int gg = cv + 4 * h;
+                    u[gg] = _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, f4);
+                    if (t == TSR_TYPE_Q5_0) {
+                        const __m256i hb = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, 4 * gg), rep);
+                        u[gg] = _mm256_mask_add_epi8(u[gg], _mm256_test_epi8_mask(hb, _mm256_set1_epi32(0x08040201)),
+                                                     u[gg], _mm256_set1_epi8(16));
+                    }
+                }
+            }
+            const __m256 m4 = t == TSR_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + 16)))
+                                                 : _mm256_setzero_ps();
+            UNROLL
+            for (int c = 0; c < nc; c++) {
+                const tsr_cpu_q8s *yb = yc[c] + blk;
+                /* the offsets: Q4_0 -8 * sum(qy), Q5_0 -16 * sum(qy) */
+                __m256i is = _mm256_set1_epi32(t == TSR_TYPE_Q4_0 ? yb->c / 16 : t == TSR_TYPE_Q5_0 ? yb->c / 8 : 0);
+                UNROLL
+                for (int gg = 0; gg < 8; gg++) is = _mm256_dpbusd_epi32(is, u[gg], bc4(yb->qs + 4 * gg));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(yb->d)), acc[c]);
+                if (t == TSR_TYPE_Q4_1)
+                    acc[c] = _mm256_fmadd_ps(m4, _mm256_set1_ps(yb->ds), acc[c]);
+            }
+        }
+        UNROLL
+        for (int c = 0; c < nc; c++) _mm256_storeu_ps(s + (size_t)c * ss + 8 * g, acc[c]);
+    }
+}
+
+/* Plain rows, 8 at a time (the last ones of m repeated, their results not
+ * stored), nc (<= 2) columns: Q8_0, and Q6_K with its two half-block sums
+ * (one column: two blocks at once, those of the same ql bytes). */
+static inline __attribute__((always_inline)) void one_plain(tsr_type t, int nc, int64_t k, int64_t m, int64_t ahead,
+                                                            const char *x, size_t xs, const void *vy, size_t ys,
+                                                            float *s, size_t ss) {
+    const int64_t nb = k / 32, n = m + (ahead > 0 ? ahead : 0);
+    const tsr_cpu_q8s *yc[2];
+    UNROLL
+    for (int c = 0; c < nc; c++) yc[c] = (const tsr_cpu_q8s *)((const char *)vy + (size_t)c * ys);
+    ramp(x, m, xs);
+    for (int64_t i = 0; i < m; i += 8) {
+        const int R = m - i < 8 ? (int)(m - i) : 8;
+        const size_t pfo = pf_offset(i, R, n, xs);
+        const char *row[8];
+        for (int r = 0; r < 8; r++) row[r] = x + (size_t)(i + (r < R ? r : R - 1)) * xs;
+        __m256 acc[2];
+        UNROLL
+        for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+        if (t == TSR_TYPE_Q8_0) {
+            for (int64_t b = 0; b < nb; b++) {
+                __m256i p[2][8];
+                uint16_t dh[8];
+                UNROLL
+                for (int r = 0; r < 8; r++) {
+                    const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row[r] + b;
+                    if (pfo)
+                        _mm_prefetch((const char *)q + pfo, _MM_HINT_T1);
+                    const __m256i u = _mm256_xor_si256(ld256(q->qs), _mm256_set1_epi8((char)0x80));
+                    UNROLL
+                    for (int c = 0; c < nc; c++)
+                        p[c][r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, ld256(yc[c][b].qs));
+                    memcpy(&dh[r], &q->d, 2);
+                }
+                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+                UNROLL
+                for (int c = 0; c < nc; c++) {
+                    const __m256i is = _mm256_add_epi32(hsum8x8(p[c]), _mm256_set1_epi32(yc[c][b].c));
+                    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(yc[c][b].d)),
+                                             acc[c]);
+                }
+            }
+        } else { /* Q6_K: per super-block the rows' d and their 16 scales side by side */
+            for (int64_t sb = 0; sb < nb / 8; sb++) {
+                const tsr_block_q6_K *q[8];
+                uint16_t dh[8];
+                __m128i a[8];
+                UNROLL
+                for (int r = 0; r < 8; r++) {
+                    q[r] = (const tsr_block_q6_K *)row[r] + sb;
+                    memcpy(&dh[r], &q[r]->d, 2);
+                    a[r] = _mm_loadu_si128((const __m128i *)q[r]->scales);
+                }
+                const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+                /* 8 rows x 16 scales -> sc[j]: scale 2j of the 8 rows (low 8 bytes), 2j + 1 (high) */
+                __m128i b8[8], c8[8], sc[8];
+                for (int r = 0; r < 8; r += 2) {
+                    b8[r] = _mm_unpacklo_epi8(a[r], a[r + 1]);
+                    b8[r + 1] = _mm_unpackhi_epi8(a[r], a[r + 1]);
+                }
+                for (int h = 0; h < 2; h++) { /* rows 4h .. 4h + 3 */
+                    const __m128i *bb = b8 + 4 * h;
+                    c8[4 * h + 0] = _mm_unpacklo_epi16(bb[0], bb[2]);
+                    c8[4 * h + 1] = _mm_unpackhi_epi16(bb[0], bb[2]);
+                    c8[4 * h + 2] = _mm_unpacklo_epi16(bb[1], bb[3]);
+                    c8[4 * h + 3] = _mm_unpackhi_epi16(bb[1], bb[3]);
+                }
+                for (int c = 0; c < 4; c++) {
+                    sc[2 * c] = _mm_unpacklo_epi32(c8[c], c8[4 + c]);
+                    sc[2 * c + 1] = _mm_unpackhi_epi32(c8[c], c8[4 + c]);
+                }
+                /* per half h, block by block (tt: 0..3) or two at once (one column: tt and tt + 2, the low
+                 * and high nibbles of the same ql bytes); their float steps in block order */
+                for (int h = 0; h < 2; h++) {
+                    __m256i lo[2][4], hi[2][4];
+                    for (int e = 0; e < (nc == 1 ? 2 : 4); e++) {
+                        const int ta = e, tb = e + 2; /* (tb: one column only) */
+                        __m256i pa[2][8], pb[8];
+                        UNROLL
+                        for (int r = 0; r < 8; r++) {
+                            if (pfo)
+                                _mm_prefetch((const char *)q[r] + pfo + 64 * (2 * h + (e & 1)), _MM_HINT_T1);
+                            const __m256i ql = ld256(q[r]->ql + 64 * h + 32 * (ta & 1)), qh = ld256(q[r]->qh + 32 * h);
+                            const __m256i m30 = _mm256_set1_epi8(0x30), f4 = _mm256_set1_epi8(0x0F);
+                            /* the two high bits of value l: bits 2 * tt, 2 * tt + 1 of qh[l], at bits 4, 5 */
+                            const __m256i ha = ta == 0   ? _mm256_slli_epi16(qh, 4)
+                                               : ta == 1 ? _mm256_slli_epi16(qh, 2)
+                                               : ta == 2 ? qh
+                                                         : _mm256_srli_epi16(qh, 2);
+                            const __m256i la = ta >= 2 ? _mm256_srli_epi16(ql, 4) : ql;
+                            const __m256i va = _mm256_or_si256(_mm256_and_si256(la, f4), _mm256_and_si256(ha, m30));
+                            UNROLL
+                            for (int c = 0; c < nc; c++)
+                                pa[c][r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), va,
+                                                               ld256(yc[c][8 * sb + 4 * h + ta].qs));
+                            if (nc == 1) {
+                                const __m256i hb = ta ? _mm256_srli_epi16(qh, 2) : qh;
+                                const __m256i vb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), f4),
+                                                                   _mm256_and_si256(hb, m30));
+                                pb[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), vb,
+                                                            ld256(yc[0][8 * sb + 4 * h + tb].qs));
+                            }
+                        }
+                        UNROLL
+                        for (int c = 0; c < nc; c++) hsum8x8_halves(pa[c], &lo[c][ta], &hi[c][ta]);
+                        if (nc == 1)
+                            hsum8x8_halves(pb, &lo[0][tb], &hi[0][tb]);
+                    }
+                    for (int tt = 0; tt < 4; tt++) {
+                        const int j = 4 * h + tt;
+                        const __m256 d0 = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc[j])));
+                        const __m256 d1 = _mm256_mul_ps(
+                            dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc[j], 8))));
+                        UNROLL
+                        for (int c = 0; c < nc; c++) {
+                            const tsr_cpu_q8s *yb = yc[c] + 8 * sb + j;
+                            /* values 0..15 and 16..31 of each row, offsets -32 * sum(qy): c_lo / 4, (c - c_lo) / 4 */
+                            const __m256i il = _mm256_add_epi32(lo[c][tt], _mm256_set1_epi32(yb->c_lo / 4));
+                            const __m256i ih = _mm256_add_epi32(hi[c][tt], _mm256_set1_epi32((yb->c - yb->c_lo) / 4));
+                            const __m256 dy = _mm256_set1_ps(yb->d);
+                            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(il), _mm256_mul_ps(d0, dy), acc[c]);
+                            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ih), _mm256_mul_ps(d1, dy), acc[c]);
+                        }
+                    }
+                }
+            }
+        }
+        UNROLL
+        for (int c = 0; c < nc; c++) _mm256_mask_storeu_ps(s + (size_t)c * ss + i, (__mmask8)((1u << R) - 1), acc[c]);
+    }
+}
+
+#define ONE(name, fn, T)                                                                                       \
+    static void name(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y, float *s) { \
+        fn(T, 1, k, m, ahead, (const char *)x, xs, y, 0, s, 0);                                                \
+    }
+ONE(one_q8_0, one_plain, TSR_TYPE_Q8_0)
+ONE(one_q6_k, one_plain, TSR_TYPE_Q6_K)
+ONE(one_q4_0_il8, one_il8, TSR_TYPE_Q4_0)
+ONE(one_q4_1_il8, one_il8, TSR_TYPE_Q4_1)
+ONE(one_q5_0_il8, one_il8, TSR_TYPE_Q5_0)
+ONE(one_q4_k_il8, one_il8, TSR_TYPE_Q4_K)
+ONE(one_q5_k_il8, one_il8, TSR_TYPE_Q5_K)
+
+/* A gemm16 call of few columns without a pack: the interleaved types
+ * 1..4 columns at once, Q8_0 and Q6_K 1..4 in passes of 1 or 2 (their 8
+ * rows' sums of 2 columns fill the registers); the packed path's bits. */
+#define FEW_COLS 4
+static bool few_cols(tsr_type t, bool il8, int64_t n) {
+    if (n > FEW_COLS || n < 1)
+        return false;
+    if (il8)
+        return t == TSR_TYPE_Q4_0 || t == TSR_TYPE_Q4_1 || t == TSR_TYPE_Q5_0 || t == TSR_TYPE_Q4_K ||
+               t == TSR_TYPE_Q5_K;
+    return t == TSR_TYPE_Q8_0 || t == TSR_TYPE_Q6_K;
+}
+
+static void few_il8(tsr_type t, int nc, int64_t k, int64_t m, const char *x, size_t xs, const void *y, size_t ys,
+                    float *s, size_t ss) {
+#define FEW_IL8(T)                                                   \
+    case T:                                                          \
+        switch (nc) {                                                \
+        case 4: one_il8(T, 4, k, m, 0, x, xs, y, ys, s, ss); break;  \
+        case 3: one_il8(T, 3, k, m, 0, x, xs, y, ys, s, ss); break;  \
+        case 2: one_il8(T, 2, k, m, 0, x, xs, y, ys, s, ss); break;  \
+        default: one_il8(T, 1, k, m, 0, x, xs, y, ys, s, ss); break; \
+        }                                                            \
+        break;
+    switch (t) {
+        FEW_IL8(TSR_TYPE_Q4_0)
+        FEW_IL8(TSR_TYPE_Q4_1)
+        FEW_IL8(TSR_TYPE_Q5_0)
+        FEW_IL8(TSR_TYPE_Q4_K)
+        FEW_IL8(TSR_TYPE_Q5_K)
+    default: break;
+    }
+#undef FEW_IL8
+}
+
+static void few_plain(tsr_type t, int64_t n, int64_t k, int64_t m, const char *x, size_t xs, const char *y, size_t ys,
+                      float *s, size_t ss) {
+    for (int64_t j = 0; j < n; j += 2) {
+        const bool two = n - j >= 2;
+        if (t == TSR_TYPE_Q8_0)
+            two ? one_plain(TSR_TYPE_Q8_0, 2, k, m, 0, x, xs, y + (size_t)j * ys, ys, s + (size_t)j * ss, ss)
+                : one_plain(TSR_TYPE_Q8_0, 1, k, m, 0, x, xs, y + (size_t)j * ys, ys, s + (size_t)j * ss, ss);
+        else
+            two ? one_plain(TSR_TYPE_Q6_K, 2, k, m, 0, x, xs, y + (size_t)j * ys, ys, s + (size_t)j * ss, ss)
+                : one_plain(TSR_TYPE_Q6_K, 1, k, m, 0, x, xs, y + (size_t)j * ys, ys, s + (size_t)j * ss, ss);
+    }
+}
+
 static inline __attribute__((always_inline)) void gemm16(tsr_type t, bool il8, int64_t k, int64_t m, int64_t n,
                                                          const void *vx, size_t xs, const void *vy, size_t ys, float *s,
                                                          size_t ss, void *scratch) {
     const int64_t nb = k / 32;
     il16 *xb = (il16 *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     const il_mode mode = il_mode_of(t);
+    if (few_cols(t, il8, n)) { /* few columns: no pack, 8 rows side by side */
+        if (il8)
+            few_il8(t, (int)n, k, m, (const char *)vx, xs, vy, ys, s, ss);
+        else
+            few_plain(t, n, k, m, (const char *)vx, xs, (const char *)vy, ys, s, ss);
+        return;
+    }
     if (il8 && n <= 8) { /* few columns: no pack (m % 8 == 0) */
         const il8_direct_fn direct = il8_direct_of(t);
         for (int64_t i = 0; i < m; i += 16)
@@ -587,253 +933,6 @@ GEMM16_IL8(gemm_q5_0, TSR_TYPE_Q5_0)
 GEMM16_IL8(gemm_q4_1, TSR_TYPE_Q4_1)
 GEMM16_IL8(gemm_q4_k, TSR_TYPE_Q4_K)
 GEMM16_IL8(gemm_q5_k, TSR_TYPE_Q5_K)
-
-/* ---- one column with the gemm's bits (gemm1, gemm1_il8: cpu.h) ---------------
- * The batch-invariant decode of tensr-server computes a lone column as the
- * gemm computes any column, and gemm16 packs 16 weight rows per call for it
- * (Zen 4, one thread, bench/gemv: Q8_0 32%, Q6_K 18%, interleaved Q4_0 55%,
- * Q4_K 56% of the read bandwidth; with these kernels 77%, 58%, 94%, 86%).
- * These kernels read the weights as the gemvs do instead, 8 rows side by
- * side with no pack, prefetching GEMV_PF rows ahead, and keep the gemm's
- * arithmetic: a row's integer sum over a block is exact however it is formed
- * (here VPDPBUSD of the unsigned values, their offsets taken out through the
- * q8s fields: c = -128 * sum(qy), so -8 * sum(qy) = c / 16), and its float
- * steps are il16_cols's for that row in the same order (acc = fma(sum, d *
- * dy, acc) per block, per half block for Q6_K; then acc = fma(m, ds, acc)
- * for the minimum formats); so each result is the packed path's bits (test-
- * cpu-kernels). The plain layout's rows are summed per row in 8 lanes and
- * put side by side by horizontal adds (hsum8x8). */
-static inline __attribute__((always_inline)) __m256i bc4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-static inline __attribute__((always_inline)) __m256i ld256(const void *p) {
-    return _mm256_loadu_si256((const __m256i *)p);
-}
-
-/* Lanes 0..3 of p[r] summed into lane r of *lo, lanes 4..7 into lane r of *hi. */
-static inline __attribute__((always_inline)) void hsum8x8_halves(const __m256i *p, __m256i *lo, __m256i *hi) {
-    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    *lo = _mm256_permute2x128_si256(u0, u1, 0x20);
-    *hi = _mm256_permute2x128_si256(u0, u1, 0x31);
-}
-
-/* Lane r: the sum of p[r]'s 8 lanes. */
-static inline __attribute__((always_inline)) __m256i hsum8x8(const __m256i *p) {
-    __m256i lo, hi;
-    hsum8x8_halves(p, &lo, &hi);
-    return _mm256_add_epi32(lo, hi);
-}
-
-/* Interleaved rows (Q4_0, Q4_1, Q5_0, Q4_K, Q5_K): whole 8-row groups. */
-static inline __attribute__((always_inline)) void one_il8(tsr_type t, int64_t k, int64_t m, int64_t ahead,
-                                                          const char *x, size_t xs, const void *vy, float *s) {
-    const int64_t nb = k / 32;
-    const tsr_cpu_q8s *y = (const tsr_cpu_q8s *)vy;
-    const bool kq = t == TSR_TYPE_Q4_K || t == TSR_TYPE_Q5_K, q5k = t == TSR_TYPE_Q5_K;
-    const size_t bs = t == TSR_TYPE_Q5_0   ? sizeof(tsr_block_q5_0)
-                      : t == TSR_TYPE_Q4_1 ? sizeof(tsr_block_q4_1)
-                      : t == TSR_TYPE_Q4_K ? sizeof(tsr_block_q4_K)
-                      : t == TSR_TYPE_Q5_K ? sizeof(tsr_block_q5_K)
-                                           : sizeof(tsr_block_q4_0);
-    const size_t step = 8 * bs, pfd = (size_t)GEMV_PF * xs; /* bytes of 8 rows' block (super-block) */
-    const char *end = x + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
-    const __m256i f4 = _mm256_set1_epi8(0x0F);
-    ramp(x, m, xs);
-    for (int64_t g = 0; g < m / 8; g++) {
-        const char *w = x + (size_t)g * 8 * xs;
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t blk = 0; blk < (kq ? nb / 8 : nb); blk++) {
-            const char *a = w + (size_t)blk * step, *pf = a + pfd;
-            for (size_t o = 0; o < step && pf + o < end; o += 64) _mm_prefetch(pf + o, _MM_HINT_T1);
-            if (kq) {
-                const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)a));
-                const __m256 ndm = _mm256_castsi256_ps(
-                    _mm256_xor_si256(_mm256_castps_si256(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + 16)))),
-                                     _mm256_set1_epi32(INT32_MIN)));
-                __m256i sc[2], mn[2];
-                il8_q4k_scales(a + 32, sc, mn);
-                const size_t qs0 = q5k ? 384 : 128;
-                for (int jp = 0; jp < 4; jp++) {
-                    __m256i v[8];
-                    UNROLL
-                    for (int gg = 0; gg < 8; gg++) v[gg] = ld256(a + qs0 + 32 * (size_t)(8 * jp + gg));
-                    UNROLL
-                    for (int h = 0; h < 2; h++) {
-                        const int j = 2 * jp + h;
-                        const tsr_cpu_q8s *yb = y + 8 * blk + j;
-                        __m256i is = _mm256_setzero_si256();
-                        UNROLL
-                        for (int gg = 0; gg < 8; gg++) {
-                            __m256i u = _mm256_and_si256(h ? _mm256_srli_epi16(v[gg], 4) : v[gg], f4);
-                            if (q5k) {
-                                const __m256i hq = ld256(a + 128 + 32 * gg);
-                                const __m256i t5 = j <= 4 ? _mm256_slli_epi16(hq, 4 - j) : _mm256_srli_epi16(hq, j - 4);
-                                u = _mm256_or_si256(u, _mm256_and_si256(t5, _mm256_set1_epi8(0x10)));
-                            }
-                            is = _mm256_dpbusd_epi32(is, u, bc4(yb->qs + 4 * gg));
-                        }
-                        const __m256 d = _mm256_mul_ps(dd, il8_byte_ps(sc[j / 4], j));
-                        const __m256 mv = _mm256_mul_ps(ndm, il8_byte_ps(mn[j / 4], j));
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(yb->d)), acc);
-                        acc = _mm256_fmadd_ps(mv, _mm256_set1_ps(yb->ds), acc);
-                    }
-                }
-                continue;
-            }
-            const tsr_cpu_q8s *yb = y + blk;
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)a));
-            const int nf = t == TSR_TYPE_Q4_1 ? 2 : 1;
-            const size_t v0 = 16 * (size_t)nf, q0 = v0 + (t == TSR_TYPE_Q5_0 ? 32 : 0);
-            /* the offsets: Q4_0 -8 * sum(qy), Q5_0 -16 * sum(qy) */
-            __m256i is = _mm256_set1_epi32(t == TSR_TYPE_Q4_0 ? yb->c / 16 : t == TSR_TYPE_Q5_0 ? yb->c / 8 : 0);
-            const __m256i qh = t == TSR_TYPE_Q5_0 ? ld256(a + v0) : _mm256_setzero_si256();
-            const __m256i rep = _mm256_set_epi8(12, 12, 12, 12, 8, 8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0, 12, 12, 12, 12, 8,
-                                                8, 8, 8, 4, 4, 4, 4, 0, 0, 0, 0);
-            UNROLL
-            for (int c = 0; c < 4; c++) {
-                const __m256i v = ld256(a + q0 + 32 * c);
-                UNROLL
-                for (int h = 0; h < 2; h++) {
-                    const int gg = c + 4 * h;
-                    __m256i u = _mm256_and_si256(h ? _mm256_srli_epi16(v, 4) : v, f4);
-                    if (t == TSR_TYPE_Q5_0) {
-                        const __m256i hb = _mm256_shuffle_epi8(_mm256_srli_epi32(qh, 4 * gg), rep);
-                        u = _mm256_mask_add_epi8(u, _mm256_test_epi8_mask(hb, _mm256_set1_epi32(0x08040201)), u,
-                                                 _mm256_set1_epi8(16));
-                    }
-                    is = _mm256_dpbusd_epi32(is, u, bc4(yb->qs + 4 * gg));
-                }
-            }
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(yb->d)), acc);
-            if (t == TSR_TYPE_Q4_1)
-                acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + 16))),
-                                      _mm256_set1_ps(yb->ds), acc);
-        }
-        _mm256_storeu_ps(s + 8 * g, acc);
-    }
-}
-
-/* Plain rows, 8 at a time (the last ones of m repeated, their results not
- * stored): Q8_0, and Q6_K with its two half-block sums. */
-static inline __attribute__((always_inline)) void one_plain(tsr_type t, int64_t k, int64_t m, int64_t ahead,
-                                                            const char *x, size_t xs, const void *vy, float *s) {
-    const int64_t nb = k / 32, n = m + (ahead > 0 ? ahead : 0);
-    const tsr_cpu_q8s *y = (const tsr_cpu_q8s *)vy;
-    ramp(x, m, xs);
-    for (int64_t i = 0; i < m; i += 8) {
-        const int R = m - i < 8 ? (int)(m - i) : 8;
-        const size_t pfo = pf_offset(i, R, n, xs);
-        const char *row[8];
-        for (int r = 0; r < 8; r++) row[r] = x + (size_t)(i + (r < R ? r : R - 1)) * xs;
-        __m256 acc = _mm256_setzero_ps();
-        if (t == TSR_TYPE_Q8_0) {
-            for (int64_t b = 0; b < nb; b++) {
-                const tsr_cpu_q8s *yb = y + b;
-                const __m256i qy = ld256(yb->qs);
-                __m256i p[8];
-                uint16_t dh[8];
-                UNROLL
-                for (int r = 0; r < 8; r++) {
-                    const tsr_block_q8_0 *q = (const tsr_block_q8_0 *)row[r] + b;
-                    if (pfo)
-                        _mm_prefetch((const char *)q + pfo, _MM_HINT_T1);
-                    p[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
-                                               _mm256_xor_si256(ld256(q->qs), _mm256_set1_epi8((char)0x80)), qy);
-                    memcpy(&dh[r], &q->d, 2);
-                }
-                const __m256i is = _mm256_add_epi32(hsum8x8(p), _mm256_set1_epi32(yb->c));
-                const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(yb->d)), acc);
-            }
-        } else { /* Q6_K: per super-block the rows' d and their 16 scales side by side */
-            for (int64_t sb = 0; sb < nb / 8; sb++) {
-                const tsr_block_q6_K *q[8];
-                uint16_t dh[8];
-                __m128i a[8];
-                UNROLL
-                for (int r = 0; r < 8; r++) {
-                    q[r] = (const tsr_block_q6_K *)row[r] + sb;
-                    memcpy(&dh[r], &q[r]->d, 2);
-                    a[r] = _mm_loadu_si128((const __m128i *)q[r]->scales);
-                }
-                const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
-                /* 8 rows x 16 scales -> sc[j]: scale 2j of the 8 rows (low 8 bytes), 2j + 1 (high) */
-                __m128i b8[8], c8[8], sc[8];
-                for (int r = 0; r < 8; r += 2) {
-                    b8[r] = _mm_unpacklo_epi8(a[r], a[r + 1]);
-                    b8[r + 1] = _mm_unpackhi_epi8(a[r], a[r + 1]);
-                }
-                for (int h = 0; h < 2; h++) { /* rows 4h .. 4h + 3 */
-                    const __m128i *bb = b8 + 4 * h;
-                    c8[4 * h + 0] = _mm_unpacklo_epi16(bb[0], bb[2]);
-                    c8[4 * h + 1] = _mm_unpackhi_epi16(bb[0], bb[2]);
-                    c8[4 * h + 2] = _mm_unpacklo_epi16(bb[1], bb[3]);
-                    c8[4 * h + 3] = _mm_unpackhi_epi16(bb[1], bb[3]);
-                }
-                for (int c = 0; c < 4; c++) {
-                    sc[2 * c] = _mm_unpacklo_epi32(c8[c], c8[4 + c]);
-                    sc[2 * c + 1] = _mm_unpackhi_epi32(c8[c], c8[4 + c]);
-                }
-                /* per half h, the blocks tt and tt + 2 (the low and high nibbles of the same ql bytes) at
-                 * once; their float steps then in block order */
-                for (int h = 0; h < 2; h++) {
-                    __m256i lo[4], hi[4];
-                    for (int e = 0; e < 2; e++) {
-                        const __m256i qya = ld256(y[8 * sb + 4 * h + e].qs), qyb = ld256(y[8 * sb + 4 * h + e + 2].qs);
-                        __m256i pa[8], pb[8];
-                        UNROLL
-                        for (int r = 0; r < 8; r++) {
-                            if (pfo)
-                                _mm_prefetch((const char *)q[r] + pfo + 64 * (2 * h + e), _MM_HINT_T1);
-                            const __m256i ql = ld256(q[r]->ql + 64 * h + 32 * e), qh = ld256(q[r]->qh + 32 * h);
-                            /* the two high bits of value l: bits 2 * tt, 2 * tt + 1 of qh[l], at bits 4, 5 */
-                            const __m256i ha = e ? _mm256_slli_epi16(qh, 2) : _mm256_slli_epi16(qh, 4);
-                            const __m256i hb = e ? _mm256_srli_epi16(qh, 2) : qh;
-                            const __m256i m30 = _mm256_set1_epi8(0x30), f4 = _mm256_set1_epi8(0x0F);
-                            const __m256i va = _mm256_or_si256(_mm256_and_si256(ql, f4), _mm256_and_si256(ha, m30));
-                            const __m256i vb = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), f4),
-                                                               _mm256_and_si256(hb, m30));
-                            pa[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), va, qya);
-                            pb[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), vb, qyb);
-                        }
-                        hsum8x8_halves(pa, &lo[e], &hi[e]);
-                        hsum8x8_halves(pb, &lo[e + 2], &hi[e + 2]);
-                    }
-                    for (int tt = 0; tt < 4; tt++) {
-                        const int j = 4 * h + tt;
-                        const tsr_cpu_q8s *yb = y + 8 * sb + j;
-                        /* values 0..15 and 16..31 of each row, offsets -32 * sum(qy): c_lo / 4, (c - c_lo) / 4 */
-                        const __m256i il = _mm256_add_epi32(lo[tt], _mm256_set1_epi32(yb->c_lo / 4));
-                        const __m256i ih = _mm256_add_epi32(hi[tt], _mm256_set1_epi32((yb->c - yb->c_lo) / 4));
-                        const __m256 d0 = _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc[j])));
-                        const __m256 d1 = _mm256_mul_ps(
-                            dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc[j], 8))));
-                        const __m256 dy = _mm256_set1_ps(yb->d);
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(il), _mm256_mul_ps(d0, dy), acc);
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ih), _mm256_mul_ps(d1, dy), acc);
-                    }
-                }
-            }
-        }
-        _mm256_mask_storeu_ps(s + i, (__mmask8)((1u << R) - 1), acc);
-    }
-}
-
-#define ONE(name, fn, T)                                                                                       \
-    static void name(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y, float *s) { \
-        fn(T, k, m, ahead, (const char *)x, xs, y, s);                                                         \
-    }
-ONE(one_q8_0, one_plain, TSR_TYPE_Q8_0)
-ONE(one_q6_k, one_plain, TSR_TYPE_Q6_K)
-ONE(one_q4_0_il8, one_il8, TSR_TYPE_Q4_0)
-ONE(one_q4_1_il8, one_il8, TSR_TYPE_Q4_1)
-ONE(one_q5_0_il8, one_il8, TSR_TYPE_Q5_0)
-ONE(one_q4_k_il8, one_il8, TSR_TYPE_Q4_K)
-ONE(one_q5_k_il8, one_il8, TSR_TYPE_Q5_K)
 
 /* Activations -> tsr_cpu_q8s rows: the reference's arithmetic (d = max / 127,
  * values rounded to nearest even of x * 127 / max), 32 values at a time. */
