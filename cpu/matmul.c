@@ -29,6 +29,13 @@
 #define QGEMM_TILE_ROWS 32 /* AVX-512: passes of 32 rows */
 #define QGEMM_TILE_COLS 512
 #define QGEMM_TILE_COLS_MIN 128
+/* A few columns (n <= FEW_TILES_COLS: the decode of a few streams, which
+ * the kernels compute from the weights as stored, no pack) read like one:
+ * FEW_TILES tiles of rows per thread, so that each call prefetches ahead
+ * through its rows (1B-class Q4_K_M, 2 columns, batch invariant, Zen 4, 2
+ * threads: 32-row tiles gave 1.8x a column's time). */
+#define FEW_TILES_COLS 4
+#define FEW_TILES 4
 /* One column (decode): the weight rows' 8-row groups are cut into one
  * contiguous range per thread, so that the gemv's prefetch runs through it
  * (measured: tg128 SmolLM2 Q4_0 ~320 t/s with one range per thread, ~300
@@ -311,7 +318,10 @@ void tsr__cpu_op_mul_mat(const tsr_compute_params *p, tsr_tensor *dst) {
     const int64_t nr0 = a->ne[1], nr1 = b->ne[1] * b->ne[2] * b->ne[3];
     const int64_t r2 = b->ne[2] / a->ne[2], r3 = b->ne[3] / a->ne[3];
     const bool qgemm = path == MM_GEMM && tsr_type_block_size(a->type) > 1;
-    const int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : qgemm ? QGEMM_TILE_ROWS : TILE_ROWS, nc0 = (nr0 + blk0 - 1) / blk0;
+    int64_t blk0 = nr1 == 1 ? 4 * TILE_ROWS : qgemm ? QGEMM_TILE_ROWS : TILE_ROWS;
+    if (qgemm && nr1 <= FEW_TILES_COLS) /* decode of a few streams: long runs of rows, which the kernel prefetches */
+        blk0 = tsr__pad((size_t)((nr0 + FEW_TILES * p->nth - 1) / (FEW_TILES * p->nth)), QGEMM_TILE_ROWS);
+    const int64_t nc0 = (nr0 + blk0 - 1) / blk0;
     int64_t blk1 = path != MM_GEMM ? TILE_COLS : qgemm ? QGEMM_TILE_COLS : GEMM_TILE_COLS;
     while (blk1 > QGEMM_TILE_COLS_MIN && nc0 * ((nr1 + blk1 - 1) / blk1) < 4 * (int64_t)p->nth) blk1 /= 2;
     const int64_t nc1 = (nr1 + blk1 - 1) / blk1;
