@@ -10,7 +10,8 @@
  * "1 col" rows time the batch-invariant decode (tensr-server's default):
  * one column with the gemm's bits, through the gemm itself (which packs
  * the rows) and through gemm1 where the table has it, the activations in
- * the gemm's format (tsr_cpu_q8s rows on VNNI machines).
+ * the gemm's format (tsr_cpu_q8s rows on VNNI machines); "8 col gemm", the
+ * decode of 8 streams (the weights' bytes over the time: 8 columns each).
  * Not a test: it measures. Build: make bench/gemv (in the build tree).
  *
  * usage: bench/gemv [SIZE_MiB (default 1024)] [REPS (default 5)] [TYPE ...]
@@ -57,7 +58,8 @@ static double read_rate(const char *p, size_t n, int reps) {
 
 /* One pass over the nmat matrices (alternately of the two shapes) through
  * kernel kind: 0 the gemv, 1 the gemm at one column (scratch: its scratch),
- * 2 gemm1 (the gemm's bits, read as the gemv reads). */
+ * 2 gemm1 (the gemm's bits, read as the gemv reads), 8 the gemm at 8
+ * columns (8 streams' decode; y: 8 rows ys bytes apart). */
 typedef struct pass {
     const tsr_cpu_kernels *k;
     tsr_type t;
@@ -67,6 +69,7 @@ typedef struct pass {
     size_t nmat, mat[2], xs[2];
     int64_t ks[2], ms[2];
     const char *y[2];
+    size_t ys[2];
     float *out;
     void *scratch;
 } pass;
@@ -86,8 +89,9 @@ static double pass_rate(const pass *ps, int reps) {
                 (ps->il8 ? ps->k->gemm1_il8 : ps->k->gemm1)[ps->t](ps->ks[s], ps->ms[s], 0, x, ps->xs[s], ps->y[s],
                                                                    ps->out);
             else
-                (ps->il8 ? ps->k->gemm_il8 : ps->k->gemm)[ps->t](ps->ks[s], ps->ms[s], 1, x, ps->xs[s], ps->y[s], 0,
-                                                                 ps->out, (size_t)ps->ms[s], ps->scratch);
+                (ps->il8 ? ps->k->gemm_il8 : ps->k->gemm)[ps->t](ps->ks[s], ps->ms[s], ps->kind == 8 ? 8 : 1, x,
+                                                                 ps->xs[s], ps->y[s], ps->ys[s], ps->out,
+                                                                 (size_t)ps->ms[s], ps->scratch);
             off += ps->mat[s];
         }
         const double g = (double)off / (now() - t0) / 1e9;
@@ -143,17 +147,20 @@ int main(int argc, char **argv) {
         }
         const tsr_type dt = k->dot_type[t];
         char *y[2], *yg[2] = {NULL, NULL};
+        size_t ygs[2] = {0, 0};
         const bool gm = k->gemm[t] != NULL, q8s = gm && k->gemm_q8s[t];
         for (int s = 0; s < 2; s++) {
             for (int64_t i = 0; i < ks[s]; i++) f[i] = frand();
             y[s] = malloc(tsr_row_size(dt, ks[s]));
             k->from_float[dt](f, y[s], ks[s]);
-            if (gm) {
-                yg[s] = malloc(q8s ? TSR_CPU_Q8S_ROW(ks[s]) : tsr_row_size(k->gemm_type[t], ks[s]));
+            if (gm) { /* 8 columns (the 8 streams' rows: copies of one) */
+                ygs[s] = q8s ? TSR_CPU_Q8S_ROW(ks[s]) : tsr_row_size(k->gemm_type[t], ks[s]);
+                yg[s] = malloc(8 * ygs[s]);
                 (q8s ? k->q8s_from_float : k->from_float[k->gemm_type[t]])(f, yg[s], ks[s]);
+                for (int c = 1; c < 8; c++) memcpy(yg[s] + (size_t)c * ygs[s], yg[s], ygs[s]);
             }
         }
-        float *out = malloc(5632 * sizeof(float));
+        float *out = malloc(8 * 5632 * sizeof(float));
         void *scratch = aligned_alloc(64, tsr__pad(TSR_CPU_GEMM_SCRATCH(5632), 64));
         pass ps = {k,
                    t,
@@ -166,13 +173,14 @@ int main(int argc, char **argv) {
                    {ks[0], ks[1]},
                    {ms[0], ms[1]},
                    {y[0], y[1]},
+                   {0, 0},
                    out,
                    scratch};
         double best = pass_rate(&ps, reps);
         printf("| %s | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
         if (gm) {
             pass pg = ps;
-            pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1];
+            pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1], pg.ys[0] = ygs[0], pg.ys[1] = ygs[1];
             best = pass_rate(&pg, reps);
             printf("| %s, 1 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
             if (k->gemm1[t]) {
@@ -180,6 +188,9 @@ int main(int argc, char **argv) {
                 best = pass_rate(&pg, reps);
                 printf("| %s, 1 col gemm1 | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
             }
+            pg.kind = 8;
+            best = pass_rate(&pg, reps);
+            printf("| %s, 8 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
         }
         if (k->gemv_il8[t]) { /* the same weights in the 8-row interleaved layout (cpu/repack.c) */
             char *tmp = malloc(8 * xs[1] > 8 * xs[0] ? 8 * xs[1] : 8 * xs[0]);
@@ -198,7 +209,7 @@ int main(int argc, char **argv) {
             printf("| %s interleaved | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
             if (gm && k->gemm_il8[t]) {
                 pass pg = ps;
-                pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1];
+                pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1], pg.ys[0] = ygs[0], pg.ys[1] = ygs[1];
                 best = pass_rate(&pg, reps);
                 printf("| %s interleaved, 1 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
                 if (k->gemm1_il8[t]) {
@@ -207,6 +218,9 @@ int main(int argc, char **argv) {
                     printf("| %s interleaved, 1 col gemm1 | %.2f | %.0f%% |\n", tsr_type_name(t), best,
                            100 * best / bw);
                 }
+                pg.kind = 8;
+                best = pass_rate(&pg, reps);
+                printf("| %s interleaved, 8 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
             }
         }
         free(scratch), free(yg[0]), free(yg[1]);
