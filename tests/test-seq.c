@@ -195,6 +195,24 @@ static void sampler(tsr_model *m) {
     CHECK_NEAR(top_lp[0], 13.0 - lse, 1e-4);
     CHECK_NEAR(top_lp[2], 4.0 - lse, 1e-4);
     CHECK_NEAR(top_lp[3], -lse, 1e-4);
+    tsr_sampler_free(s);
+    /* logits spread over [-40, 10] (the exponentials of every magnitude the
+     * normalizer sums): against the sum in double */
+    s = greedy(m, NULL, 0, 0, 0);
+    float *w = calloc((size_t)nv, sizeof *w);
+    if (w) {
+        double ref = 0.0;
+        for (int32_t i = 0; i < nv; i++) {
+            w[i] = (float)(25.0 * sin(0.37 * i) - 15.0);
+            ref += exp((double)w[i] - 10.0);
+        }
+        ref = 10.0 + log(ref);
+        for (int32_t t = 0; t < nv; t += nv / 7 + 1) {
+            CHECK_OK(tsr_sampler_logprobs(s, w, t, &lp, 0, NULL, NULL));
+            CHECK_NEAR(lp, w[t] - ref, 2e-6 * (1.0 + fabs(w[t] - ref)));
+        }
+        free(w);
+    }
     CHECK_STATUS(tsr_sampler_logprobs(s, l, nv, &lp, 0, NULL, NULL), TSR_E_INVALID);
     CHECK_STATUS(tsr_sampler_logprobs(s, l, 0, &lp, 2, NULL, top_lp), TSR_E_INVALID);
     tsr_sampler_free(s);
@@ -238,29 +256,29 @@ int main(void) {
     if (!tsrtest_model(path, sizeof path))
         return tsrtest_done("test-seq");
     for (int flash = 0; flash < 2; flash++) {
-    tsr_backend_params bp;
-    tsr_backend_params_init(&bp, sizeof bp);
-    bp.n_threads = 2;
-    bp.flash_attn = flash ? TSR_FLASH_ATTN_ON : TSR_FLASH_ATTN_OFF;
-    tsr_backend *be = NULL;
-    tsr_model *m = NULL;
-    CHECK_OK(tsr_backend_new(&bp, &be));
-    CHECK_OK(tsr_model_load(be, path, NULL, &m));
-    CHECK_EQ_INT(tsr_backend_flash_attn(be), flash);
-    if (m) {
-        nv = tsr_model_n_vocab(m);
-        tol_moved = flash ? 1e-4f : 1.0f;
-        int32_t p[N_PROMPT];
-        size_t n = 0;
-        const char *text = "The quick brown fox jumps over the lazy dog while the cat";
-        CHECK_OK(tsr_model_tokenize(m, text, strlen(text), 0, p, N_PROMPT, &n));
-        for (size_t i = n; i < N_PROMPT; i++) p[i] = p[i - n];
-        full_first(m);
-        copy_save_load(m, p);
-        sampler(m);
-    }
-    tsr_model_free(m);
-    tsr_backend_free(be);
+        tsr_backend_params bp;
+        tsr_backend_params_init(&bp, sizeof bp);
+        bp.n_threads = 2;
+        bp.flash_attn = flash ? TSR_FLASH_ATTN_ON : TSR_FLASH_ATTN_OFF;
+        tsr_backend *be = NULL;
+        tsr_model *m = NULL;
+        CHECK_OK(tsr_backend_new(&bp, &be));
+        CHECK_OK(tsr_model_load(be, path, NULL, &m));
+        CHECK_EQ_INT(tsr_backend_flash_attn(be), flash);
+        if (m) {
+            nv = tsr_model_n_vocab(m);
+            tol_moved = flash ? 1e-4f : 1.0f;
+            int32_t p[N_PROMPT];
+            size_t n = 0;
+            const char *text = "The quick brown fox jumps over the lazy dog while the cat";
+            CHECK_OK(tsr_model_tokenize(m, text, strlen(text), 0, p, N_PROMPT, &n));
+            for (size_t i = n; i < N_PROMPT; i++) p[i] = p[i - n];
+            full_first(m);
+            copy_save_load(m, p);
+            sampler(m);
+        }
+        tsr_model_free(m);
+        tsr_backend_free(be);
     }
     return tsrtest_done("test-seq");
 }
