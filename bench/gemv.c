@@ -100,6 +100,25 @@ static double pass_rate(const pass *ps, int reps) {
     return best;
 }
 
+/* The gemm's rows of ps's weights (yg: its activations, 8 rows ygs apart):
+ * one column through the gemm, through gemm1 where the table has one, and 8
+ * columns. */
+static void gemm_rows(const pass *ps, char *const yg[2], const size_t ygs[2], int reps, double bw, const char *layout) {
+    static const struct {
+        int kind;
+        const char *what;
+    } rows[] = {{1, "1 col gemm"}, {2, "1 col gemm1"}, {8, "8 col gemm"}};
+    pass pg = *ps;
+    pg.y[0] = yg[0], pg.y[1] = yg[1], pg.ys[0] = ygs[0], pg.ys[1] = ygs[1];
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (rows[i].kind == 2 && !(ps->il8 ? ps->k->gemm1_il8 : ps->k->gemm1)[ps->t])
+            continue;
+        pg.kind = rows[i].kind;
+        const double best = pass_rate(&pg, reps);
+        printf("| %s%s, %s | %.2f | %.0f%% |\n", tsr_type_name(ps->t), layout, rows[i].what, best, 100 * best / bw);
+    }
+}
+
 int main(int argc, char **argv) {
     const size_t size = (size_t)(argc > 1 ? atol(argv[1]) : 1024) << 20;
     const int reps = argc > 2 ? atoi(argv[2]) : 5;
@@ -178,20 +197,8 @@ int main(int argc, char **argv) {
                    scratch};
         double best = pass_rate(&ps, reps);
         printf("| %s | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
-        if (gm) {
-            pass pg = ps;
-            pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1], pg.ys[0] = ygs[0], pg.ys[1] = ygs[1];
-            best = pass_rate(&pg, reps);
-            printf("| %s, 1 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
-            if (k->gemm1[t]) {
-                pg.kind = 2;
-                best = pass_rate(&pg, reps);
-                printf("| %s, 1 col gemm1 | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
-            }
-            pg.kind = 8;
-            best = pass_rate(&pg, reps);
-            printf("| %s, 8 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
-        }
+        if (gm)
+            gemm_rows(&ps, yg, ygs, reps, bw, "");
         if (k->gemv_il8[t]) { /* the same weights in the 8-row interleaved layout (cpu/repack.c) */
             char *tmp = malloc(8 * xs[1] > 8 * xs[0] ? 8 * xs[1] : 8 * xs[0]);
             size_t off = 0;
@@ -207,21 +214,8 @@ int main(int argc, char **argv) {
             ps.il8 = true;
             best = pass_rate(&ps, reps);
             printf("| %s interleaved | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
-            if (gm && k->gemm_il8[t]) {
-                pass pg = ps;
-                pg.kind = 1, pg.y[0] = yg[0], pg.y[1] = yg[1], pg.ys[0] = ygs[0], pg.ys[1] = ygs[1];
-                best = pass_rate(&pg, reps);
-                printf("| %s interleaved, 1 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
-                if (k->gemm1_il8[t]) {
-                    pg.kind = 2;
-                    best = pass_rate(&pg, reps);
-                    printf("| %s interleaved, 1 col gemm1 | %.2f | %.0f%% |\n", tsr_type_name(t), best,
-                           100 * best / bw);
-                }
-                pg.kind = 8;
-                best = pass_rate(&pg, reps);
-                printf("| %s interleaved, 8 col gemm | %.2f | %.0f%% |\n", tsr_type_name(t), best, 100 * best / bw);
-            }
+            if (gm && k->gemm_il8[t])
+                gemm_rows(&ps, yg, ygs, reps, bw, " interleaved");
         }
         free(scratch), free(yg[0]), free(yg[1]);
         free(f), free(out), free(y[0]), free(y[1]);

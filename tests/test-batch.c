@@ -193,22 +193,33 @@ static void mixed(tsr_model *m) {
     tsr_batcher_free(b);
 }
 
+/* *ext: base's prompt and 5 more tokens, 10 to generate, its tokens alone known. */
+static void extend(tsr_model *m, const run *base, run *ext) {
+    memset(ext, 0, sizeof *ext);
+    memcpy(ext->prompt, base->prompt, base->n_prompt * sizeof *ext->prompt);
+    ext->n_prompt = base->n_prompt;
+    for (int i = 0; i < 5; i++) ext->prompt[ext->n_prompt++] = 300 + i;
+    ext->max_tokens = 10;
+    ext->cancel_at = -1;
+    alone(m, ext);
+}
+
+/* r as a new request of its prompt: not cancelled, nothing received yet. */
+static run fresh(const run *r) {
+    run f = *r;
+    f.cancel_at = -1;
+    f.n_got = f.n_text = 0;
+    return f;
+}
+
 /* A prompt that extends a finished one reuses its cells. */
 static void reuse(tsr_model *m, const run *base) {
     run ext;
-    memset(&ext, 0, sizeof ext);
-    memcpy(ext.prompt, base->prompt, base->n_prompt * sizeof *ext.prompt);
-    ext.n_prompt = base->n_prompt;
-    for (int i = 0; i < 5; i++) ext.prompt[ext.n_prompt++] = 300 + i;
-    ext.max_tokens = 10;
-    ext.cancel_at = -1;
-    alone(m, &ext);
+    extend(m, base, &ext);
     tsr_batcher *b = new_batcher(m);
     if (!b)
         return;
-    run first = *base;
-    first.cancel_at = -1;
-    first.n_got = first.n_text = 0;
+    run first = fresh(base);
     submit(b, &first);
     drain(b);
     submit(b, &ext);
@@ -218,8 +229,7 @@ static void reuse(tsr_model *m, const run *base) {
     CHECK(ext.n_got == ext.n_alone && memcmp(ext.got, ext.alone, ext.n_got * sizeof *ext.got) == 0,
           "the prompt decoded after a cached prefix generates otherwise than alone");
     /* the same prompt again: all but its last token cached */
-    run again = ext;
-    again.n_got = again.n_text = 0;
+    run again = fresh(&ext);
     submit(b, &again);
     drain(b);
     CHECK_EQ_INT(again.n_cached, (int64_t)ext.n_prompt - 1);
@@ -234,19 +244,11 @@ static void reuse(tsr_model *m, const run *base) {
  * again. Either way its tokens are its run's alone. */
 static void slot_choice(tsr_model *m, const run *base) {
     run ext;
-    memset(&ext, 0, sizeof ext);
-    memcpy(ext.prompt, base->prompt, base->n_prompt * sizeof *ext.prompt);
-    ext.n_prompt = base->n_prompt;
-    for (int i = 0; i < 5; i++) ext.prompt[ext.n_prompt++] = 300 + i;
-    ext.max_tokens = 10;
-    ext.cancel_at = -1;
-    alone(m, &ext);
+    extend(m, base, &ext);
     tsr_batcher *b = new_batcher(m); /* 4 slots */
     if (!b)
         return;
-    run first = *base;
-    first.cancel_at = -1;
-    first.n_got = first.n_text = 0;
+    run first = fresh(base);
     submit(b, &first);
     drain(b);
     for (int k = 0; k < 3; k++) { /* prompts that share nothing with it: the 3 other slots */
@@ -259,21 +261,19 @@ static void slot_choice(tsr_model *m, const run *base) {
         submit(b, &o);
         drain(b);
     }
-    run e1 = ext;
+    run e1 = fresh(&ext);
     submit(b, &e1);
     drain(b);
     CHECK(e1.n_cached == (int64_t)base->n_prompt, "after 3 other prompts: n_cached %lld, the prefix is %zu",
           (long long)e1.n_cached, base->n_prompt);
     CHECK(e1.n_got == ext.n_alone && memcmp(e1.got, ext.alone, e1.n_got * sizeof *e1.got) == 0,
           "after 3 other prompts: not the tokens alone");
-    run busy = *base; /* the slot holding the prefix runs this one */
-    busy.cancel_at = -1;
-    busy.n_got = busy.n_text = 0;
+    run busy = fresh(base); /* the slot holding the prefix runs this one */
     busy.max_tokens = MAX_GEN;
     submit(b, &busy);
     size_t active = 0;
     CHECK_OK(tsr_batcher_step(b, &active));
-    run e2 = ext;
+    run e2 = fresh(&ext);
     submit(b, &e2);
     drain(b);
     CHECK(e2.n_cached == (int64_t)base->n_prompt, "beside a running request on the prefix: n_cached %lld, want %zu",
