@@ -173,20 +173,38 @@ def wait_idle():
 
 
 check(wait_idle(), "requests still running before the disconnect tests")
-# a client that disconnects mid-stream, or while it waits for a whole answer, cancels its request
+
+
+def counter(name):
+    return gauge(name) or 0
+
+
+# a client that disconnects mid-stream, or while it waits for a whole answer,
+# cancels its request. The end-of-generation tokens are banned, so only a
+# cancel ends these requests before their 500 tokens: a request that ran on to
+# its natural end cannot pass for a cancelled one
+eog = httpx.post(base + "/tokenize", headers=h,
+                 json={"content": "<|endoftext|><|im_end|>", "parse_special": True}).json()["tokens"]
+no_end = {str(t): -100 for t in eog}
+gen0 = counter("tensr_generation_tokens_total")
 with httpx.stream("POST", base + "/v1/chat/completions", headers=h, timeout=30,
-                  json={"messages": msgs, "max_tokens": 500, "temperature": 0, "stream": True}) as s:
+                  json={"messages": msgs, "max_tokens": 500, "temperature": 0, "stream": True,
+                        "logit_bias": no_end}) as s:
     lines = s.iter_lines()
     next(lines)
     next(lines)
     check(gauge("tensr_requests_running") == 1, "the stream is not running")
 check(wait_idle(), "a stream closed mid-way was not cancelled")
+gen1 = counter("tensr_generation_tokens_total")
+check(gen1 - gen0 < 500, f"a stream closed mid-way ran on to its {gen1 - gen0} tokens")
 try:
     httpx.post(base + "/v1/completions", headers=h, timeout=0.5,
-               json={"prompt": prompt, "max_tokens": 500, "temperature": 0})
+               json={"prompt": prompt, "max_tokens": 500, "temperature": 0, "logit_bias": no_end})
 except httpx.TimeoutException:
     pass
 check(wait_idle(), "a non-streamed request whose client left was not cancelled")
+gen2 = counter("tensr_generation_tokens_total")
+check(gen2 - gen1 < 500, f"a non-streamed request whose client left ran on to its {gen2 - gen1} tokens")
 
 # overload: 4 slots and at most 8 waiting; the rest get 503 with Retry-After, the admitted finish
 def post(i):

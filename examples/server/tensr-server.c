@@ -924,9 +924,12 @@ static enum MHD_Result completion(struct MHD_Connection *c, json_t *body, int ch
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
         return respond(c, 200, resp);
     }
-    /* wait, watching the socket: a client that goes away cancels */
+    /* wait, watching the socket every 100 ms, whether or not tokens came
+     * meanwhile (each token wakes this wait): a client that goes away
+     * cancels */
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     pthread_mutex_lock(&j->mu);
+    double polled = now_s();
     while (!j->finish) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -935,7 +938,10 @@ static enum MHD_Result completion(struct MHD_Connection *c, json_t *body, int ch
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && ci) {
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        double t = now_s();
+        if (ci && !j->finish && t - polled >= 0.1) {
+            polled = t;
             struct pollfd pfd = {ci->connect_fd, POLLRDHUP, 0};
             if (drain_expired || (poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)))) {
                 /* never call the batcher holding j->mu: its step holds the
