@@ -207,13 +207,16 @@ static inline void tsr__cpu_q8s_finish(tsr_cpu_q8s *y, float d, int32_t sum, int
     y->c = -128 * sum;
     y->c_lo = -128 * lo;
 }
-/* Installs a q8s gemm for weight type t (the activations' gemm_type is unused). */
+/* Installs a q8s gemm for weight type t (the activations' gemm_type is
+ * unused). The one-column kernels of the gemm it replaces (a table built
+ * over another's) give that gemm's bits, not this one's: they go with it. */
 static inline void tsr__cpu_set_q8s_gemm(tsr_cpu_kernels *k, tsr_type t,
                                          void (*fn)(int64_t, int64_t, int64_t, const void *, size_t, const void *,
                                                     size_t, float *, size_t, void *)) {
     k->gemm[t] = fn;
     k->gemm_type[t] = TSR_TYPE_Q8_0;
     k->gemm_q8s[t] = true;
+    k->gemm1[t] = k->gemm1_il8[t] = NULL;
 }
 /* The plain versions (ref.c): k % 32 == 0. */
 void tsr__cpu_q8s_from_float_ref(const float *x, void *y, int64_t k);

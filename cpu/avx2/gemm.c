@@ -71,12 +71,13 @@ static inline __attribute__((always_inline)) __m256i il_row(tsr_type t, const ch
     return v;
 }
 
-/* Rows [0, rows) of x (rows <= 8; the others zero) -> nb interleaved blocks. */
-static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const char *x, size_t xs, int rows, int64_t nb,
-                                                           void *out) {
+/* Blocks [b0, b1) of rows [0, rows) of x (rows <= 8; the others zero) ->
+ * b1 - b0 interleaved blocks. */
+static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const char *x, size_t xs, int rows, int64_t b0,
+                                                           int64_t b1, void *out) {
     il8 *o = out;
     il8s *os = out;
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         __m256i r[8], v[8];
         float d[8], m[8];
         UNROLL for (int i = 0; i < 8; i++) {
@@ -89,16 +90,16 @@ static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const cha
         }
         if (t == TSR_TYPE_Q8_0) {
             transpose8_epi32(r, v);
-            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].x + 32 * g), v[g]);
+            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b - b0].x + 32 * g), v[g]);
             UNROLL for (int i = 0; i < 8; i++) r[i] = _mm256_sign_epi8(r[i], r[i]);
             transpose8_epi32(r, v);
-            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b].u + 32 * g), v[g]);
-            memcpy(os[b].d, d, sizeof d);
+            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(os[b - b0].u + 32 * g), v[g]);
+            memcpy(os[b - b0].d, d, sizeof d);
         } else {
             transpose8_epi32(r, v);
-            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(o[b].u + 32 * g), v[g]);
-            memcpy(o[b].d, d, sizeof d);
-            memcpy(o[b].m, m, sizeof m);
+            UNROLL for (int g = 0; g < 8; g++) _mm256_storeu_si256((__m256i *)(o[b - b0].u + 32 * g), v[g]);
+            memcpy(o[b - b0].d, d, sizeof d);
+            memcpy(o[b - b0].m, m, sizeof m);
         }
     }
 }
@@ -107,8 +108,9 @@ static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const cha
  * cpu/repack.c) -> the blocks il8_pack makes of the same rows
  * stored plainly, byte for byte: the interleaved vectors already hold each
  * row's 4-byte groups side by side, so no transpose. */
-static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const char *x, int64_t nb, void *out) {
-    il8 *o = out;
+static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const char *x, int64_t b0, int64_t b1,
+                                                               void *out) {
+    il8 *o = out; /* blocks [b0, b1) (K-quants: whole super-blocks) */
     il8s *os = out;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const size_t bs8 = 8 * (t == TSR_TYPE_Q8_0   ? sizeof(tsr_block_q8_0)
@@ -119,7 +121,7 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
         t == TSR_TYPE_Q5_K) { /* super-blocks of 8 sub-blocks: il_row's d = dd * scale, m = -dmin * min */
         const bool q5 = t == TSR_TYPE_Q5_K;
         const size_t qs0 = q5 ? 384 : 128; /* the value vectors (Q5_K: after the 8 qh vectors at 128) */
-        for (int64_t sbk = 0; sbk < nb / 8; sbk++) {
+        for (int64_t sbk = b0 / 8; sbk < b1 / 8; sbk++) {
             const char *blk = x + (size_t)sbk * 8 * (q5 ? sizeof(tsr_block_q5_K) : sizeof(tsr_block_q4_K));
             __m256i sc[2], mn[2];
             il8_q4k_scales(blk + 32, sc, mn);
@@ -127,7 +129,7 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
             const __m256 ndmin = _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16))),
                                                _mm256_set1_ps(-0.0f));
             UNROLL for (int sb = 0; sb < 8; sb++) {
-                il8 *ob = o + sbk * 8 + sb;
+                il8 *ob = o + (sbk * 8 + sb - b0);
                 const int j = sb / 2, sh = 8 * (sb % 4);
                 UNROLL for (int g = 0; g < 8; g++) {
                     __m256i v = _mm256_loadu_si256((const __m256i *)(blk + qs0 + 32 * (8 * j + g)));
@@ -149,16 +151,16 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
         }
         return;
     }
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         const char *blk = x + (size_t)b * bs8;
         __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         if (t == TSR_TYPE_Q8_0) {
             UNROLL for (int g = 0; g < 8; g++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * g));
-                _mm256_storeu_si256((__m256i *)(os[b].x + 32 * g), v);
-                _mm256_storeu_si256((__m256i *)(os[b].u + 32 * g), _mm256_sign_epi8(v, v));
+                _mm256_storeu_si256((__m256i *)(os[b - b0].x + 32 * g), v);
+                _mm256_storeu_si256((__m256i *)(os[b - b0].u + 32 * g), _mm256_sign_epi8(v, v));
             }
-            _mm256_storeu_ps(os[b].d, d);
+            _mm256_storeu_ps(os[b - b0].d, d);
             continue;
         }
         const char *q = blk + (t == TSR_TYPE_Q4_1 ? 32 : t == TSR_TYPE_Q5_0 ? 48 : 16);
@@ -168,14 +170,14 @@ static inline __attribute__((always_inline)) void il8_pack_il8(tsr_type t, const
             __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
             if (t == TSR_TYPE_Q5_0)
                 lo = _mm256_or_si256(lo, il8_q5_bits(qh, c, false)), hi = _mm256_or_si256(hi, il8_q5_bits(qh, c, true));
-            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * c), lo);
-            _mm256_storeu_si256((__m256i *)(o[b].u + 32 * (c + 4)), hi);
+            _mm256_storeu_si256((__m256i *)(o[b - b0].u + 32 * c), lo);
+            _mm256_storeu_si256((__m256i *)(o[b - b0].u + 32 * (c + 4)), hi);
         }
         if (t == TSR_TYPE_Q4_0 || t == TSR_TYPE_Q5_0) /* as il_row: the zero point comes out through 16 or 8 */
             d = _mm256_mul_ps(d, _mm256_set1_ps(t == TSR_TYPE_Q4_0 ? 1.0f / 16 : 1.0f / 8));
-        _mm256_storeu_ps(o[b].d, d);
-        _mm256_storeu_ps(o[b].m, t == TSR_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
-                                                    : _mm256_setzero_ps());
+        _mm256_storeu_ps(o[b - b0].d, d);
+        _mm256_storeu_ps(o[b - b0].m, t == TSR_TYPE_Q4_1 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)))
+                                                         : _mm256_setzero_ps());
     }
 }
 
@@ -190,25 +192,16 @@ static inline __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* 8 interleaved rows x nc columns over nb blocks; the first m (<= 8) rows of
- * each column stored at s + c * ss. zp: the values have a zero point (the
- * column's c corrects), else a float minimum (mode IL_U4, IL_U5). */
-static inline __attribute__((always_inline)) void il8_cols(il_mode mode, bool zp, int nc, int64_t nb, const void *xv,
-                                                           const char *y, size_t ys, float *s, size_t ss, int m) {
-    const il8 *xb = xv;
-    const il8s *xs8 = xv;
+/* Block b of 8 interleaved rows (xv: its il8 or il8s) x nc columns, added
+ * into acc[c]. zp: the values have a zero point (the column's c corrects),
+ * else a float minimum (mode IL_U4, IL_U5). */
+static inline __attribute__((always_inline)) void il8_blk(il_mode mode, bool zp, int nc, int64_t b, const void *xv,
+                                                          const tsr_cpu_q8s *const *yb, __m256 *acc) {
     const __m256i mult = _mm256_set1_epi16(mode == IL_Q6 ? 4 : mode == IL_S8 || !zp ? 1 : mode == IL_U4 ? 16 : 8);
-    __m256 acc[6];
-    const tsr_cpu_q8s *yb[6];
-    UNROLL
-    for (int c = 0; c < nc; c++) {
-        acc[c] = _mm256_setzero_ps();
-        yb[c] = (const tsr_cpu_q8s *)(y + (size_t)c * ys);
-    }
-    for (int64_t b = 0; b < nb; b++) {
+    {
         __m256i h[6], h2[6];
         if (mode == IL_S8) {
-            const il8s *w = xs8 + b;
+            const il8s *w = xv;
             UNROLL
             for (int g = 0; g < 8; g++) {
                 const __m256i wu = _mm256_loadu_si256((const __m256i *)(w->u + 32 * g));
@@ -226,9 +219,9 @@ static inline __attribute__((always_inline)) void il8_cols(il_mode mode, bool zp
             for (int c = 0; c < nc; c++)
                 acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(h[c]), d), _mm256_set1_ps(yb[c][b].d),
                                          acc[c]);
-            continue;
+            return;
         }
-        const il8 *w = xb + b;
+        const il8 *w = xv;
         if (mode == IL_Q6) {
             __m256 t[6];
             UNROLL
@@ -265,7 +258,7 @@ static inline __attribute__((always_inline)) void il8_cols(il_mode mode, bool zp
             }
             UNROLL
             for (int c = 0; c < nc; c++) acc[c] = _mm256_fmadd_ps(t[c], _mm256_set1_ps(yb[c][b].d), acc[c]);
-            continue;
+            return;
         }
         UNROLL
         for (int g = 0; g < 8; g++) {
@@ -298,6 +291,19 @@ static inline __attribute__((always_inline)) void il8_cols(il_mode mode, bool zp
             for (int c = 0; c < nc; c++) acc[c] = _mm256_fmadd_ps(mv, _mm256_set1_ps(yb[c][b].ds), acc[c]);
         }
     }
+}
+
+/* The block size of mode's interleaved blocks (il8, il8s). */
+#define IL8_BYTES(mode) ((mode) == IL_S8 ? sizeof(il8s) : sizeof(il8))
+
+/* 8 interleaved rows x nc columns over nb blocks; the first m (<= 8) rows of
+ * each column stored at s + c * ss. */
+static inline __attribute__((always_inline)) void il8_cols(il_mode mode, bool zp, int nc, int64_t nb, const void *xv,
+                                                           const char *y, size_t ys, float *s, size_t ss, int m) {
+    const tsr_cpu_q8s *yb[6];
+    __m256 acc[6];
+    UNROLL for (int c = 0; c < nc; c++) yb[c] = (const tsr_cpu_q8s *)(y + (size_t)c * ys), acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) il8_blk(mode, zp, nc, b, (const char *)xv + (size_t)b * IL8_BYTES(mode), yb, acc);
     UNROLL
     for (int c = 0; c < nc; c++) store_part(s + (size_t)c * ss, acc[c], m);
 }
@@ -352,9 +358,9 @@ static inline __attribute__((always_inline)) void gemm8(tsr_type t, bool il8src,
     for (int64_t i = 0; i < m; i += 8) {
         const int rows = m - i < 8 ? (int)(m - i) : 8;
         if (il8src) /* whole groups (m % 8 == 0) */
-            il8_pack_il8(t, (const char *)vx + (size_t)i * xs, nb, scratch);
+            il8_pack_il8(t, (const char *)vx + (size_t)i * xs, 0, nb, scratch);
         else
-            il8_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, nb, scratch);
+            il8_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, 0, nb, scratch);
         for (int64_t j = 0; j < n; j += ncmax) {
             const int nc = n - j < ncmax ? (int)(n - j) : ncmax;
             cols(nc, nb, scratch, (const char *)vy + (size_t)j * ys, ys, s + (size_t)j * ss + (size_t)i, ss, rows);
@@ -386,6 +392,76 @@ GEMM8(gemm_q5_1, TSR_TYPE_Q5_1)
 GEMM8(gemm_q4_k, TSR_TYPE_Q4_K)
 GEMM8(gemm_q5_k, TSR_TYPE_Q5_K)
 GEMM8(gemm_q6_k, TSR_TYPE_Q6_K)
+
+/* ---- one column with the gemm's bits (gemm1, gemm1_il8: cpu.h) ---------------
+ * The batch-invariant decode (tensr-server's default) computes a lone column
+ * as the gemm computes any column. gemm8 packs an 8-row group's whole rows
+ * into scratch (past L1 for a long row) and reads them back for the one
+ * column; these kernels pack ONE_BLOCKS blocks at a time into a buffer that
+ * stays in L1 and use them at once, and request the rows GEMV_PF rows ahead
+ * as one linear sequence, as the gemvs do. The arithmetic is il8_blk's for
+ * one column, block after block in the same order, so each result is the
+ * gemm's bits (test-cpu-kernels). */
+#define ONE_BLOCKS 8 /* a K-quant's super-block */
+
+static inline __attribute__((always_inline)) void one8(tsr_type t, bool il8src, int64_t k, int64_t m, int64_t ahead,
+                                                       const void *vx, size_t xs, const void *vy, float *s) {
+    const int64_t nb = k / 32;
+    il_mode mode = IL_Q6;
+    bool zp = true;
+    switch (t) {
+    case TSR_TYPE_Q8_0: mode = IL_S8; break;
+    case TSR_TYPE_Q4_0: mode = IL_U4; break;
+    case TSR_TYPE_Q4_1:
+    case TSR_TYPE_Q4_K: mode = IL_U4, zp = false; break;
+    case TSR_TYPE_Q5_0: mode = IL_U5; break;
+    case TSR_TYPE_Q5_1:
+    case TSR_TYPE_Q5_K: mode = IL_U5, zp = false; break;
+    default: break;
+    }
+    _Alignas(32) char buf[ONE_BLOCKS * sizeof(il8s)];
+    const tsr_cpu_q8s *yb[1] = {vy};
+    const char *end = (const char *)vx + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
+    const size_t group = 8 * xs; /* an 8-row group's bytes (rows xs apart) */
+    for (int64_t i = 0; i < m; i += 8) {
+        const int rows = m - i < 8 ? (int)(m - i) : 8;
+        const char *x = (const char *)vx + (size_t)i * xs, *pf = x + (size_t)GEMV_PF * xs;
+        __m256 acc[1] = {_mm256_setzero_ps()};
+        for (int64_t b0 = 0; b0 < nb; b0 += ONE_BLOCKS) {
+            const int64_t b1 = nb - b0 < ONE_BLOCKS ? nb : b0 + ONE_BLOCKS;
+            /* this chunk's share of the group GEMV_PF rows ahead */
+            for (size_t o = group * (size_t)b0 / (size_t)nb & ~(size_t)63, oe = group * (size_t)b1 / (size_t)nb;
+                 o < oe && pf + o < end; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T1);
+            if (il8src)
+                il8_pack_il8(t, x, b0, b1, buf);
+            else
+                il8_pack(t, x, xs, rows, b0, b1, buf);
+            for (int64_t b = b0; b < b1; b++)
+                il8_blk(mode, zp, 1, b, buf + (size_t)(b - b0) * IL8_BYTES(mode), yb, acc);
+        }
+        store_part(s + i, acc[0], rows);
+    }
+}
+
+#define ONE8(name, T, IL8)                                                                                     \
+    static void name(int64_t k, int64_t m, int64_t ahead, const void *x, size_t xs, const void *y, float *s) { \
+        one8(T, IL8, k, m, ahead, x, xs, y, s);                                                                \
+    }
+ONE8(one_q8_0, TSR_TYPE_Q8_0, false)
+ONE8(one_q4_0, TSR_TYPE_Q4_0, false)
+ONE8(one_q5_0, TSR_TYPE_Q5_0, false)
+ONE8(one_q4_1, TSR_TYPE_Q4_1, false)
+ONE8(one_q5_1, TSR_TYPE_Q5_1, false)
+ONE8(one_q4_k, TSR_TYPE_Q4_K, false)
+ONE8(one_q5_k, TSR_TYPE_Q5_K, false)
+ONE8(one_q6_k, TSR_TYPE_Q6_K, false)
+ONE8(one_il8_q8_0, TSR_TYPE_Q8_0, true)
+ONE8(one_il8_q4_0, TSR_TYPE_Q4_0, true)
+ONE8(one_il8_q4_1, TSR_TYPE_Q4_1, true)
+ONE8(one_il8_q5_0, TSR_TYPE_Q5_0, true)
+ONE8(one_il8_q4_k, TSR_TYPE_Q4_K, true)
+ONE8(one_il8_q5_k, TSR_TYPE_Q5_K, true)
 
 /* Activations -> tsr_cpu_q8s rows: the reference's arithmetic (d = max / 127,
  * values rounded to nearest even of x * 127 / max), 32 values at a time. */
@@ -735,7 +811,19 @@ void tsr__cpu_avx2_gemm(tsr_cpu_kernels *k) {
              {TSR_TYPE_Q4_1, gemm_q4_1}, {TSR_TYPE_Q5_1, gemm_q5_1}, {TSR_TYPE_Q4_K, gemm_q4_k},
              {TSR_TYPE_Q5_K, gemm_q5_k}, {TSR_TYPE_Q6_K, gemm_q6_k}};
     k->q8s_from_float = q8s_from_float;
+    static const struct {
+        tsr_type t;
+        void (*fn)(int64_t, int64_t, int64_t, const void *, size_t, const void *, float *);
+        void (*il8)(int64_t, int64_t, int64_t, const void *, size_t, const void *, float *);
+    } one[] = {{TSR_TYPE_Q8_0, one_q8_0, one_il8_q8_0}, {TSR_TYPE_Q4_0, one_q4_0, one_il8_q4_0},
+               {TSR_TYPE_Q5_0, one_q5_0, one_il8_q5_0}, {TSR_TYPE_Q4_1, one_q4_1, one_il8_q4_1},
+               {TSR_TYPE_Q5_1, one_q5_1, NULL},         {TSR_TYPE_Q4_K, one_q4_k, one_il8_q4_k},
+               {TSR_TYPE_Q5_K, one_q5_k, one_il8_q5_k}, {TSR_TYPE_Q6_K, one_q6_k, NULL}};
     for (size_t i = 0; i < sizeof g / sizeof g[0]; i++) tsr__cpu_set_q8s_gemm(k, g[i].t, g[i].fn);
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+        k->gemm1[one[i].t] = one[i].fn;
+        k->gemm1_il8[one[i].t] = one[i].il8;
+    }
     k->gemm_il8[TSR_TYPE_Q8_0] = gemm_il8_q8_0;
     k->gemm_il8[TSR_TYPE_Q4_0] = gemm_il8_q4_0;
     k->gemm_il8[TSR_TYPE_Q4_1] = gemm_il8_q4_1;
