@@ -191,6 +191,42 @@ static inline size_t pf_offset(int64_t i, int R, int64_t n, size_t xs) {
             rows_of(T, 1, k, x + (size_t)i * xs, xs, 0, vy, s + i);                                              \
     }
 
+/* Lanes 0..3 of p[r] summed into lane r of *lo, lanes 4..7 into lane r of *hi. */
+static inline __attribute__((always_inline)) void hsum8x8_halves(const __m256i *p, __m256i *lo, __m256i *hi) {
+    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    *lo = _mm256_permute2x128_si256(u0, u1, 0x20);
+    *hi = _mm256_permute2x128_si256(u0, u1, 0x31);
+}
+
+/* Lane r: the sum of p[r]'s 8 lanes. */
+static inline __attribute__((always_inline)) __m256i hsum8x8(const __m256i *p) {
+    __m256i lo, hi;
+    hsum8x8_halves(p, &lo, &hi);
+    return _mm256_add_epi32(lo, hi);
+}
+
+/* The 16 scales of 8 Q6_K super-blocks (a[r]: row r's) side by side:
+ * sc[j] holds scale 2j of the 8 rows in its low 8 bytes, 2j + 1 in its high. */
+static inline __attribute__((always_inline)) void q6k_scales8(const __m128i a[8], __m128i sc[8]) {
+    __m128i b8[8], c8[8];
+    for (int r = 0; r < 8; r += 2) {
+        b8[r] = _mm_unpacklo_epi8(a[r], a[r + 1]);
+        b8[r + 1] = _mm_unpackhi_epi8(a[r], a[r + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h + 3 */
+        const __m128i *bb = b8 + 4 * h;
+        c8[4 * h + 0] = _mm_unpacklo_epi16(bb[0], bb[2]);
+        c8[4 * h + 1] = _mm_unpackhi_epi16(bb[0], bb[2]);
+        c8[4 * h + 2] = _mm_unpacklo_epi16(bb[1], bb[3]);
+        c8[4 * h + 3] = _mm_unpackhi_epi16(bb[1], bb[3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        sc[2 * c] = _mm_unpacklo_epi32(c8[c], c8[4 + c]);
+        sc[2 * c + 1] = _mm_unpackhi_epi32(c8[c], c8[4 + c]);
+    }
+}
+
 /* Lane mask for the first n (0..8) of 8 floats (rows and the attention's gemms). */
 static inline __m256i lanes8(int64_t n) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

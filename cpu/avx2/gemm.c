@@ -455,7 +455,74 @@ ONE8(one_q4_1, TSR_TYPE_Q4_1, false)
 ONE8(one_q5_1, TSR_TYPE_Q5_1, false)
 ONE8(one_q4_k, TSR_TYPE_Q4_K, false)
 ONE8(one_q5_k, TSR_TYPE_Q5_K, false)
-ONE8(one_q6_k, TSR_TYPE_Q6_K, false)
+
+/* Q6_K as stored, one column: its pack (il_row's unpacking of 32 values and
+ * an 8 x 8 transpose per block) cost more than the products (bench/gemv,
+ * Zen 4, one thread, AVX2 kernels: 34% of the read bandwidth through one8).
+ * Here each row's 32 values of a block go against the column as they lie,
+ * and horizontal adds put the 8 rows' sums of each 16-value half side by
+ * side (hsum8x8_halves); the integers are exact, so il8_blk's (4 * sum +
+ * c_lo, 4 * sum + c - c_lo), and the float steps are its own in its order:
+ * t = is_lo * d_lo, t = fma(is_hi, d_hi, t), acc = fma(t, dy, acc), with
+ * d = dd * scale * 0.25 as il_row makes it. */
+static void one_q6_k(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
+    const int64_t nsb = k / 256;
+    const tsr_cpu_q8s *y = vy;
+    const char *x = vx, *end = x + (size_t)(m + (ahead > 0 ? ahead : 0)) * xs;
+    const __m256i ones = _mm256_set1_epi16(1), f4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const size_t group = 8 * xs;
+    for (int64_t i = 0; i < m; i += 8) {
+        const int rows = m - i < 8 ? (int)(m - i) : 8;
+        const tsr_block_q6_K *row[8];
+        for (int r = 0; r < 8; r++) row[r] = (const tsr_block_q6_K *)(x + (size_t)(i + (r < rows ? r : rows - 1)) * xs);
+        const char *pf = x + (size_t)(i + GEMV_PF) * xs;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            for (size_t o = group * (size_t)sb / (size_t)nsb & ~(size_t)63, oe = group * (size_t)(sb + 1) / (size_t)nsb;
+                 o < oe && pf + o < end; o += 64)
+                _mm_prefetch(pf + o, _MM_HINT_T1);
+            uint16_t dh[8];
+            __m128i a[8], sc[8];
+            UNROLL for (int r = 0; r < 8; r++) {
+                memcpy(&dh[r], &row[r][sb].d, 2);
+                a[r] = _mm_loadu_si128((const __m128i *)row[r][sb].scales);
+            }
+            const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+            q6k_scales8(a, sc);
+            for (int j = 0; j < 8; j++) { /* block j: t = j % 4 of the 128-value half j / 4 */
+                const int h = j / 4, t = j % 4;
+                const tsr_cpu_q8s *yb = y + 8 * sb + j;
+                const __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
+                __m256i p[8];
+                UNROLL for (int r = 0; r < 8; r++) {
+                    __m256i lo = _mm256_loadu_si256((const __m256i *)(row[r][sb].ql + 64 * h + 32 * (t & 1)));
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(row[r][sb].qh + 32 * h));
+                    if (t >= 2)
+                        lo = _mm256_srli_epi16(lo, 4);
+                    /* the two high bits of each value (bits 2t, 2t + 1 of qh) at bits 4, 5 */
+                    const __m256i hi = t == 0   ? _mm256_slli_epi16(qh, 4)
+                                       : t == 1 ? _mm256_slli_epi16(qh, 2)
+                                       : t == 2 ? qh
+                                                : _mm256_srli_epi16(qh, 2);
+                    const __m256i u = _mm256_or_si256(_mm256_and_si256(lo, f4), _mm256_and_si256(hi, m30));
+                    p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(u, qy), ones);
+                }
+                __m256i slo, shi;
+                hsum8x8_halves(p, &slo, &shi);
+                const __m256i il = _mm256_add_epi32(_mm256_slli_epi32(slo, 2), _mm256_set1_epi32(yb->c_lo));
+                const __m256i ih = _mm256_add_epi32(_mm256_slli_epi32(shi, 2), _mm256_set1_epi32(yb->c - yb->c_lo));
+                const __m256 q = _mm256_set1_ps(0.25f);
+                const __m256 d0 = _mm256_mul_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc[j]))), q);
+                const __m256 d1 = _mm256_mul_ps(
+                    _mm256_mul_ps(dd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc[j], 8)))), q);
+                const __m256 tt = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ih), d1,
+                                                  _mm256_mul_ps(_mm256_cvtepi32_ps(il), d0));
+                acc = _mm256_fmadd_ps(tt, _mm256_set1_ps(yb->d), acc);
+            }
+        }
+        store_part(s + i, acc, rows);
+    }
+}
 ONE8(one_il8_q8_0, TSR_TYPE_Q8_0, true)
 ONE8(one_il8_q4_0, TSR_TYPE_Q4_0, true)
 ONE8(one_il8_q4_1, TSR_TYPE_Q4_1, true)

@@ -536,21 +536,6 @@ static inline __attribute__((always_inline)) __m256i ld256(const void *p) {
     return _mm256_loadu_si256((const __m256i *)p);
 }
 
-/* Lanes 0..3 of p[r] summed into lane r of *lo, lanes 4..7 into lane r of *hi. */
-static inline __attribute__((always_inline)) void hsum8x8_halves(const __m256i *p, __m256i *lo, __m256i *hi) {
-    const __m256i u0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    const __m256i u1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    *lo = _mm256_permute2x128_si256(u0, u1, 0x20);
-    *hi = _mm256_permute2x128_si256(u0, u1, 0x31);
-}
-
-/* Lane r: the sum of p[r]'s 8 lanes. */
-static inline __attribute__((always_inline)) __m256i hsum8x8(const __m256i *p) {
-    __m256i lo, hi;
-    hsum8x8_halves(p, &lo, &hi);
-    return _mm256_add_epi32(lo, hi);
-}
-
 /* Interleaved rows (Q4_0, Q4_1, Q5_0, Q4_K, Q5_K): whole 8-row groups, nc
  * (<= 4) columns ys bytes apart, results ss floats apart. */
 static inline __attribute__((always_inline)) void one_il8(tsr_type t, int nc, int64_t k, int64_t m, int64_t ahead,
@@ -712,23 +697,8 @@ static inline __attribute__((always_inline)) void one_plain(tsr_type t, int nc, 
                     a[r] = _mm_loadu_si128((const __m128i *)q[r]->scales);
                 }
                 const __m256 dd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
-                /* 8 rows x 16 scales -> sc[j]: scale 2j of the 8 rows (low 8 bytes), 2j + 1 (high) */
-                __m128i b8[8], c8[8], sc[8];
-                for (int r = 0; r < 8; r += 2) {
-                    b8[r] = _mm_unpacklo_epi8(a[r], a[r + 1]);
-                    b8[r + 1] = _mm_unpackhi_epi8(a[r], a[r + 1]);
-                }
-                for (int h = 0; h < 2; h++) { /* rows 4h .. 4h + 3 */
-                    const __m128i *bb = b8 + 4 * h;
-                    c8[4 * h + 0] = _mm_unpacklo_epi16(bb[0], bb[2]);
-                    c8[4 * h + 1] = _mm_unpackhi_epi16(bb[0], bb[2]);
-                    c8[4 * h + 2] = _mm_unpacklo_epi16(bb[1], bb[3]);
-                    c8[4 * h + 3] = _mm_unpackhi_epi16(bb[1], bb[3]);
-                }
-                for (int c = 0; c < 4; c++) {
-                    sc[2 * c] = _mm_unpacklo_epi32(c8[c], c8[4 + c]);
-                    sc[2 * c + 1] = _mm_unpackhi_epi32(c8[c], c8[4 + c]);
-                }
+                __m128i sc[8];
+                q6k_scales8(a, sc);
                 /* per half h, block by block (tt: 0..3) or two at once (one column: tt and tt + 2, the low
                  * and high nibbles of the same ql bytes); their float steps in block order */
                 for (int h = 0; h < 2; h++) {
