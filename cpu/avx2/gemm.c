@@ -74,10 +74,13 @@ static inline __attribute__((always_inline)) __m256i il_row(tsr_type t, const ch
 /* Blocks [b0, b1) of rows [0, rows) of x (rows <= 8; the others zero) ->
  * b1 - b0 interleaved blocks. */
 static inline __attribute__((always_inline)) void il8_pack(tsr_type t, const char *x, size_t xs, int rows, int64_t b0,
-                                                           int64_t b1, void *out) {
+                                                           int64_t b1, bool pf, void *out) {
     il8 *o = out;
     il8s *os = out;
+    const size_t per = pf && b1 > 0 ? xs / (size_t)b1 : 0; /* a block's bytes (pf: whole rows, b1 = nb) */
     for (int64_t b = b0; b < b1; b++) {
+        if (pf && b + PACK_PF < b1) /* simd.h */
+            for (int i = 0; i < rows; i++) _mm_prefetch(x + (size_t)i * xs + (size_t)(b + PACK_PF) * per, _MM_HINT_T0);
         __m256i r[8], v[8];
         float d[8], m[8];
         UNROLL for (int i = 0; i < 8; i++) {
@@ -360,7 +363,7 @@ static inline __attribute__((always_inline)) void gemm8(tsr_type t, bool il8src,
         if (il8src) /* whole groups (m % 8 == 0) */
             il8_pack_il8(t, (const char *)vx + (size_t)i * xs, 0, nb, scratch);
         else
-            il8_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, 0, nb, scratch);
+            il8_pack(t, (const char *)vx + (size_t)i * xs, xs, rows, 0, nb, true, scratch);
         for (int64_t j = 0; j < n; j += ncmax) {
             const int nc = n - j < ncmax ? (int)(n - j) : ncmax;
             cols(nc, nb, scratch, (const char *)vy + (size_t)j * ys, ys, s + (size_t)j * ss + (size_t)i, ss, rows);
@@ -436,7 +439,7 @@ static inline __attribute__((always_inline)) void one8(tsr_type t, bool il8src, 
             if (il8src)
                 il8_pack_il8(t, x, b0, b1, buf);
             else
-                il8_pack(t, x, xs, rows, b0, b1, buf);
+                il8_pack(t, x, xs, rows, b0, b1, false, buf);
             for (int64_t b = b0; b < b1; b++)
                 il8_blk(mode, zp, 1, b, buf + (size_t)(b - b0) * IL8_BYTES(mode), yb, acc);
         }

@@ -67,8 +67,11 @@ static inline __attribute__((always_inline)) __m256i il_row(tsr_type t, const ch
 /* Rows [0, rows) of x (rows <= 16; the others zero) -> nb interleaved blocks. */
 static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const char *x, size_t xs, int rows, int64_t nb,
                                                             il16 *out) {
+    const size_t per = nb > 0 ? xs / (size_t)nb : 0; /* a block's bytes */
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[16], v[8];
+        if (b + PACK_PF < nb)
+            for (int i = 0; i < rows; i++) _mm_prefetch(x + (size_t)i * xs + (size_t)(b + PACK_PF) * per, _MM_HINT_T0);
         for (int i = 0; i < 16; i++) {
             if (i < rows) {
                 r[i] = il_row(t, x + (size_t)i * xs, b, &out[b].d[i], &out[b].m[i]);
