@@ -153,7 +153,11 @@ static inline void il8_q4k_scales(const char *p, __m256i sc[2], __m256i mn[2]) {
  * PACK_PF blocks ahead is requested (AVX-512 VNNI, Zen 4, 2 threads,
  * batch-invariant pp8, alternated against no prefetch: 1B-class Q8_0 91-96
  * -> 120 t/s, SmolLM2 Q4_K_M 979 -> 1036; 4 and 16 blocks gave less, pp512
- * the same; AVX2 kernels, compute-bound there: +1-4%). */
+ * the same; into L2 rather than L1, +2%; AVX2 kernels, compute-bound there:
+ * +1-4%). AVX-512's few-column kernels of the interleaved layout (il8_direct)
+ * request their two groups' blocks PACK_PF ahead into L2 the same way
+ * (1B-class Q4_0 pp8 190 -> 216, Q4_K_M 163-169 -> 180, SmolLM2 Q4_K_M
+ * 738-820 -> 855-1008; into L1 the 1B gained more and SmolLM2 lost 4-8%). */
 #ifndef PACK_PF /* (overridable for benchmarks) */
 #define PACK_PF 8
 #endif

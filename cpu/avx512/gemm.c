@@ -71,7 +71,7 @@ static inline __attribute__((always_inline)) void il16_pack(tsr_type t, const ch
     for (int64_t b = 0; b < nb; b++) {
         __m256i r[16], v[8];
         if (b + PACK_PF < nb)
-            for (int i = 0; i < rows; i++) _mm_prefetch(x + (size_t)i * xs + (size_t)(b + PACK_PF) * per, _MM_HINT_T0);
+            for (int i = 0; i < rows; i++) _mm_prefetch(x + (size_t)i * xs + (size_t)(b + PACK_PF) * per, _MM_HINT_T1);
         for (int i = 0; i < 16; i++) {
             if (i < rows) {
                 r[i] = il_row(t, x + (size_t)i * xs, b, &out[b].d[i], &out[b].m[i]);
@@ -394,9 +394,16 @@ static inline __attribute__((always_inline)) void il8_direct(tsr_type t, il_mode
     __m512 dd = _mm512_setzero_ps(), ndm = _mm512_setzero_ps();
     __m256i sca[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()}, mna[2] = {sca[0], sca[0]},
             scb[2] = {sca[0], sca[0]}, mnb[2] = {sca[0], sca[0]};
+    const size_t blk8 = kq ? bs : 8 * bs; /* an 8-row group's bytes per block of 32 */
     for (int64_t b = 0; b < nb; b++) {
         __m512i wv[8];
         __m512 d, mv = _mm512_setzero_ps();
+        if (b + PACK_PF < nb) /* the two groups' blocks PACK_PF ahead (simd.h) */
+            for (size_t o = 0; o < blk8; o += 64) {
+                _mm_prefetch(ga + (size_t)(b + PACK_PF) * blk8 + o, _MM_HINT_T1);
+                if (gb)
+                    _mm_prefetch(gb + (size_t)(b + PACK_PF) * blk8 + o, _MM_HINT_T1);
+            }
         if (kq) {
             const int j = (int)(b % 8);
             const size_t o = (size_t)(b / 8) * 8 * bs;
