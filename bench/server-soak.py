@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """server-soak.py - tensr-server's resident memory over many requests.
 
-Starts tensr-server, sends N requests from W threads (chat and completions,
-streamed and not, some cancelled by closing the connection mid-stream, some
-refused: too long, bad JSON), and prints the server's RSS (VmRSS) after a
+Starts tensr-server as server-bench.py does (its log:
+server-bench-tensr-soak.log), sends N requests from W threads (chat and
+completions, streamed and not, some cancelled by closing the connection
+mid-stream, some refused: too long, bad JSON), and prints the server's RSS (VmRSS) after a
 warm-up and at the end, with its peak. Memory is decided at start (KV and
 compute for every slot), so RSS should stay flat. Python's standard library
 only. Not a test: it measures.
@@ -13,14 +14,19 @@ usage: bench/server-soak.py --tensr examples/server/tensr-server -m MODEL
 """
 import argparse
 import http.client
+import importlib.util
 import json
 import os
 import random
 import socket
-import subprocess
-import sys
 import threading
 import time
+
+# the server start (health wait, log, SIGTERM) is server-bench.py's
+_spec = importlib.util.spec_from_file_location("server_bench", os.path.join(os.path.dirname(__file__),
+                                                                            "server-bench.py"))
+server_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(server_bench)
 
 
 def rss_kib(pid):
@@ -29,14 +35,6 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def one(port, i, rnd):
@@ -75,22 +73,12 @@ def main():
     ap.add_argument("-w", "--workers", type=int, default=4)
     ap.add_argument("server_args", nargs="*")
     a = ap.parse_args()
-    port = free_port()
-    srv = subprocess.Popen([a.tensr, "-m", a.model, "--port", str(port), "-np", "4", "-c", "4096", "-t", "2"]
-                           + a.server_args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port = server_bench.free_port()
+    srv = server_bench.Server("tensr-soak", [a.tensr, "-m", a.model, "--port", str(port), "-np", "4", "-c", "4096",
+                                             "-t", "2"] + a.server_args, port)
+    pid = srv.proc.pid
     try:
-        for _ in range(600):
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
-            sys.exit("tensr-server did not become ready")
-        start_rss, peak, codes, lock = rss_kib(srv.pid), 0, {}, threading.Lock()
+        start_rss, peak, codes, lock = rss_kib(pid), 0, {}, threading.Lock()
         nxt = [0]
         warm = [None]
 
@@ -109,7 +97,7 @@ def main():
                     st = type(e).__name__
                 with lock:
                     codes[st] = codes.get(st, 0) + 1
-                    r = rss_kib(srv.pid)
+                    r = rss_kib(pid)
                     peak = max(peak, r)
                     if i == a.workers * 5 and warm[0] is None:
                         warm[0] = r
@@ -121,13 +109,12 @@ def main():
         for t in ts:
             t.join()
         time.sleep(1)
-        end_rss = rss_kib(srv.pid)
+        end_rss = rss_kib(pid)
         print(f"{a.requests} requests in {time.time() - t0:.0f} s, answers {dict(sorted(codes.items(), key=str))}")
         print(f"RSS (MiB): ready {start_rss / 1024:.1f}, after warm-up {(warm[0] or 0) / 1024:.1f}, "
               f"end {end_rss / 1024:.1f}, peak {peak / 1024:.1f}")
     finally:
-        srv.terminate()
-        srv.wait(timeout=60)
+        srv.stop()
 
 
 if __name__ == "__main__":
