@@ -253,6 +253,29 @@ static inline __mmask16 lanes16(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF 
 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
 static inline __m512 load_fp16x16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* F16 x F16 over n values, summed like ggml's ggml_vec_dot_f16 (four
+ * accumulators over chunks of 64; the tail masked, i.e. zero-padded to 64):
+ * the AVX-512 dot_f16_f16 and, row by row, the F16 gemv. */
+static inline __attribute__((always_inline)) float dot_f16_512(int64_t n, const uint16_t *x, const uint16_t *y) {
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) /* whole chunks: plain loads */
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++)
+            a[q] = _mm512_fmadd_ps(load_fp16x16(x + i + 16 * q), load_fp16x16(y + i + 16 * q), a[q]);
+    for (; i < n; i += 64) { /* the masked tail */
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+            const int64_t o = i + 16 * q, left = n - o;
+            const __mmask16 m = left > 0 ? lanes16(left) : 0;
+            const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + (left > 0 ? o : 0)));
+            const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + (left > 0 ? o : 0)));
+            a[q] = _mm512_fmadd_ps(xv, yv, a[q]);
+        }
+    }
+    a[0] = _mm512_add_ps(a[0], a[2]);
+    a[1] = _mm512_add_ps(a[1], a[3]);
+    return hsum512(_mm512_add_ps(a[0], a[1]));
+}
 #endif
 
 #endif /* TSR_CPU_SIMD_H */

@@ -29,27 +29,8 @@ static void dot_f32(int64_t n, float *s, const void *vx, const void *vy) {
 }
 
 /* F16 weights x F16 activations (rounded once per call, as in ggml), summed
- * like ggml's ggml_vec_dot_f16 (see the AVX2 variant); the tail is masked,
- * i.e. zero-padded to 64. */
-static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) {
-    const uint16_t *x = vx, *y = vy;
-    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64) /* whole chunks: plain loads */
-        for (int q = 0; q < 4; q++)
-            a[q] = _mm512_fmadd_ps(load_fp16x16(x + i + 16 * q), load_fp16x16(y + i + 16 * q), a[q]);
-    for (; i < n; i += 64)
-        for (int q = 0; q < 4; q++) {
-            const int64_t o = i + 16 * q, left = n - o;
-            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-            const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x + (left > 0 ? o : 0)));
-            const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, y + (left > 0 ? o : 0)));
-            a[q] = _mm512_fmadd_ps(xv, yv, a[q]);
-        }
-    a[0] = _mm512_add_ps(a[0], a[2]);
-    a[1] = _mm512_add_ps(a[1], a[3]);
-    *s = hsum512(_mm512_add_ps(a[0], a[1]));
-}
+ * like ggml's ggml_vec_dot_f16 (see the AVX2 variant and simd.h). */
+static void dot_f16_f16(int64_t n, float *s, const void *vx, const void *vy) { *s = dot_f16_512(n, vx, vy); }
 
 #define YROW(T, c) ((const T *)((const char *)vy + (c) * (ystride)))
 

@@ -328,8 +328,8 @@ GEMV(gemv_q5_k, TSR_TYPE_Q5_K)
 GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
 
 /* The one-column matmul for F16 weights (kernel table gemv): one row
- * after another, each bit for bit dot_f16_f16 (its four accumulators and
- * order), left to the hardware's prefetch: a single stream read in order
+ * after another through dot_f16_512 (simd.h), the dot's own code, so each
+ * row is bit for bit dot_f16_f16; left to the hardware's prefetch: a single stream read in order
  * is what Zen 4's prefetchers follow best. bench/gemv, 1 thread: 93-98% of
  * the plain read, against 80-83% for the former kernel (4 rows side by
  * side, requested GEMV_PF rows ahead), 59% for 4 rows without requests
@@ -340,30 +340,9 @@ GEMV(gemv_q6_k, TSR_TYPE_Q6_K)
  * 40% (16 KiB: no better than none). Converting the activations again for
  * each row costs nothing from memory: the dot runs at twice the read in
  * L1 (59 GB/s, 1 thread). */
-#define UNROLL4 _Pragma("GCC unroll 4")
 static void gemv_f16(int64_t k, int64_t m, int64_t ahead, const void *vx, size_t xs, const void *vy, float *s) {
     (void)ahead;
-    const uint16_t *y = vy;
-    for (int64_t r = 0; r < m; r++) {
-        const uint16_t *xr = (const uint16_t *)((const char *)vx + (size_t)r * xs);
-        __m512 a[4];
-        UNROLL4 for (int q = 0; q < 4; q++) a[q] = _mm512_setzero_ps();
-        int64_t i = 0;
-        for (; i + 64 <= k; i += 64)
-            UNROLL4 for (int q = 0; q < 4; q++)
-                a[q] = _mm512_fmadd_ps(load_fp16x16(xr + i + 16 * q), load_fp16x16(y + i + 16 * q), a[q]);
-        if (i < k) /* the dot's masked tail */
-            UNROLL4 for (int q = 0; q < 4; q++) {
-                const int64_t o = i + 16 * q, left = k - o;
-                const __mmask16 mk = left >= 16 ? (__mmask16)0xFFFF : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-                const __m512 yv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, y + (left > 0 ? o : 0)));
-                const __m512 xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, xr + (left > 0 ? o : 0)));
-                a[q] = _mm512_fmadd_ps(xv, yv, a[q]);
-            }
-        a[0] = _mm512_add_ps(a[0], a[2]);
-        a[1] = _mm512_add_ps(a[1], a[3]);
-        s[r] = hsum512(_mm512_add_ps(a[0], a[1]));
-    }
+    for (int64_t r = 0; r < m; r++) s[r] = dot_f16_512(k, (const uint16_t *)((const char *)vx + (size_t)r * xs), vy);
 }
 
 void tsr__cpu_avx512_gemv(tsr_cpu_kernels *k, bool vnni) {
